@@ -1,0 +1,101 @@
+"""messagebox: content-based publish/subscribe routing in the style of the BizTalk
+MessageBox. Start with :class:`MessageBox`, :class:`Message` and ``predicates.P``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from messagebox.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    FilterValidationError,
+    MessageBoxError,
+    MessageValidationError,
+    NotFound,
+    RoutingFailure,
+    StorageError,
+    Throttled,
+    UnknownHost,
+    UnknownMessage,
+    UnknownSubscription,
+    UnknownSuspendedEntry,
+    ValidationError,
+)
+
+if TYPE_CHECKING:
+    from messagebox.engine import MessageBox
+    from messagebox.message import Message, StoredMessage
+    from messagebox.models import (
+        Host,
+        HostSettings,
+        Kind,
+        Outcome,
+        QueueDepth,
+        Routed,
+        RoutingPolicy,
+        State,
+        Subscription,
+        SuspendedEntry,
+    )
+
+_LAZY = {
+    "MessageBox": "messagebox.engine",
+    "Message": "messagebox.message",
+    "StoredMessage": "messagebox.message",
+    **dict.fromkeys(
+        (
+            "Host",
+            "HostSettings",
+            "Kind",
+            "Outcome",
+            "QueueDepth",
+            "Routed",
+            "RoutingPolicy",
+            "State",
+            "Subscription",
+            "SuspendedEntry",
+        ),
+        "messagebox.models",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that ``predicates`` can import ``messagebox.errors`` without a cycle.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'messagebox' has no attribute {name!r}")
+
+
+__all__ = [
+    "AlreadyExists",
+    "BackendUnavailable",
+    "FilterValidationError",
+    "Host",
+    "HostSettings",
+    "Kind",
+    "Message",
+    "MessageBox",
+    "MessageBoxError",
+    "MessageValidationError",
+    "NotFound",
+    "Outcome",
+    "QueueDepth",
+    "Routed",
+    "RoutingFailure",
+    "RoutingPolicy",
+    "State",
+    "StorageError",
+    "StoredMessage",
+    "Subscription",
+    "SuspendedEntry",
+    "Throttled",
+    "UnknownHost",
+    "UnknownMessage",
+    "UnknownSubscription",
+    "UnknownSuspendedEntry",
+    "ValidationError",
+]

@@ -1,0 +1,100 @@
+"""Backends as siblings behind one small interface.
+
+Every difference between DuckDB and PostgreSQL lives in ``dialects/<name>.py``: how a
+URL becomes an engine, how a batch is staged and routed, how rows are bulk-inserted,
+how subscription changes are serialised and how driver errors are translated. Business
+code asks for capabilities (``supports_skip_locked``, ``supports_notify``), never for a
+dialect's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+
+import sql
+from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+
+
+@dataclass
+class StagedBatch:
+    """A batch's promoted properties, one row per (message, property), as columns."""
+
+    n: int
+    msg: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    fam: list[int] = field(default_factory=list)
+    v_str: list[str | None] = field(default_factory=list)
+    hi: list[float | None] = field(default_factory=list)
+    lo: list[float | None] = field(default_factory=list)
+    v_int: list[int | None] = field(default_factory=list)
+
+
+RouteRow = tuple[int, int, str, int, str, str, str | None]
+"""(message number, subscription id, host, priority, state, kind, instance id)."""
+
+
+class Dialect:
+    """What a backend must provide."""
+
+    name: ClassVar[str]
+    supports_skip_locked: ClassVar[bool] = False
+    supports_notify: ClassVar[bool] = False
+    one_process: ClassVar[bool] = False
+    """True when only one OS process may open the database (host instances are threads)."""
+
+    def __init__(self) -> None:
+        route = sql.load(self.name, "route")
+        route = route.replace("{str_holds}", sql.load(self.name, "str_holds"))
+        route = route.replace("{num_holds}", sql.load(self.name, "num_holds"))
+        self.route_sql = "WITH " + sql.load(self.name, "staged") + ",\n" + route
+
+    def create_engine(self, url: sa.URL) -> sa.Engine:
+        raise NotImplementedError
+
+    def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
+        raise NotImplementedError
+
+    def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
+        """Run the set-based routing query over a staged batch."""
+        raise NotImplementedError
+
+    def insert(
+        self, conn: sa.Connection, table: sa.Table, columns: dict[str, Sequence[Any]]
+    ) -> None:
+        """Bulk-insert rows given as equal-length columns."""
+        raise NotImplementedError
+
+    def serial(self) -> AbstractContextManager[Any]:
+        """Held around a transaction that must not interleave with another in this process."""
+        return nullcontext()
+
+    def lock_subscriptions(self, conn: sa.Connection) -> None:
+        """Serialise subscription changes across processes for the rest of the transaction."""
+
+    def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
+        """A driver error as a messagebox error (the caller chains the original)."""
+        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            return BackendUnavailable(f"{self.name}: connection lost: {exc.orig}")
+        text = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        return StorageError(f"{self.name}: {text}", statement=statement)
+
+
+def dialect_for(url: sa.URL) -> Dialect:
+    """The dialect for a URL's backend (``duckdb`` or ``postgresql``)."""
+    backend = url.get_backend_name()
+    if backend == "duckdb":
+        from messagebox.dialects.duckdb import DuckDBDialect
+
+        return DuckDBDialect()
+    if backend == "postgresql":
+        from messagebox.dialects.postgresql import PostgreSQLDialect
+
+        return PostgreSQLDialect()
+    raise BackendUnavailable(
+        f"unsupported backend {backend!r}: use duckdb:///path or postgresql+psycopg://…"
+    )

@@ -1,0 +1,145 @@
+"""DuckDB, the embedded default: ``duckdb:///path/to/file.duckdb``.
+
+One OS process owns the file; host instances are threads in it. Bulk writes and the
+staged batch go through Arrow tables registered on the connection (about 100× faster
+than ``executemany``). DuckDB has no row locks (``FOR UPDATE`` compiles to nothing), so
+whatever must be serialised is serialised in-process, per database file. Secondary
+indexes are not created: DuckDB joins by hashing and they would only slow inserts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from itertools import count
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import sqlalchemy as sa
+
+from messagebox.dialects import Dialect, RouteRow, StagedBatch
+from messagebox.dialects._ddl import create_all
+from messagebox.errors import BackendUnavailable, MessageBoxError
+
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+_NAMES = count()
+
+
+def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
+    t = column.type
+    if isinstance(t, sa.BigInteger):
+        return pa.int64()
+    if isinstance(t, sa.SmallInteger):
+        return pa.int16()
+    if isinstance(t, sa.Integer):
+        return pa.int32()
+    if isinstance(t, sa.Double | sa.Float):
+        return pa.float64()
+    if isinstance(t, sa.Boolean):
+        return pa.bool_()
+    if isinstance(t, sa.DateTime):
+        return pa.timestamp("us", tz="UTC")
+    if isinstance(t, sa.LargeBinary):
+        return pa.large_binary()
+    return pa.string()  # Text, and Uuid as its text form (cast on insert)
+
+
+_STAGED_SCHEMA = pa.schema(
+    [
+        ("msg", pa.int32()),
+        ("name", pa.string()),
+        ("fam", pa.int16()),
+        ("v_str", pa.string()),
+        ("hi", pa.float64()),
+        ("lo", pa.float64()),
+        ("v_int", pa.int64()),
+    ]
+)
+
+
+class DuckDBDialect(Dialect):
+    name: ClassVar[str] = "duckdb"
+    one_process: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock: threading.RLock = threading.RLock()
+
+    def create_engine(self, url: sa.URL) -> sa.Engine:
+        database = url.database or ""
+        if database and database != ":memory:":
+            path = os.path.abspath(database)
+            with _LOCKS_GUARD:
+                self._lock = _LOCKS.setdefault(path, threading.RLock())
+        return sa.create_engine(url)
+
+    def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
+        create_all(conn, metadata, indexes=False)
+
+    @staticmethod
+    def _register(conn: sa.Connection, table: pa.Table, prefix: str) -> tuple[Any, str]:
+        raw = conn.connection.driver_connection
+        name = f"{prefix}_{next(_NAMES)}"
+        raw.register(name, table)
+        return raw, name
+
+    def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
+        staged = pa.table(
+            [
+                pa.array(batch.msg, pa.int32()),
+                pa.array(batch.name, pa.string()),
+                pa.array(batch.fam, pa.int16()),
+                pa.array(batch.v_str, pa.string()),
+                pa.array(batch.hi, pa.float64()),
+                pa.array(batch.lo, pa.float64()),
+                pa.array(batch.v_int, pa.int64()),
+            ],
+            schema=_STAGED_SCHEMA,
+        )
+        raw, name = self._register(conn, staged, "mb_staged")
+        try:
+            sql = self.route_sql.replace("mb_staged_batch", name)
+            rows = conn.exec_driver_sql(sql, {"n": batch.n}).fetchall()
+        finally:
+            raw.unregister(name)
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+    def insert(
+        self, conn: sa.Connection, table: sa.Table, columns: dict[str, Sequence[Any]]
+    ) -> None:
+        arrays = []
+        exprs = []
+        for col_name, values in columns.items():
+            column = table.c[col_name]
+            if isinstance(column.type, sa.Uuid):
+                values = [None if v is None else str(v) for v in values]
+                exprs.append(f"CAST({col_name} AS UUID)")
+            else:
+                exprs.append(col_name)
+            arrays.append(pa.array(values, _arrow_type(column)))
+        data = pa.table(arrays, names=list(columns))
+        raw, name = self._register(conn, data, "mb_ins")
+        try:
+            conn.exec_driver_sql(
+                f"INSERT INTO {table.name} ({', '.join(columns)}) "
+                f"SELECT {', '.join(exprs)} FROM {name}"
+            )
+        finally:
+            raw.unregister(name)
+
+    def serial(self) -> AbstractContextManager[Any]:
+        """The in-process lock (one per database file) for work that must not interleave."""
+        return self._lock
+
+    def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
+        text = str(getattr(exc, "orig", None) or exc)
+        if "Could not set lock on file" in text or "Conflicting lock" in text:
+            return BackendUnavailable(
+                "the DuckDB file is open in another process; DuckDB allows one process per "
+                "file (run host instances as threads, or use PostgreSQL for several "
+                f"processes): {text.splitlines()[0]}"
+            )
+        return super().translate(exc, statement)

@@ -1,0 +1,402 @@
+"""The MessageBox: hosts, subscriptions, publishing and the stored messages.
+
+box = MessageBox("duckdb:///orders.duckdb")   # or postgresql+psycopg://…
+box.create_host("shipping")
+box.subscribe("ship-eu", host="shipping", filter=P("orders.Region") == "EU")
+[routed] = box.publish([Message(b"<order/>", promoted={"orders.Region": "EU"})])
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import router, schema, spool, subscriptions
+from messagebox.errors import (
+    MessageValidationError,
+    UnknownSubscription,
+    UnknownSuspendedEntry,
+    ValidationError,
+)
+from messagebox.ids import uuid7
+from messagebox.message import Message, StoredMessage
+from messagebox.models import (
+    Host,
+    HostSettings,
+    Kind,
+    QueueDepth,
+    Routed,
+    RoutingPolicy,
+    State,
+    Subscription,
+    SuspendedEntry,
+)
+from messagebox.store import Store
+from predicates import Filter, normalize_properties, to_filter
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 256:
+        raise ValidationError(
+            f"{what} name {name!r} must be a non-empty str of at most 256 characters"
+        )
+    return name
+
+
+class MessageBox:
+    """A content-based publish/subscribe router over one database.
+
+    ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
+    or ``postgresql+psycopg://user@host/db``. The schema is created on first open.
+    ``publisher`` names this process in routing-failure reports.
+    """
+
+    def __init__(self, url: str | sa.URL | None = None, *, publisher: str | None = None) -> None:
+        self.store = Store(url)
+        self.publisher = publisher or f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def url(self) -> sa.URL:
+        return self.store.url
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.store.close()
+
+    def __enter__(self) -> MessageBox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- hosts ---
+
+    def create_host(self, name: str, settings: HostSettings | None = None, **options: Any) -> Host:
+        """Create a host (a logical subscriber whose instances share one queue)."""
+        _check_name("host", name)
+        try:
+            config = settings or HostSettings(**options)
+        except Exception as exc:  # pydantic's ValidationError, with the field named
+            raise ValidationError(f"host {name!r}: bad settings: {exc}") from exc
+        with self.store.transaction(serial=True) as conn:
+            return subscriptions.create_host(conn, name, config, _now())
+
+    def hosts(self) -> list[Host]:
+        """Every host, by name."""
+        with self.store.transaction() as conn:
+            return subscriptions.list_hosts(conn)
+
+    # --- subscriptions ---
+
+    def subscribe(
+        self,
+        service: str,
+        *,
+        host: str,
+        filter: object,
+        name: str | None = None,
+        kind: Kind | str = Kind.ACTIVATION,
+        instance_id: str | None = None,
+        priority: int = 0,
+        state: State | str = State.STARTED,
+        ordered: bool = False,
+    ) -> Subscription:
+        """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
+
+        ``filter`` is a DSL expression such as ``(P("a.B") == 1) | P("a.C").exists()``
+        or a :class:`~predicates.Filter`. Instance subscriptions need ``instance_id``.
+        """
+        [made] = self.subscribe_many(
+            [
+                dict(
+                    service=service,
+                    host=host,
+                    filter=filter,
+                    name=name,
+                    kind=kind,
+                    instance_id=instance_id,
+                    priority=priority,
+                    state=state,
+                    ordered=ordered,
+                )
+            ]
+        )
+        return made
+
+    def subscribe_many(self, specs: Iterable[Mapping[str, Any]]) -> list[Subscription]:
+        """Create many subscriptions in one transaction (each a dict of
+        :meth:`subscribe`'s arguments); all are created or none."""
+        checked = [self._spec(i, spec) for i, spec in enumerate(specs)]
+        if not checked:
+            return []
+        with self.store.transaction(serial=True) as conn:
+            return subscriptions.subscribe(conn, self.store.dialect, checked, _now())
+
+    @staticmethod
+    def _spec(index: int, spec: Mapping[str, Any]) -> subscriptions.SubscriptionSpec:
+        args = dict(spec)
+        unknown = set(args) - {
+            "service",
+            "host",
+            "filter",
+            "name",
+            "kind",
+            "instance_id",
+            "priority",
+            "state",
+            "ordered",
+        }
+        if unknown:
+            raise ValidationError(f"subscription {index}: unknown field {sorted(unknown)[0]!r}")
+        try:
+            service = _check_name("service", args.get("service"))
+            host = _check_name("host", args.get("host"))
+            name = args.get("name")
+            if name is not None:
+                _check_name("subscription", name)
+            kind = Kind(args.get("kind", Kind.ACTIVATION))
+            state = State(args.get("state", State.STARTED))
+            instance_id = args.get("instance_id")
+            priority = args.get("priority", 0)
+        except ValueError as exc:
+            raise ValidationError(f"subscription {index}: {exc}") from exc
+        if (kind is Kind.INSTANCE) != (instance_id is not None):
+            raise ValidationError(
+                f"subscription {index} of {service!r}: instance subscriptions need "
+                "instance_id, and only they take one"
+            )
+        if type(priority) is not int or not -1000 <= priority <= 1000:
+            raise ValidationError(f"subscription {index}: priority must be an int in -1000..1000")
+        filt = to_filter(args.get("filter"))
+        return subscriptions.SubscriptionSpec(
+            service=service,
+            host=host,
+            filter=filt,
+            name=name,
+            kind=kind,
+            instance_id=None if instance_id is None else str(instance_id),
+            priority=priority,
+            state=state,
+            ordered=bool(args.get("ordered", False)),
+        )
+
+    def subscriptions(
+        self,
+        *,
+        service: str | None = None,
+        host: str | None = None,
+        instance_id: str | None = None,
+    ) -> list[Subscription]:
+        """Subscriptions, by id, optionally only those of a service, host or instance."""
+        with self.store.transaction() as conn:
+            return subscriptions.list_subscriptions(
+                conn, service=service, host=host, instance_id=instance_id
+            )
+
+    def subscription(self, ref: int | str) -> Subscription:
+        """One subscription, by id or name."""
+        with self.store.transaction() as conn:
+            return self._resolve(conn, [ref])[0]
+
+    @staticmethod
+    def _resolve(conn: sa.Connection, refs: Sequence[int | str]) -> list[Subscription]:
+        s = schema.subscription
+        ids = [r for r in refs if isinstance(r, int)]
+        names = [r for r in refs if isinstance(r, str)]
+        rows = (
+            conn.execute(sa.select(s.c.id).where(sa.or_(s.c.id.in_(ids), s.c.name.in_(names))))
+            .scalars()
+            .all()
+        )
+        found = subscriptions.list_subscriptions(conn, ids=list(rows))
+        known = {x.id for x in found} | {x.name for x in found}
+        for ref in refs:
+            if ref not in known:
+                raise UnknownSubscription(f"no subscription {ref!r}")
+        return found
+
+    def unsubscribe(self, *refs: int | str) -> int:
+        """Remove subscriptions (by id or name). Entries already queued stay queued."""
+        with self.store.transaction(serial=True) as conn:
+            found = self._resolve(conn, refs)
+            return subscriptions.unsubscribe(conn, self.store.dialect, [s.id for s in found])
+
+    def set_service_state(self, service: str, state: State | str) -> int:
+        """Start, stop (enlisted: messages are held) or unenlist every subscription of a
+        service. Starting releases the messages held while it was stopped."""
+        new = State(state)
+        with self.store.transaction(serial=True) as conn:
+            subs = subscriptions.list_subscriptions(conn, service=service)
+            if not subs:
+                raise UnknownSubscription(f"service {service!r} has no subscription")
+            subscriptions.set_state(conn, [s.id for s in subs], new)
+            return len(subs)
+
+    # --- publishing ---
+
+    def publish(
+        self,
+        messages: Iterable[Message],
+        *,
+        policy: RoutingPolicy | str = RoutingPolicy.SUSPEND,
+        trusted: bool = False,
+    ) -> list[Routed]:
+        """Publish a batch in one transaction: all of it is stored, or none.
+
+        Every message is validated first; each is routed to every matching subscription
+        and stored once. A message that matches nothing is handled by ``policy``.
+        ``trusted`` lets a receive location set ``messagebox.``/``BTS.`` properties.
+        """
+        batch = list(messages)
+        routing = RoutingPolicy(policy)
+        ids: list[uuid.UUID] = []
+        for i, message in enumerate(batch):
+            if not isinstance(message, Message):
+                raise MessageValidationError(
+                    f"message {i}: expected a Message, got {type(message).__name__}"
+                )
+            if not trusted:
+                reserved = message.reserved()
+                if reserved:
+                    raise MessageValidationError(
+                        f"message {i}: property {reserved[0]!r} is in the reserved "
+                        "namespace messagebox. (alias BTS.); only a trusted receive "
+                        "location may set it"
+                    )
+            ids.append(message.id or uuid7())
+        if len(set(ids)) != len(ids):
+            raise MessageValidationError("the batch gives one message id twice")
+        if not batch:
+            return []
+        with self.store.transaction() as conn:
+            return router.publish(
+                conn,
+                self.store.dialect,
+                batch,
+                ids,
+                policy=routing,
+                publisher=self.publisher,
+                now=_now(),
+            )
+
+    def would_route(self, properties: Mapping[str, object]) -> list[Subscription]:
+        """The subscriptions a message with these promoted properties would reach.
+        Nothing is stored."""
+        try:
+            promoted = normalize_properties(properties)
+        except ValueError as exc:
+            raise MessageValidationError(f"properties: {exc}") from exc
+        with self.store.transaction() as conn:
+            [rows] = router.route(conn, self.store.dialect, [promoted])
+            return subscriptions.list_subscriptions(conn, ids=[r[1] for r in rows])
+
+    # --- stored messages and queues ---
+
+    def read_message(self, message_id: uuid.UUID | str) -> StoredMessage:
+        """A stored message: its context and parts."""
+        with self.store.transaction() as conn:
+            return spool.read_message(conn, uuid.UUID(str(message_id)))
+
+    def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
+        """A part's bytes, a fragment at a time (for parts too large to hold whole)."""
+        msg_id = uuid.UUID(str(message_id))
+        with self.store.transaction() as conn:
+            part_id, n = spool.part_fragments(conn, msg_id, part)
+        for seq in range(n):
+            with self.store.transaction() as conn:
+                chunk = spool.fragment(conn, part_id, seq)
+            yield chunk
+
+    def queue_depth(self, host: str | None = None) -> list[QueueDepth]:
+        """Queue entries per host, subscription and state."""
+        q = schema.queue
+        query = (
+            sa.select(q.c.host, q.c.sub, q.c.state, sa.func.count())
+            .group_by(q.c.host, q.c.sub, q.c.state)
+            .order_by(q.c.host, q.c.sub, q.c.state)
+        )
+        if host is not None:
+            query = query.where(q.c.host == host)
+        with self.store.transaction() as conn:
+            return [QueueDepth(h, s, st, int(n)) for h, s, st, n in conn.execute(query)]
+
+    def suspended(self, *, reason: str | None = None, limit: int = 1000) -> list[SuspendedEntry]:
+        """Suspended entries, oldest first."""
+        import json
+
+        s = schema.suspended
+        query = sa.select(s).order_by(s.c.id).limit(limit)
+        if reason is not None:
+            query = query.where(s.c.reason == reason)
+        with self.store.transaction() as conn:
+            return [
+                SuspendedEntry(
+                    id=r.id,
+                    message_id=r.msg,
+                    subscription=r.sub,
+                    host=r.host,
+                    resumable=bool(r.resumable),
+                    reason=r.reason,
+                    error=r.error,
+                    report=json.loads(r.report) if r.report else None,
+                    attempts=r.attempts,
+                    suspended_at=r.suspended_at,
+                )
+                for r in conn.execute(query)
+            ]
+
+    def reroute(self, *entry_ids: int) -> dict[int, tuple[int, ...]]:
+        """Route suspended routing failures again (all of them when no id is given).
+
+        Those that now match a subscription move to their hosts' queues; the rest stay
+        suspended. Returns the subscriptions each moved entry went to.
+        """
+        from messagebox.models import ROUTING_FAILURE
+
+        s = schema.suspended
+        with self.store.transaction() as conn:
+            if entry_ids:
+                known = set(
+                    conn.execute(
+                        sa.select(s.c.id).where(
+                            s.c.id.in_(list(entry_ids)), s.c.reason == ROUTING_FAILURE
+                        )
+                    ).scalars()
+                )
+                missing = [e for e in entry_ids if e not in known]
+                if missing:
+                    raise UnknownSuspendedEntry(f"no suspended routing failure {missing[0]}")
+                ids = list(entry_ids)
+            else:
+                ids = list(
+                    conn.execute(sa.select(s.c.id).where(s.c.reason == ROUTING_FAILURE)).scalars()
+                )
+            return router.reroute(conn, self.store.dialect, ids, _now()) if ids else {}
+
+    def references(self, message_id: uuid.UUID | str) -> int:
+        """The references a message holds now (added minus released)."""
+        msg = uuid.UUID(str(message_id))
+        total = 0
+        with self.store.transaction() as conn:
+            for table, sign in ((schema.ref_add, 1), (schema.ref_release, -1)):
+                n = conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(table.c.n), 0)).where(table.c.msg == msg)
+                ).scalar_one()
+                total += sign * int(n)
+        return total
+
+    def __repr__(self) -> str:
+        return f"MessageBox({self.url.render_as_string(hide_password=True)!r})"
+
+
+__all__ = ["Filter", "MessageBox"]

@@ -1,0 +1,82 @@
+"""Every error messagebox raises.
+
+MessageBoxError
+├── ValidationError                 bad input; nothing was stored
+│   ├── MessageValidationError      a message (names the message and the property)
+│   └── FilterValidationError       a filter (names the predicate)
+├── NotFound
+│   ├── UnknownHost
+│   ├── UnknownSubscription
+│   ├── UnknownMessage
+│   └── UnknownSuspendedEntry
+├── AlreadyExists                   a host or subscription name is taken
+├── RoutingFailure                  policy "raise": a message matched no subscription
+├── Throttled                       publishing refused while a threshold is passed
+└── StorageError                    the database failed; the driver error is chained
+    └── BackendUnavailable          cannot connect, or the file is owned by another process
+"""
+
+from __future__ import annotations
+
+
+class MessageBoxError(Exception):
+    """A messagebox operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class ValidationError(MessageBoxError):
+    """Input was refused; nothing was stored."""
+
+
+class MessageValidationError(ValidationError):
+    """A message was refused; nothing of its batch was stored."""
+
+
+class FilterValidationError(ValidationError):
+    """A filter was refused."""
+
+
+class NotFound(MessageBoxError):
+    """No such object."""
+
+
+class UnknownHost(NotFound):
+    """No such host."""
+
+
+class UnknownSubscription(NotFound):
+    """No such subscription."""
+
+
+class UnknownMessage(NotFound):
+    """No such message."""
+
+
+class UnknownSuspendedEntry(NotFound):
+    """No such suspended entry."""
+
+
+class AlreadyExists(MessageBoxError):
+    """An object with that name exists already."""
+
+
+class RoutingFailure(MessageBoxError):
+    """A message matched no subscription; the whole batch was rolled back."""
+
+
+class Throttled(MessageBoxError):
+    """Publishing is throttled."""
+
+
+class StorageError(MessageBoxError):
+    """The database failed; the driver error is chained as the cause."""
+
+    def __init__(self, message: str | None = None, *, statement: str | None = None) -> None:
+        super().__init__(message)
+        self.statement = statement
+
+
+class BackendUnavailable(StorageError):
+    """The database cannot be reached or opened."""

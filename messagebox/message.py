@@ -1,0 +1,140 @@
+"""Messages: binary parts plus a context of typed properties (DESIGN.md §2).
+
+A message is checked when it is built: names, value types and sizes. Whether it may carry
+properties of the reserved ``messagebox.`` namespace depends on who publishes it, so that
+is checked by :meth:`MessageBox.publish <messagebox.engine.MessageBox.publish>`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO
+
+from messagebox.errors import MessageValidationError
+from messagebox.properties import Value, canonical_name, normalize_value
+
+MAX_PROPERTIES = 1024
+MAX_PARTS = 256
+MAX_PART_NAME = 256
+DEFAULT_BODY_PART = "body"
+
+PartData = bytes | bytearray | memoryview | str | IO[bytes]
+"""What a part can be made of: bytes-like, text (stored as UTF-8) or a binary file object
+(read in chunks while publishing, never whole)."""
+
+
+def _check_properties(
+    kind: str, raw: Mapping[str, object] | None, *, promoted: bool
+) -> dict[str, Value]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise MessageValidationError(f"{kind} properties must be a mapping of name to value")
+    if len(raw) > MAX_PROPERTIES:
+        raise MessageValidationError(
+            f"{len(raw)} {kind} properties; at most {MAX_PROPERTIES} are allowed"
+        )
+    out: dict[str, Value] = {}
+    for name, value in raw.items():
+        try:
+            canon = canonical_name(name)
+        except ValueError as exc:
+            raise MessageValidationError(f"{kind} property {name!r}: {exc}") from exc
+        if canon in out:
+            raise MessageValidationError(f"{kind} property {name!r} is given twice")
+        try:
+            out[canon] = normalize_value(value, promoted=promoted)
+        except ValueError as exc:
+            raise MessageValidationError(f"{kind} property {name!r}: {exc}") from exc
+    return out
+
+
+def _check_part(name: object, data: object) -> PartData:
+    if not isinstance(name, str) or not name or len(name) > MAX_PART_NAME:
+        raise MessageValidationError(
+            f"part name {name!r} must be a non-empty str of at most {MAX_PART_NAME} characters"
+        )
+    if isinstance(data, bytes | bytearray | memoryview | str):
+        return data
+    if hasattr(data, "read"):
+        return data  # type: ignore[return-value]
+    raise MessageValidationError(
+        f"part {name!r} must be bytes, str or a binary file object, not {type(data).__name__}"
+    )
+
+
+class Message:
+    """A message to publish.
+
+    ``Message(body=b"...", promoted={"orders.Total": 12})`` or
+    ``Message(parts={"body": b"...", "attachment": f}, promoted=..., written=...)``.
+    Promoted properties route; written properties travel in the context only.
+    ``id`` is normally assigned at publish; give one (a UUID) to make a publish idempotent.
+    """
+
+    __slots__ = ("body_part", "id", "parts", "promoted", "written")
+
+    def __init__(
+        self,
+        body: PartData | None = None,
+        *,
+        parts: Mapping[str, PartData] | None = None,
+        promoted: Mapping[str, object] | None = None,
+        written: Mapping[str, object] | None = None,
+        body_part: str | None = None,
+        id: uuid.UUID | str | None = None,
+    ) -> None:
+        if (body is None) == (parts is None):
+            raise MessageValidationError("a message needs exactly one of body= or parts=")
+        if parts is None:
+            parts = {body_part or DEFAULT_BODY_PART: body}  # type: ignore[dict-item]
+        if not isinstance(parts, Mapping) or not parts:
+            raise MessageValidationError("parts= must be a non-empty mapping of name to data")
+        if len(parts) > MAX_PARTS:
+            raise MessageValidationError(f"{len(parts)} parts; at most {MAX_PARTS} are allowed")
+        self.parts: dict[str, PartData] = {n: _check_part(n, d) for n, d in parts.items()}
+        self.body_part: str = body_part or next(iter(self.parts))
+        if self.body_part not in self.parts:
+            raise MessageValidationError(f"body_part {self.body_part!r} is not one of the parts")
+        self.promoted = _check_properties("promoted", promoted, promoted=True)
+        self.written = _check_properties("written", written, promoted=False)
+        both = self.promoted.keys() & self.written.keys()
+        if both:
+            raise MessageValidationError(
+                f"property {sorted(both)[0]!r} is both promoted and written"
+            )
+        try:
+            self.id: uuid.UUID | None = None if id is None else uuid.UUID(str(id))
+        except ValueError as exc:
+            raise MessageValidationError(f"message id {id!r} is not a UUID") from exc
+
+    def reserved(self) -> list[str]:
+        """Names in the reserved ``messagebox.`` namespace that this message sets."""
+        from messagebox.properties import is_reserved
+
+        return [n for n in (*self.promoted, *self.written) if is_reserved(n)]
+
+    def __repr__(self) -> str:
+        return f"Message(parts={list(self.parts)}, promoted={self.promoted!r})"
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message read back from the spool."""
+
+    id: uuid.UUID
+    promoted: dict[str, Value]
+    written: dict[str, Value]
+    parts: dict[str, bytes]
+    body_part: str
+    published_at: datetime
+    publisher: str
+    part_sizes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def body(self) -> bytes:
+        """The body part's bytes."""
+        return self.parts[self.body_part]

@@ -1,0 +1,199 @@
+"""Property names, value types and their encodings (DESIGN.md §2).
+
+Values are normalised once, at the edge: ``Decimal`` becomes ``int`` when integral and
+``float`` otherwise, datetimes move to UTC. After that every value is one of
+``str | int | float | bool | datetime`` and belongs to one *family*; values of different
+families never compare equal or ordered.
+
+For SQL, every non-string value is encoded as an exact, order-preserving pair of doubles
+``(hi, lo)``: ``hi`` is the value rounded to the nearest double, ``lo`` the exact rest
+(an integer of at most 2**10 for 64-bit ints, 0 for floats). Comparing pairs
+lexicographically compares the values exactly, so ``2**53 + 1 != float(2**53)`` holds in
+SQL as it does in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from enum import IntEnum
+from typing import Any
+
+Value = str | int | float | bool | datetime
+
+MAX_NAME_LENGTH = 256
+MAX_PROMOTED_STRING = 256
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+RESERVED_NAMESPACE = "messagebox"
+RESERVED_ALIASES = frozenset({"messagebox", "bts"})
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class Family(IntEnum):
+    """Comparison families: values compare only within one family."""
+
+    STR = 1
+    NUM = 2
+    BOOL = 3
+    DATETIME = 4
+
+
+def canonical_name(name: object) -> str:
+    """Check a property name and return its canonical spelling (``BTS.`` → ``messagebox.``)."""
+    if not isinstance(name, str):
+        raise ValueError(f"property name must be a str, not {type(name).__name__}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"property name is longer than {MAX_NAME_LENGTH} characters")
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"property name {name!r} is not of the form namespace.Name "
+            "(letters, digits, '_', '-', dots between segments)"
+        )
+    namespace, rest = name.split(".", 1)
+    if namespace.lower() in RESERVED_ALIASES:
+        return f"{RESERVED_NAMESPACE}.{rest}"
+    return name
+
+
+def is_reserved(canonical: str) -> bool:
+    """True when a canonical name lies in the engine's reserved namespace."""
+    return canonical.startswith(RESERVED_NAMESPACE + ".")
+
+
+def _check_text(value: str) -> None:
+    if "\x00" in value:
+        raise ValueError("strings may not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("string is not valid Unicode (lone surrogate)") from exc
+
+
+def normalize_value(value: object, *, promoted: bool = True) -> Value:
+    """Check a property value and return it normalised, or raise ``ValueError``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"int {value} does not fit in 64 bits")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"float {value} is not finite")
+        return float(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"Decimal {value} is not finite")
+        if value == value.to_integral_value():
+            return normalize_value(int(value), promoted=promoted)
+        return normalize_value(float(value), promoted=promoted)
+    if isinstance(value, str):
+        _check_text(value)
+        if promoted and len(value) > MAX_PROMOTED_STRING:
+            raise ValueError(
+                f"promoted string is {len(value)} characters long; "
+                f"at most {MAX_PROMOTED_STRING} can be promoted"
+            )
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("datetime must be timezone-aware")
+        return value.astimezone(UTC)
+    raise ValueError(
+        f"unsupported value type {type(value).__name__} "
+        "(use str, int, float, Decimal, bool or an aware datetime)"
+    )
+
+
+def family(value: Value) -> Family:
+    """The comparison family of a normalised value."""
+    if isinstance(value, bool):
+        return Family.BOOL
+    if isinstance(value, int | float):
+        return Family.NUM
+    if isinstance(value, str):
+        return Family.STR
+    return Family.DATETIME
+
+
+def datetime_micros(value: datetime) -> int:
+    """Microseconds since the Unix epoch, exactly."""
+    return (value - _EPOCH) // _MICROSECOND
+
+
+def exact_pair(value: int | float) -> tuple[float, float]:
+    """The exact order-preserving ``(hi, lo)`` encoding of a number."""
+    if isinstance(value, float):
+        return (value + 0.0, 0.0)  # + 0.0 folds -0.0 into 0.0
+    hi = float(value)
+    return (hi, float(value - int(hi)))
+
+
+def sql_key(value: Value) -> tuple[float, float]:
+    """The ``(hi, lo)`` key of a non-string value (bools are 0/1, datetimes micros)."""
+    if isinstance(value, bool):
+        return (1.0 if value else 0.0, 0.0)
+    if isinstance(value, int | float):
+        return exact_pair(value)
+    if isinstance(value, datetime):
+        return exact_pair(datetime_micros(value))
+    raise TypeError(f"strings have no numeric key: {value!r}")
+
+
+def values_equal(a: Value, b: Value) -> bool:
+    """Equality within a family; values of different families are never equal."""
+    return family(a) == family(b) and a == b
+
+
+# --- context encoding: typed JSON, so that a round trip keeps int/float/datetime apart ---
+
+_TAGS: dict[type, str] = {bool: "b", int: "i", float: "f", str: "s", datetime: "d"}
+
+
+def encode_value(value: Value) -> list[Any]:
+    """A JSON-ready ``[tag, value]`` pair."""
+    tag = _TAGS[type(value)] if type(value) in _TAGS else _TAGS[datetime]
+    if isinstance(value, datetime):
+        return [tag, value.isoformat()]
+    return [tag, value]
+
+
+def decode_value(pair: list[Any]) -> Value:
+    """Inverse of :func:`encode_value`."""
+    tag, raw = pair
+    if tag == "d":
+        return datetime.fromisoformat(raw)
+    if tag == "f":
+        return float(raw)
+    if tag in ("i", "b", "s"):
+        return raw  # type: ignore[no-any-return]
+    raise ValueError(f"unknown value tag {tag!r}")
+
+
+def encode_context(promoted: Mapping[str, Value], written: Mapping[str, Value]) -> str:
+    """Serialise a message context to typed JSON."""
+    return json.dumps(
+        {
+            "promoted": {k: encode_value(v) for k, v in promoted.items()},
+            "written": {k: encode_value(v) for k, v in written.items()},
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def decode_context(text: str) -> tuple[dict[str, Value], dict[str, Value]]:
+    """Inverse of :func:`encode_context`: ``(promoted, written)``."""
+    data = json.loads(text)
+    return (
+        {k: decode_value(v) for k, v in data["promoted"].items()},
+        {k: decode_value(v) for k, v in data["written"].items()},
+    )

@@ -1,0 +1,230 @@
+"""Publish and route (DESIGN.md §5): stage a batch, find every matching subscription in
+one set-based statement, store each message once and reference it from each queue entry.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import schema, spool
+from messagebox.dialects import Dialect, RouteRow, StagedBatch
+from messagebox.ids import allocate
+from messagebox.message import Message
+from messagebox.models import ROUTING_FAILURE, Outcome, Routed, RoutingPolicy, State
+from messagebox.properties import Value, encode_value, family, sql_key
+
+
+def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:
+    """One row per (message, promoted property), with typed value columns."""
+    batch = StagedBatch(n=len(promoted))
+    for i, props in enumerate(promoted):
+        for name, value in props.items():
+            batch.msg.append(i)
+            batch.name.append(name)
+            fam = family(value)
+            batch.fam.append(int(fam))
+            if isinstance(value, str):
+                batch.v_str.append(value)
+                batch.hi.append(None)
+                batch.lo.append(None)
+                batch.v_int.append(None)
+            else:
+                hi, lo = sql_key(value)
+                batch.v_str.append(None)
+                batch.hi.append(hi)
+                batch.lo.append(lo)
+                batch.v_int.append(value if type(value) is int else None)
+    return batch
+
+
+def route(
+    conn: sa.Connection, dialect: Dialect, promoted: Sequence[Mapping[str, Value]]
+) -> list[list[RouteRow]]:
+    """The matching subscriptions of each message, in subscription-id order."""
+    per_message: list[list[RouteRow]] = [[] for _ in promoted]
+    if promoted:
+        for row in dialect.route(conn, stage(promoted)):
+            per_message[row[0]].append(row)
+    return per_message
+
+
+@dataclass
+class _Writes:
+    """Rows a publish writes, gathered as columns."""
+
+    queue: dict[str, list[Any]]
+    suspended: dict[str, list[Any]]
+    refs: dict[str, list[Any]]
+
+    @classmethod
+    def empty(cls) -> _Writes:
+        return cls(
+            queue={
+                k: []
+                for k in (
+                    "id",
+                    "msg",
+                    "sub",
+                    "host",
+                    "priority",
+                    "state",
+                    "attempts",
+                    "available_at",
+                    "enqueued_at",
+                    "instance_id",
+                )
+            },
+            suspended={
+                k: []
+                for k in (
+                    "id",
+                    "msg",
+                    "sub",
+                    "host",
+                    "resumable",
+                    "reason",
+                    "error",
+                    "report",
+                    "attempts",
+                    "suspended_at",
+                )
+            },
+            refs={"msg": [], "n": [], "logged_at": []},
+        )
+
+    def enqueue(self, entry_id: int, msg_id: uuid.UUID, row: RouteRow, now: datetime) -> None:
+        _, sub, host, priority, state, _kind, instance_id = row
+        q = self.queue
+        q["id"].append(entry_id)
+        q["msg"].append(msg_id)
+        q["sub"].append(sub)
+        q["host"].append(host)
+        q["priority"].append(priority)
+        q["state"].append("held" if state == State.STOPPED.value else "ready")
+        q["attempts"].append(0)
+        q["available_at"].append(now)
+        q["enqueued_at"].append(now)
+        q["instance_id"].append(instance_id)
+
+    def suspend_routing_failure(
+        self, entry_id: int, msg_id: uuid.UUID, report: dict[str, Any], now: datetime
+    ) -> None:
+        s = self.suspended
+        s["id"].append(entry_id)
+        s["msg"].append(msg_id)
+        s["sub"].append(None)
+        s["host"].append(None)
+        s["resumable"].append(False)
+        s["reason"].append(ROUTING_FAILURE)
+        s["error"].append("the message matched no subscription")
+        s["report"].append(json.dumps(report, ensure_ascii=False))
+        s["attempts"].append(0)
+        s["suspended_at"].append(now)
+
+    def reference(self, msg_id: uuid.UUID, n: int, now: datetime) -> None:
+        self.refs["msg"].append(msg_id)
+        self.refs["n"].append(n)
+        self.refs["logged_at"].append(now)
+
+    def flush(self, conn: sa.Connection, dialect: Dialect) -> None:
+        if self.queue["id"]:
+            dialect.insert(conn, schema.queue, self.queue)
+        if self.suspended["id"]:
+            dialect.insert(conn, schema.suspended, self.suspended)
+        if self.refs["msg"]:
+            dialect.insert(conn, schema.ref_add, self.refs)
+
+
+def failure_report(promoted: Mapping[str, Value], publisher: str, now: datetime) -> dict[str, Any]:
+    return {
+        "properties": {k: encode_value(v) for k, v in promoted.items()},
+        "time": now.isoformat(),
+        "publisher": publisher,
+    }
+
+
+def publish(
+    conn: sa.Connection,
+    dialect: Dialect,
+    messages: Sequence[Message],
+    ids: Sequence[uuid.UUID],
+    *,
+    policy: RoutingPolicy,
+    publisher: str,
+    now: datetime,
+) -> list[Routed]:
+    """Route and store a validated batch inside the caller's transaction."""
+    from messagebox.errors import RoutingFailure
+
+    matches = route(conn, dialect, [m.promoted for m in messages])
+    unrouted = [i for i, rows in enumerate(matches) if not rows]
+    if unrouted and policy is RoutingPolicy.RAISE:
+        first = unrouted[0]
+        raise RoutingFailure(
+            f"message {first} (id {ids[first]}) matched no subscription"
+            + (f", nor did {len(unrouted) - 1} more" if len(unrouted) > 1 else "")
+            + "; nothing of the batch was stored"
+        )
+    keep = [i for i, rows in enumerate(matches) if rows or policy is RoutingPolicy.SUSPEND]
+    n_entries = sum(max(len(matches[i]), 1) for i in keep)
+    entry_ids = iter(allocate(conn, n_entries)) if n_entries else iter(())
+    writes = _Writes.empty()
+    results = []
+    for i, rows in enumerate(matches):
+        msg_id = ids[i]
+        if rows:
+            for row in rows:
+                writes.enqueue(next(entry_ids), msg_id, row, now)
+            writes.reference(msg_id, len(rows), now)
+            results.append(Routed(msg_id, Outcome.ROUTED, tuple(r[1] for r in rows)))
+        elif policy is RoutingPolicy.SUSPEND:
+            report = failure_report(messages[i].promoted, publisher, now)
+            writes.suspend_routing_failure(next(entry_ids), msg_id, report, now)
+            writes.reference(msg_id, 1, now)
+            results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
+        else:
+            results.append(Routed(msg_id, Outcome.DROPPED, ()))
+    spool.write_messages(conn, dialect, [(ids[i], messages[i]) for i in keep], now, publisher)
+    writes.flush(conn, dialect)
+    return results
+
+
+def reroute(
+    conn: sa.Connection, dialect: Dialect, entry_ids: Sequence[int], now: datetime
+) -> dict[int, tuple[int, ...]]:
+    """Route suspended routing failures again; those that now match leave the suspended
+    queue for their hosts' queues. Returns, per entry, the subscriptions it went to."""
+    from messagebox.properties import decode_context
+
+    s = schema.suspended
+    rows = conn.execute(
+        sa.select(s.c.id, s.c.msg).where(s.c.id.in_(list(entry_ids)), s.c.reason == ROUTING_FAILURE)
+    ).all()
+    contexts = spool.read_context(conn, [r.msg for r in rows])
+    promoted = [decode_context(contexts[r.msg].context)[0] for r in rows]
+    matches = route(conn, dialect, promoted)
+    writes = _Writes.empty()
+    done: dict[int, tuple[int, ...]] = {}
+    routed = [(r, m) for r, m in zip(rows, matches, strict=True) if m]
+    new_ids = iter(allocate(conn, sum(len(m) for _, m in routed))) if routed else iter(())
+    releases: dict[str, list[Any]] = {"msg": [], "n": [], "logged_at": []}
+    for row, m in routed:
+        for match in m:
+            writes.enqueue(next(new_ids), row.msg, match, now)
+        writes.reference(row.msg, len(m), now)
+        releases["msg"].append(row.msg)
+        releases["n"].append(1)
+        releases["logged_at"].append(now)
+        done[row.id] = tuple(x[1] for x in m)
+    if routed:
+        conn.execute(s.delete().where(s.c.id.in_(list(done))))
+        writes.flush(conn, dialect)
+        dialect.insert(conn, schema.ref_release, releases)
+    return done

@@ -1,0 +1,232 @@
+"""The tables, as one SQLAlchemy Core ``MetaData`` (DESIGN.md §6).
+
+Subscriptions live in typed predicate tables, one per operator family; a predicate that
+several subscriptions share is stored once (``mb_predicate.key`` is unique) and linked to
+each group that uses it. Every group names one *anchor* predicate, chosen to be the most
+selective (equality first), from which routing starts.
+
+Messages are stored once: ``mb_spool`` (context) and ``mb_part`` (bytes, the first
+fragment inline, the rest in ``mb_fragment``). Each queue or suspended entry holds one
+reference, logged insert-only in ``mb_ref_add`` / ``mb_ref_release``.
+
+No table is ever reflected; ids come from sequences or from the application.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+SCHEMA_VERSION = "1"
+
+metadata = sa.MetaData()
+
+block_seq = sa.Sequence("mb_block_seq", metadata=metadata)
+"""Every numeric id comes from a block of ``ID_BLOCK`` ids: one ``nextval`` per block, so a
+publish or a bulk subscribe takes its ids with one statement (DuckDB has no SERIAL)."""
+
+ID_BLOCK = 1 << 20
+
+Stamp = sa.DateTime(timezone=True)
+
+meta = sa.Table(
+    "mb_meta",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+host = sa.Table(
+    "mb_host",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("settings", sa.Text, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+)
+
+prop = sa.Table(
+    "mb_property",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+)
+
+subscription = sa.Table(
+    "mb_subscription",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("service", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("instance_id", sa.Text),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("ordered", sa.Boolean, nullable=False),
+    sa.Column("filter", sa.Text, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+)
+sa.Index("mb_subscription_service", subscription.c.service)
+
+predicate = sa.Table(
+    "mb_predicate",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("key", sa.Text, nullable=False, unique=True),
+    sa.Column("prop", sa.BigInteger, nullable=False),
+    sa.Column("op", sa.Text, nullable=False),
+)
+
+pred_str = sa.Table(
+    "mb_pred_str",
+    metadata,
+    sa.Column("pred", sa.BigInteger, nullable=False),
+    sa.Column("prop", sa.BigInteger, nullable=False),
+    sa.Column("op", sa.Text, nullable=False),
+    # PostgreSQL compares in code-point order only under the "C" collation; DuckDB always does.
+    sa.Column("v", sa.Text().with_variant(sa.Text(collation="C"), "postgresql"), nullable=False),
+)
+sa.Index("mb_pred_str_lookup", pred_str.c.prop, pred_str.c.v)
+sa.Index("mb_pred_str_pred", pred_str.c.pred)
+
+pred_num = sa.Table(
+    "mb_pred_num",
+    metadata,
+    sa.Column("pred", sa.BigInteger, nullable=False),
+    sa.Column("prop", sa.BigInteger, nullable=False),
+    sa.Column("fam", sa.SmallInteger, nullable=False),
+    sa.Column("op", sa.Text, nullable=False),
+    sa.Column("hi", sa.Double, nullable=False),
+    sa.Column("lo", sa.Double, nullable=False),
+)
+sa.Index("mb_pred_num_lookup", pred_num.c.prop, pred_num.c.fam, pred_num.c.hi)
+sa.Index("mb_pred_num_pred", pred_num.c.pred)
+
+pred_mask = sa.Table(
+    "mb_pred_mask",
+    metadata,
+    sa.Column("pred", sa.BigInteger, nullable=False),
+    sa.Column("prop", sa.BigInteger, nullable=False),
+    sa.Column("mask", sa.BigInteger, nullable=False),
+)
+sa.Index("mb_pred_mask_pred", pred_mask.c.pred)
+
+pred_exists = sa.Table(
+    "mb_pred_exists",
+    metadata,
+    sa.Column("pred", sa.BigInteger, nullable=False),
+    sa.Column("prop", sa.BigInteger, nullable=False),
+    sa.Column("op", sa.Text, nullable=False),
+)
+sa.Index("mb_pred_exists_pred", pred_exists.c.pred)
+
+group = sa.Table(
+    "mb_group",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("sub", sa.BigInteger, nullable=False),
+    sa.Column("n_pos", sa.Integer, nullable=False),
+    sa.Column("anchor", sa.BigInteger),
+)
+sa.Index("mb_group_anchor", group.c.anchor)
+sa.Index("mb_group_sub", group.c.sub)
+
+group_pred = sa.Table(
+    "mb_group_pred",
+    metadata,
+    sa.Column("grp", sa.BigInteger, nullable=False),
+    sa.Column("pred", sa.BigInteger, nullable=False),
+)
+sa.Index("mb_group_pred_grp", group_pred.c.grp)
+sa.Index("mb_group_pred_pred", group_pred.c.pred)
+
+spool = sa.Table(
+    "mb_spool",
+    metadata,
+    sa.Column("id", sa.Uuid, primary_key=True),
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("n_parts", sa.Integer, nullable=False),
+    sa.Column("body_part", sa.Text, nullable=False),
+    sa.Column("published_at", Stamp, nullable=False),
+    sa.Column("publisher", sa.Text, nullable=False),
+)
+
+message_part = sa.Table(
+    "mb_message_part",
+    metadata,
+    sa.Column("msg", sa.Uuid, primary_key=True),
+    sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("part", sa.Uuid, nullable=False),
+)
+sa.Index("mb_message_part_part", message_part.c.part)
+
+part = sa.Table(
+    "mb_part",
+    metadata,
+    sa.Column("id", sa.Uuid, primary_key=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("n_fragments", sa.Integer, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
+fragment = sa.Table(
+    "mb_fragment",
+    metadata,
+    sa.Column("part", sa.Uuid, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
+queue = sa.Table(
+    "mb_queue",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("msg", sa.Uuid, nullable=False),
+    sa.Column("sub", sa.BigInteger, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("available_at", Stamp, nullable=False),
+    sa.Column("lease_owner", sa.Text),
+    sa.Column("lease_expires", Stamp),
+    sa.Column("enqueued_at", Stamp, nullable=False),
+    sa.Column("instance_id", sa.Text),
+)
+sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority, queue.c.id)
+sa.Index("mb_queue_msg", queue.c.msg)
+sa.Index("mb_queue_sub", queue.c.sub)
+
+suspended = sa.Table(
+    "mb_suspended",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("msg", sa.Uuid, nullable=False),
+    sa.Column("sub", sa.BigInteger),
+    sa.Column("host", sa.Text),
+    sa.Column("resumable", sa.Boolean, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("report", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("suspended_at", Stamp, nullable=False),
+)
+sa.Index("mb_suspended_msg", suspended.c.msg)
+
+ref_add = sa.Table(
+    "mb_ref_add",
+    metadata,
+    sa.Column("msg", sa.Uuid, nullable=False),
+    sa.Column("n", sa.Integer, nullable=False),
+    sa.Column("logged_at", Stamp, nullable=False),
+)
+sa.Index("mb_ref_add_msg", ref_add.c.msg)
+
+ref_release = sa.Table(
+    "mb_ref_release",
+    metadata,
+    sa.Column("msg", sa.Uuid, nullable=False),
+    sa.Column("n", sa.Integer, nullable=False),
+    sa.Column("logged_at", Stamp, nullable=False),
+)
+sa.Index("mb_ref_release_msg", ref_release.c.msg)

@@ -1,0 +1,160 @@
+"""Message bodies in storage: the spool row, its parts and their fragments.
+
+A part is stored once, in fragments of :data:`FRAGMENT_SIZE` bytes: the first inline in
+``mb_part``, the rest in ``mb_fragment``. File-object parts are read a fragment at a time
+while publishing, and :func:`iter_part` reads one back a fragment at a time, so a large
+part is never held in memory whole by the engine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import IO, Any
+
+import sqlalchemy as sa
+
+from messagebox import schema
+from messagebox.dialects import Dialect
+from messagebox.errors import UnknownMessage
+from messagebox.message import Message, PartData, StoredMessage
+from messagebox.properties import decode_context, encode_context
+
+FRAGMENT_SIZE = 1 << 20
+
+
+def _first_fragment(data: PartData) -> tuple[bytes, Iterator[bytes]]:
+    """The first fragment and an iterator of the rest (read lazily from files)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if isinstance(data, bytes | bytearray | memoryview):
+        view = memoryview(data).cast("B")
+        rest = (
+            bytes(view[i : i + FRAGMENT_SIZE])
+            for i in range(FRAGMENT_SIZE, len(view), FRAGMENT_SIZE)
+        )
+        return bytes(view[:FRAGMENT_SIZE]), rest
+    stream: IO[bytes] = data
+
+    def chunks() -> Iterator[bytes]:
+        while chunk := stream.read(FRAGMENT_SIZE):
+            yield chunk
+
+    it = chunks()
+    return next(it, b""), it
+
+
+def write_messages(
+    conn: sa.Connection,
+    dialect: Dialect,
+    messages: Sequence[tuple[uuid.UUID, Message]],
+    now: datetime,
+    publisher: str,
+) -> None:
+    """Write spool rows, parts and fragments for messages (each stored once)."""
+    spool: dict[str, list[Any]] = {
+        k: [] for k in ("id", "context", "n_parts", "body_part", "published_at", "publisher")
+    }
+    links: dict[str, list[Any]] = {k: [] for k in ("msg", "idx", "name", "part")}
+    parts: dict[str, list[Any]] = {k: [] for k in ("id", "size", "n_fragments", "data")}
+    for msg_id, message in messages:
+        spool["id"].append(msg_id)
+        spool["context"].append(encode_context(message.promoted, message.written))
+        spool["n_parts"].append(len(message.parts))
+        spool["body_part"].append(message.body_part)
+        spool["published_at"].append(now)
+        spool["publisher"].append(publisher)
+        for idx, (name, data) in enumerate(message.parts.items()):
+            part_id = uuid.uuid4()
+            first, rest = _first_fragment(data)
+            size, seq = len(first), 0
+            for seq, chunk in enumerate(rest, start=1):
+                dialect.insert(
+                    conn, schema.fragment, {"part": [part_id], "seq": [seq], "data": [chunk]}
+                )
+                size += len(chunk)
+            links["msg"].append(msg_id)
+            links["idx"].append(idx)
+            links["name"].append(name)
+            links["part"].append(part_id)
+            parts["id"].append(part_id)
+            parts["size"].append(size)
+            parts["n_fragments"].append(seq + 1)
+            parts["data"].append(first)
+    if spool["id"]:
+        dialect.insert(conn, schema.spool, spool)
+        dialect.insert(conn, schema.message_part, links)
+        dialect.insert(conn, schema.part, parts)
+
+
+def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    """Spool rows by message id."""
+    rows = conn.execute(sa.select(schema.spool).where(schema.spool.c.id.in_(list(msg_ids))))
+    return {r.id: r for r in rows}
+
+
+def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
+    """A message with its context and all its parts (use :func:`iter_part` for large ones)."""
+    row = read_context(conn, [msg_id]).get(msg_id)
+    if row is None:
+        raise UnknownMessage(f"no message {msg_id} in the spool")
+    promoted, written = decode_context(row.context)
+    mp, p = schema.message_part, schema.part
+    parts: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
+    query = (
+        sa.select(mp.c.name, p.c.id, p.c.size, p.c.n_fragments, p.c.data)
+        .join(p, p.c.id == mp.c.part)
+        .where(mp.c.msg == msg_id)
+        .order_by(mp.c.idx)
+    )
+    for name, part_id, size, n_fragments, data in conn.execute(query):
+        chunks = [bytes(data)]
+        if n_fragments > 1:
+            f = schema.fragment
+            chunks.extend(
+                bytes(d)
+                for (d,) in conn.execute(
+                    sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
+                )
+            )
+        parts[name] = b"".join(chunks)
+        sizes[name] = size
+    return StoredMessage(
+        id=row.id,
+        promoted=promoted,
+        written=written,
+        parts=parts,
+        body_part=row.body_part,
+        published_at=row.published_at,
+        publisher=row.publisher,
+        part_sizes=sizes,
+    )
+
+
+def part_fragments(conn: sa.Connection, msg_id: uuid.UUID, name: str) -> tuple[uuid.UUID, int]:
+    """A part's id and fragment count."""
+    mp, p = schema.message_part, schema.part
+    row = conn.execute(
+        sa.select(p.c.id, p.c.n_fragments)
+        .join(p, p.c.id == mp.c.part)
+        .where(mp.c.msg == msg_id, mp.c.name == name)
+    ).first()
+    if row is None:
+        raise UnknownMessage(f"message {msg_id} has no part {name!r}")
+    return row[0], row[1]
+
+
+def fragment(conn: sa.Connection, part_id: uuid.UUID, seq: int) -> bytes:
+    """One fragment of a part (0 is the inline first one)."""
+    if seq == 0:
+        data = conn.execute(
+            sa.select(schema.part.c.data).where(schema.part.c.id == part_id)
+        ).scalar_one()
+    else:
+        f = schema.fragment
+        data = conn.execute(
+            sa.select(f.c.data).where(f.c.part == part_id, f.c.seq == seq)
+        ).scalar_one()
+    return bytes(data)

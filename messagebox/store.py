@@ -1,0 +1,93 @@
+"""The store: opens a database from a URL, creates the schema and runs transactions.
+
+It executes statements and nothing else; every query belongs to the modules that own a
+concept (``subscriptions``, ``router``, ``spool``). Driver errors are translated here,
+at the boundary, with the original chained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import schema
+from messagebox.dialects import Dialect, dialect_for
+from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+
+DEFAULT_URL = "duckdb:///messagebox.duckdb"
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [sa.exc.SQLAlchemyError]
+    try:
+        import duckdb
+
+        errors.append(duckdb.Error)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import psycopg
+
+        errors.append(psycopg.Error)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+DRIVER_ERRORS = _driver_errors()
+
+
+class Store:
+    """One database, opened from a URL; the schema is created on first open."""
+
+    def __init__(self, url: str | sa.URL | None = None) -> None:
+        try:
+            self.url = sa.make_url(url or DEFAULT_URL)
+        except sa.exc.ArgumentError as exc:
+            raise BackendUnavailable(f"not a database URL: {url!r}") from exc
+        self.dialect: Dialect = dialect_for(self.url)
+        self.engine = self.dialect.create_engine(self.url)
+        with self.transaction(serial=True) as conn:
+            self.dialect.create_schema(conn, schema.metadata)
+            version = conn.execute(
+                sa.select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+            ).scalar()
+            if version is None:
+                conn.execute(
+                    schema.meta.insert().values(key="schema_version", value=schema.SCHEMA_VERSION)
+                )
+            elif version != schema.SCHEMA_VERSION:
+                raise StorageError(
+                    f"database schema version {version} is not the {schema.SCHEMA_VERSION} "
+                    "this messagebox uses"
+                )
+
+    @contextmanager
+    def transaction(self, *, serial: bool = False) -> Iterator[sa.Connection]:
+        """One transaction; committed on success, rolled back on any error.
+
+        ``serial=True`` also holds the dialect's in-process lock (DuckDB), for work that
+        must not interleave with other such work.
+        """
+        statement: list[str | None] = [None]
+        with self.dialect.serial() if serial else nullcontext():
+            try:
+                with self.engine.begin() as conn:
+                    yield conn
+            except MessageBoxError:
+                raise
+            except DRIVER_ERRORS as exc:
+                statement[0] = getattr(exc, "statement", None)
+                raise self.dialect.translate(exc, statement[0]) from exc
+
+    def scalar(self, statement: sa.Executable, **params: Any) -> Any:
+        """Run one statement in its own transaction and return its first column."""
+        with self.transaction() as conn:
+            return conn.execute(statement, params).scalar()
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()

@@ -1,0 +1,258 @@
+"""Hosts and subscriptions in storage: the queries that create, list and remove them.
+
+A subscription's filter is stored twice: as JSON on the subscription (the source of
+truth, for listing and explaining), and decomposed into groups and shared, typed
+predicate rows (what routing joins against). All of it in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import schema
+from messagebox.dialects import Dialect
+from messagebox.errors import AlreadyExists, UnknownHost
+from messagebox.ids import allocate
+from messagebox.models import Host, HostSettings, Kind, State, Subscription
+from predicates import Filter
+from predicates.sql import anchor_rank, typed_rows
+
+_CHUNK = 1000
+
+_TABLES = {
+    t.name: t for t in (schema.pred_str, schema.pred_num, schema.pred_mask, schema.pred_exists)
+}
+
+
+@dataclass(frozen=True)
+class SubscriptionSpec:
+    """A subscription to create (already validated)."""
+
+    service: str
+    host: str
+    filter: Filter
+    name: str | None
+    kind: Kind
+    instance_id: str | None
+    priority: int
+    state: State
+    ordered: bool
+
+
+def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+def _lookup(
+    conn: sa.Connection, column: sa.Column[Any], result: sa.Column[Any], keys: Sequence[Any]
+) -> dict[Any, Any]:
+    found: dict[Any, Any] = {}
+    for chunk in _chunks(keys):
+        found.update(
+            conn.execute(sa.select(column, result).where(column.in_(chunk))).tuples().all()
+        )
+    return found
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+def insert_rows(
+    conn: sa.Connection, dialect: Dialect, table: sa.Table, rows: list[dict[str, Any]]
+) -> None:
+    """Bulk-insert rows given as dicts (no-op for none)."""
+    if rows:
+        dialect.insert(conn, table, _columns(rows))
+
+
+def create_host(conn: sa.Connection, name: str, settings: HostSettings, now: datetime) -> Host:
+    if conn.execute(sa.select(schema.host.c.name).where(schema.host.c.name == name)).first():
+        raise AlreadyExists(f"host {name!r} exists already")
+    conn.execute(
+        schema.host.insert().values(name=name, settings=settings.model_dump_json(), created_at=now)
+    )
+    return Host(name=name, settings=settings, created_at=now)
+
+
+def list_hosts(conn: sa.Connection) -> list[Host]:
+    rows = conn.execute(sa.select(schema.host).order_by(schema.host.c.name))
+    return [
+        Host(
+            name=r.name,
+            settings=HostSettings.model_validate_json(r.settings),
+            created_at=r.created_at,
+        )
+        for r in rows
+    ]
+
+
+def subscribe(
+    conn: sa.Connection, dialect: Dialect, specs: Sequence[SubscriptionSpec], now: datetime
+) -> list[Subscription]:
+    """Store subscriptions; predicates equal to stored ones are shared, not stored again."""
+    dialect.lock_subscriptions(conn)
+    hosts = {s.host for s in specs}
+    known = set(_lookup(conn, schema.host.c.name, schema.host.c.created_at, sorted(hosts)))
+    for spec in specs:
+        if spec.host not in known:
+            raise UnknownHost(
+                f"subscription of service {spec.service!r}: no host named {spec.host!r} "
+                "(create it with create_host)"
+            )
+
+    # properties, interned
+    names = sorted({p for s in specs for p in s.filter.properties})
+    prop_ids = _lookup(conn, schema.prop.c.name, schema.prop.c.id, names)
+    new_names = [n for n in names if n not in prop_ids]
+    if new_names:
+        ids = allocate(conn, len(new_names))
+        prop_ids.update(zip(new_names, ids, strict=True))
+        insert_rows(
+            conn,
+            dialect,
+            schema.prop,
+            [{"id": i, "name": n} for n, i in zip(new_names, ids, strict=True)],
+        )
+
+    # predicates, shared by key
+    preds = {p.key(): p for s in specs for g in s.filter.groups for p in g.predicates}
+    keys = sorted(preds)
+    pred_ids = _lookup(conn, schema.predicate.c.key, schema.predicate.c.id, keys)
+    new_keys = [k for k in keys if k not in pred_ids]
+    if new_keys:
+        ids = allocate(conn, len(new_keys))
+        pred_ids.update(zip(new_keys, ids, strict=True))
+        typed: dict[str, list[dict[str, Any]]] = {name: [] for name in _TABLES}
+        master = []
+        for key, pred_id in zip(new_keys, ids, strict=True):
+            pred = preds[key]
+            prop_id = prop_ids[pred.property]
+            master.append({"id": pred_id, "key": key, "prop": prop_id, "op": pred.op.value})
+            for table_name, row in typed_rows(pred, pred_id, prop_id):
+                typed[table_name].append(row)
+        insert_rows(conn, dialect, schema.predicate, master)
+        for table_name, rows in typed.items():
+            insert_rows(conn, dialect, _TABLES[table_name], rows)
+
+    # subscriptions, groups and their links
+    sub_ids = allocate(conn, len(specs))
+    n_groups = sum(len(s.filter.groups) for s in specs)
+    group_ids = iter(allocate(conn, n_groups))
+    subs, groups, links, made = [], [], [], []
+    for spec, sub_id in zip(specs, sub_ids, strict=True):
+        name = spec.name or f"{spec.service}#{sub_id}"
+        subs.append(
+            {
+                "id": sub_id,
+                "name": name,
+                "service": spec.service,
+                "host": spec.host,
+                "kind": spec.kind.value,
+                "instance_id": spec.instance_id,
+                "priority": spec.priority,
+                "state": spec.state.value,
+                "ordered": spec.ordered,
+                "filter": spec.filter.to_json(),
+                "created_at": now,
+            }
+        )
+        for group in spec.filter.groups:
+            group_id = next(group_ids)
+            anchors = [(anchor_rank(p), i) for i, p in enumerate(group.predicates)]
+            ranked = sorted((r, i) for r, i in anchors if r is not None)
+            anchor = pred_ids[group.predicates[ranked[0][1]].key()] if ranked else None
+            groups.append({"id": group_id, "sub": sub_id, "n_pos": len(ranked), "anchor": anchor})
+            links.extend({"grp": group_id, "pred": pred_ids[p.key()]} for p in group.predicates)
+        made.append(_subscription(subs[-1], spec.filter))
+
+    names_given = [s["name"] for s in subs]
+    if len(set(names_given)) != len(names_given):
+        dup = next(n for n in names_given if names_given.count(n) > 1)
+        raise AlreadyExists(f"subscription name {dup!r} is given twice")
+    taken = _lookup(conn, schema.subscription.c.name, schema.subscription.c.id, names_given)
+    if taken:
+        raise AlreadyExists(f"a subscription named {sorted(taken)[0]!r} exists already")
+    insert_rows(conn, dialect, schema.subscription, subs)
+    insert_rows(conn, dialect, schema.group, groups)
+    insert_rows(conn, dialect, schema.group_pred, links)
+    return made
+
+
+def _subscription(row: Any, filt: Filter | None = None) -> Subscription:
+    get = row.get if isinstance(row, dict) else row._mapping.get
+    return Subscription(
+        id=get("id"),
+        name=get("name"),
+        service=get("service"),
+        host=get("host"),
+        filter=filt or Filter.from_json(get("filter")),
+        kind=Kind(get("kind")),
+        instance_id=get("instance_id"),
+        priority=get("priority"),
+        state=State(get("state")),
+        ordered=bool(get("ordered")),
+        created_at=get("created_at"),
+    )
+
+
+def list_subscriptions(
+    conn: sa.Connection,
+    *,
+    ids: Sequence[int] | None = None,
+    service: str | None = None,
+    host: str | None = None,
+    instance_id: str | None = None,
+) -> list[Subscription]:
+    s = schema.subscription
+    query = sa.select(s).order_by(s.c.id)
+    if ids is not None:
+        query = query.where(s.c.id.in_(list(ids)))
+    if service is not None:
+        query = query.where(s.c.service == service)
+    if host is not None:
+        query = query.where(s.c.host == host)
+    if instance_id is not None:
+        query = query.where(s.c.instance_id == instance_id)
+    return [_subscription(r) for r in conn.execute(query)]
+
+
+def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -> int:
+    """Remove subscriptions, their groups, and predicates no other group uses."""
+    dialect.lock_subscriptions(conn)
+    s, g, gp = schema.subscription, schema.group, schema.group_pred
+    groups = [r for (r,) in conn.execute(sa.select(g.c.id).where(g.c.sub.in_(list(sub_ids))))]
+    preds = (
+        sorted({r for (r,) in conn.execute(sa.select(gp.c.pred).where(gp.c.grp.in_(groups)))})
+        if groups
+        else []
+    )
+    conn.execute(gp.delete().where(gp.c.grp.in_(groups)))
+    conn.execute(g.delete().where(g.c.id.in_(groups)))
+    removed = conn.execute(s.delete().where(s.c.id.in_(list(sub_ids)))).rowcount
+    if preds:
+        still_used = {
+            r for (r,) in conn.execute(sa.select(gp.c.pred).where(gp.c.pred.in_(preds)).distinct())
+        }
+        orphans = [p for p in preds if p not in still_used]
+        if orphans:
+            for table in (*_TABLES.values(),):
+                conn.execute(table.delete().where(table.c.pred.in_(orphans)))
+            conn.execute(schema.predicate.delete().where(schema.predicate.c.id.in_(orphans)))
+    return int(removed)
+
+
+def set_state(conn: sa.Connection, sub_ids: Sequence[int], state: State) -> None:
+    """Change subscriptions' state; starting one releases its held queue entries."""
+    s, q = schema.subscription, schema.queue
+    conn.execute(s.update().where(s.c.id.in_(list(sub_ids))).values(state=state.value))
+    if state is State.STARTED:
+        conn.execute(
+            q.update().where(q.c.sub.in_(list(sub_ids)), q.c.state == "held").values(state="ready")
+        )

@@ -1,0 +1,1 @@
+"""Receive and send pipelines, and Spark batch routing (DESIGN.md §11). Not built yet."""

@@ -1,0 +1,262 @@
+"""The filter model: an OR of AND-groups of predicates (disjunctive normal form).
+
+A :class:`Filter` is what subscriptions store and every evaluator (Python, SQL, Spark)
+reads. It serialises to JSON with typed values, so ``1``, ``1.0``, ``"1"`` and a
+datetime stay distinct after a round trip.
+
+Limits (checked when a filter is built):
+
+- at most :data:`MAX_GROUPS` groups after normalisation to DNF;
+- at most :data:`MAX_PREDICATES_PER_GROUP` predicates in one group;
+- at most :data:`MAX_IN_VALUES` values in one ``in_`` predicate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from messagebox.errors import FilterValidationError
+from messagebox.properties import (
+    Family,
+    Value,
+    canonical_name,
+    decode_value,
+    encode_value,
+    family,
+    normalize_value,
+    values_equal,
+)
+
+MAX_GROUPS = 128
+MAX_PREDICATES_PER_GROUP = 64
+MAX_IN_VALUES = 1000
+
+
+class Op(StrEnum):
+    """Predicate operators (DESIGN.md §3)."""
+
+    EQ = "eq"
+    NE = "ne"
+    GT = "gt"
+    GE = "ge"
+    LT = "lt"
+    LE = "le"
+    EXISTS = "exists"
+    NOT_EXISTS = "not_exists"
+    BITWISE_AND = "bitwise_and"
+    PREFIX = "prefix"
+    IN = "in"
+
+
+RANGE_OPS = frozenset({Op.GT, Op.GE, Op.LT, Op.LE})
+NO_VALUE_OPS = frozenset({Op.EXISTS, Op.NOT_EXISTS})
+_SYMBOLS = {Op.EQ: "==", Op.NE: "!=", Op.GT: ">", Op.GE: ">=", Op.LT: "<", Op.LE: "<="}
+
+
+def _decode_json_value(raw: Any) -> Any:
+    """Decode the tagged ``[tag, value]`` JSON form of a value."""
+    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str):
+        try:
+            return decode_value(raw)
+        except (ValueError, TypeError) as exc:
+            raise FilterValidationError(f"malformed value {raw!r}: {exc}") from exc
+    raise FilterValidationError(f"malformed value {raw!r}: expected [tag, value]")
+
+
+class Predicate(BaseModel):
+    """One test of one promoted property, e.g. ``orders.Total > 1000``."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    property: str
+    op: Op
+    value: Any = None
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _decode(cls, raw: Any, info: ValidationInfo) -> Any:
+        if info.mode != "json" or raw is None:
+            return raw
+        if isinstance(raw, list) and raw and all(isinstance(v, list) for v in raw):
+            return tuple(_decode_json_value(v) for v in raw)
+        return _decode_json_value(raw)
+
+    @model_validator(mode="after")
+    def _check(self) -> Predicate:
+        try:
+            name = canonical_name(self.property)
+            value = _check_operand(self.op, self.value)
+        except ValueError as exc:
+            raise FilterValidationError(f"predicate {self}: {exc}") from exc
+        object.__setattr__(self, "property", name)
+        object.__setattr__(self, "value", value)
+        return self
+
+    @field_serializer("value")
+    def _encode(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, tuple):
+            return [encode_value(v) for v in value]
+        return encode_value(value)
+
+    # -- composition with the DSL (see predicates.dsl) --
+    def __and__(self, other: object) -> Any:
+        from predicates.dsl import And
+
+        return And.of(self, other)
+
+    def __or__(self, other: object) -> Any:
+        from predicates.dsl import Or
+
+        return Or.of(self, other)
+
+    def __str__(self) -> str:
+        name = self.property
+        if self.op in _SYMBOLS:
+            return f"{name} {_SYMBOLS[self.op]} {self.value!r}"
+        if self.op in NO_VALUE_OPS:
+            return f"{name}.{self.op.value}()"
+        return f"{name}.{self.op.value}({self.value!r})"
+
+    def __repr__(self) -> str:
+        return f"Predicate({self})"
+
+    def key(self) -> str:
+        """A canonical text key: equal for predicates that always agree."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+
+    def matches(self, properties: Mapping[str, Value]) -> bool:
+        """Reference semantics of this predicate on normalised properties."""
+        from predicates.evaluate import predicate_holds
+
+        return predicate_holds(self, properties)
+
+
+def _check_operand(op: Op, value: Any) -> Any:
+    """Validate the value against its operator and return it normalised."""
+    if op in NO_VALUE_OPS:
+        if value is not None:
+            raise ValueError(f"{op.value} takes no value")
+        return None
+    if op is Op.IN:
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            raise ValueError("in_ takes a list of values")
+        members: list[Value] = []
+        for raw in value:
+            member = normalize_value(raw)
+            if not any(values_equal(member, seen) for seen in members):
+                members.append(member)
+        if not members:
+            raise ValueError("in_ needs at least one value")
+        if len(members) > MAX_IN_VALUES:
+            raise ValueError(f"in_ takes at most {MAX_IN_VALUES} values")
+        return tuple(members)
+    if value is None:
+        raise ValueError(f"{op.value} needs a value")
+    normal = normalize_value(value)
+    fam = family(normal)
+    if op in RANGE_OPS and fam is Family.BOOL:
+        raise ValueError(f"{_SYMBOLS[op]} cannot order a bool")
+    if op is Op.BITWISE_AND:
+        if fam is not Family.NUM or not isinstance(normal, int):
+            raise ValueError(f"bitwise_and takes an int mask, not {type(normal).__name__}")
+        if normal == 0:
+            raise ValueError("bitwise_and with mask 0 can never match")
+    if op is Op.PREFIX and fam is not Family.STR:
+        raise ValueError(f"prefix takes a str, not {type(normal).__name__}")
+    return normal
+
+
+class Group(BaseModel):
+    """An AND of predicates: holds when every predicate holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    predicates: tuple[Predicate, ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> Group:
+        if not self.predicates:
+            raise FilterValidationError("a filter group needs at least one predicate")
+        unique = tuple({p.key(): p for p in self.predicates}.values())
+        if len(unique) > MAX_PREDICATES_PER_GROUP:
+            raise FilterValidationError(
+                f"a filter group has {len(unique)} predicates; "
+                f"at most {MAX_PREDICATES_PER_GROUP} are allowed (first: {unique[0]})"
+            )
+        object.__setattr__(self, "predicates", unique)
+        return self
+
+    def __str__(self) -> str:
+        return " & ".join(f"({p})" for p in self.predicates)
+
+
+class Filter(BaseModel):
+    """An OR of AND-groups: a message matches when any group holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    groups: tuple[Group, ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> Filter:
+        if not self.groups:
+            raise FilterValidationError("a filter needs at least one group (empty filter)")
+        unique: dict[frozenset[str], Group] = {}
+        for group in self.groups:
+            unique.setdefault(frozenset(p.key() for p in group.predicates), group)
+        if len(unique) > MAX_GROUPS:
+            raise FilterValidationError(
+                f"filter has {len(unique)} groups in disjunctive normal form; "
+                f"at most {MAX_GROUPS} are allowed"
+            )
+        object.__setattr__(self, "groups", tuple(unique.values()))
+        return self
+
+    @classmethod
+    def of(cls, expr: object) -> Filter:
+        """Normalise a DSL expression, predicate or filter to a filter in DNF."""
+        from predicates.dsl import to_filter
+
+        return to_filter(expr)
+
+    def matches(self, properties: Mapping[str, object]) -> bool:
+        """The reference evaluator: does a message with these properties match?"""
+        from predicates.evaluate import filter_matches, normalize_properties
+
+        return filter_matches(self, normalize_properties(properties))
+
+    def to_json(self) -> str:
+        """Serialise to JSON (values tagged with their types)."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Filter:
+        """Parse JSON made by :meth:`to_json`; errors are :class:`FilterValidationError`."""
+        from pydantic import ValidationError as PydanticError
+
+        try:
+            return cls.model_validate_json(text)
+        except PydanticError as exc:
+            raise FilterValidationError(f"malformed filter JSON: {exc}") from exc
+
+    @property
+    def properties(self) -> frozenset[str]:
+        """Every property name the filter tests."""
+        return frozenset(p.property for g in self.groups for p in g.predicates)
+
+    def __str__(self) -> str:
+        return " | ".join(f"[{g}]" for g in self.groups)
