@@ -54,9 +54,8 @@ def _lookup(
 ) -> dict[Any, Any]:
     found: dict[Any, Any] = {}
     for chunk in _chunks(keys):
-        found.update(
-            conn.execute(sa.select(column, result).where(column.in_(chunk))).tuples().all()
-        )
+        rows = conn.execute(sa.select(column, result).where(column.in_(chunk)))
+        found.update((key, value) for key, value in rows)
     return found
 
 

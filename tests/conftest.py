@@ -1,0 +1,91 @@
+"""Shared fixtures: one backend-parametrised ``box`` for the conformance suite.
+
+PostgreSQL tests skip when no server answers at 127.0.0.1:5432, except when ``CI=true``:
+there a missing server is a failure. Each test gets its own schema (PostgreSQL) or file
+(DuckDB); nothing leaks between tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from messagebox import MessageBox
+from messagebox import schema as mb_schema
+
+PG_DSN = os.environ.get(
+    "MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+@cache
+def pg_reason() -> str | None:
+    """Why PostgreSQL cannot be used, or None when it can."""
+    try:
+        engine = sa.create_engine(PG_DSN, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        engine.dispose()
+    except Exception as exc:  # any failure to connect means "no server"
+        return f"PostgreSQL unavailable at {PG_DSN}: {exc}"
+    return None
+
+
+def require_pg() -> None:
+    reason = pg_reason()
+    if reason is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped afterwards."""
+    require_pg()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(PG_DSN)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    try:
+        yield f"{PG_DSN}?options=-csearch_path%3D{name}"
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
+        engine.dispose()
+
+
+@pytest.fixture
+def duckdb_url(tmp_path: Path) -> str:
+    return f"duckdb:///{tmp_path / 'box.duckdb'}"
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'duckdb'}_url"))
+
+
+@pytest.fixture
+def box(backend_url: str) -> Iterator[MessageBox]:
+    b = MessageBox(backend_url, publisher="tests")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def table_counts(box: MessageBox) -> dict[str, int]:
+    """Row counts of every messagebox table: equal before and after means unchanged."""
+    with box.store.transaction() as conn:
+        return {
+            t.name: int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
+            for t in mb_schema.metadata.sorted_tables
+        }
