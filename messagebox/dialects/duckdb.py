@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from itertools import count
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -21,11 +20,10 @@ import sqlalchemy as sa
 
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
-from messagebox.errors import BackendUnavailable, MessageBoxError
+from messagebox.errors import AlreadyExists, BackendUnavailable, MessageBoxError
 
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
-_NAMES = count()
 
 
 def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
@@ -80,11 +78,18 @@ class DuckDBDialect(Dialect):
         create_all(conn, metadata, indexes=False)
 
     @staticmethod
-    def _register(conn: sa.Connection, table: pa.Table, prefix: str) -> tuple[Any, str]:
+    @contextmanager
+    def _registered(conn: sa.Connection, table: pa.Table, name: str) -> Iterator[str]:
+        """``table`` visible to SQL as ``name`` on this connection, for the block."""
         raw = conn.connection.driver_connection
-        name = f"{prefix}_{next(_NAMES)}"
         raw.register(name, table)
-        return raw, name
+        try:
+            yield name
+        finally:
+            # After a failed statement DuckDB refuses everything until rollback; the name
+            # is fixed per table, so a view left behind is replaced by the next one.
+            with suppress(Exception):
+                raw.unregister(name)
 
     def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
         staged = pa.table(
@@ -99,12 +104,8 @@ class DuckDBDialect(Dialect):
             ],
             schema=_STAGED_SCHEMA,
         )
-        raw, name = self._register(conn, staged, "mb_staged")
-        try:
-            sql = self.route_sql.replace("mb_staged_batch", name)
-            rows = conn.exec_driver_sql(sql, {"n": batch.n}).fetchall()
-        finally:
-            raw.unregister(name)
+        with self._registered(conn, staged, "mb_staged_batch"):
+            rows = conn.exec_driver_sql(self.route_sql, {"n": batch.n}).fetchall()
         return [tuple(r) for r in rows]  # type: ignore[misc]
 
     def insert(
@@ -121,14 +122,11 @@ class DuckDBDialect(Dialect):
                 exprs.append(col_name)
             arrays.append(pa.array(values, _arrow_type(column)))
         data = pa.table(arrays, names=list(columns))
-        raw, name = self._register(conn, data, "mb_ins")
-        try:
+        with self._registered(conn, data, f"mb_ins_{table.name}") as name:
             conn.exec_driver_sql(
                 f"INSERT INTO {table.name} ({', '.join(columns)}) "
                 f"SELECT {', '.join(exprs)} FROM {name}"
             )
-        finally:
-            raw.unregister(name)
 
     def serial(self) -> AbstractContextManager[Any]:
         """The in-process lock (one per database file) for work that must not interleave."""
@@ -142,4 +140,6 @@ class DuckDBDialect(Dialect):
                 "file (run host instances as threads, or use PostgreSQL for several "
                 f"processes): {text.splitlines()[0]}"
             )
+        if "Duplicate key" in text:
+            return AlreadyExists(f"duckdb: {text.strip().splitlines()[0]}")
         return super().translate(exc, statement)

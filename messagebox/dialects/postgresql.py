@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
 import sql
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
-from messagebox.errors import BackendUnavailable, MessageBoxError
+from messagebox.errors import AlreadyExists, BackendUnavailable, MessageBoxError
 
 _PG = pg.dialect()  # type: ignore[no-untyped-call]
 
@@ -78,4 +79,6 @@ class PostgreSQLDialect(Dialect):
     def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
         if isinstance(exc, sa.exc.OperationalError) and statement is None:
             return BackendUnavailable(f"cannot reach PostgreSQL: {str(exc.orig).strip()}")
+        if isinstance(getattr(exc, "orig", None), psycopg.errors.UniqueViolation):
+            return AlreadyExists(f"postgresql: {str(exc.orig).strip().splitlines()[0]}")  # type: ignore[attr-defined]
         return super().translate(exc, statement)
