@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Environment: MESSAGEBOX_URL (database URL, when --url is not given).",
     )
     parser.add_argument(
-        "--url", default=os.environ.get("MESSAGEBOX_URL", DEFAULT_URL),
+        "--url",
+        default=os.environ.get("MESSAGEBOX_URL", DEFAULT_URL),
         help="database URL (default: $MESSAGEBOX_URL or %(default)s)",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -118,17 +118,17 @@ class MessageBox:
         """
         [made] = self.subscribe_many(
             [
-                dict(
-                    service=service,
-                    host=host,
-                    filter=filter,
-                    name=name,
-                    kind=kind,
-                    instance_id=instance_id,
-                    priority=priority,
-                    state=state,
-                    ordered=ordered,
-                )
+                {
+                    "service": service,
+                    "host": host,
+                    "filter": filter,
+                    "name": name,
+                    "kind": kind,
+                    "instance_id": instance_id,
+                    "priority": priority,
+                    "state": state,
+                    "ordered": ordered,
+                }
             ]
         )
         return made

@@ -166,16 +166,26 @@ def encode_value(value: Value) -> list[Any]:
     return [tag, value]
 
 
-def decode_value(pair: list[Any]) -> Value:
-    """Inverse of :func:`encode_value`."""
+def decode_value(pair: object) -> Value:
+    """Inverse of :func:`encode_value`; raises ``ValueError`` on a malformed pair."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        raise ValueError(f"expected a [tag, value] pair, got {pair!r}")
     tag, raw = pair
-    if tag == "d":
-        return datetime.fromisoformat(raw)
-    if tag == "f":
-        return float(raw)
-    if tag in ("i", "b", "s"):
-        return raw  # type: ignore[no-any-return]
-    raise ValueError(f"unknown value tag {tag!r}")
+    if tag == "d" and isinstance(raw, str):
+        try:
+            value = datetime.fromisoformat(raw)
+        except ValueError as exc:
+            raise ValueError(f"bad datetime {raw!r}") from exc
+        return normalize_value(value, promoted=False)
+    if tag == "f" and type(raw) in (float, int):
+        return normalize_value(float(raw), promoted=False)
+    if tag == "i" and type(raw) is int:
+        return normalize_value(raw, promoted=False)
+    if tag == "b" and type(raw) is bool:
+        return raw
+    if tag == "s" and type(raw) is str:
+        return normalize_value(raw, promoted=False)
+    raise ValueError(f"malformed [tag, value] pair {[tag, raw]!r}")
 
 
 def encode_context(promoted: Mapping[str, Value], written: Mapping[str, Value]) -> str:

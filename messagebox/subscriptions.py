@@ -7,7 +7,7 @@ predicate rows (what routing joins against). All of it in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -144,7 +144,10 @@ def subscribe(
     sub_ids = allocate(conn, len(specs))
     n_groups = sum(len(s.filter.groups) for s in specs)
     group_ids = iter(allocate(conn, n_groups))
-    subs, groups, links, made = [], [], [], []
+    subs: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    made: list[Subscription] = []
     for spec, sub_id in zip(specs, sub_ids, strict=True):
         name = spec.name or f"{spec.service}#{sub_id}"
         subs.append(
@@ -184,20 +187,19 @@ def subscribe(
     return made
 
 
-def _subscription(row: Any, filt: Filter | None = None) -> Subscription:
-    get = row.get if isinstance(row, dict) else row._mapping.get
+def _subscription(row: Mapping[Any, Any], filt: Filter | None = None) -> Subscription:
     return Subscription(
-        id=get("id"),
-        name=get("name"),
-        service=get("service"),
-        host=get("host"),
-        filter=filt or Filter.from_json(get("filter")),
-        kind=Kind(get("kind")),
-        instance_id=get("instance_id"),
-        priority=get("priority"),
-        state=State(get("state")),
-        ordered=bool(get("ordered")),
-        created_at=get("created_at"),
+        id=row["id"],
+        name=row["name"],
+        service=row["service"],
+        host=row["host"],
+        filter=filt or Filter.from_json(row["filter"]),
+        kind=Kind(row["kind"]),
+        instance_id=row["instance_id"],
+        priority=row["priority"],
+        state=State(row["state"]),
+        ordered=bool(row["ordered"]),
+        created_at=row["created_at"],
     )
 
 
@@ -219,7 +221,7 @@ def list_subscriptions(
         query = query.where(s.c.host == host)
     if instance_id is not None:
         query = query.where(s.c.instance_id == instance_id)
-    return [_subscription(r) for r in conn.execute(query)]
+    return [_subscription(r._mapping) for r in conn.execute(query)]
 
 
 def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -> int:

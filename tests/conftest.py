@@ -19,9 +19,7 @@ import sqlalchemy as sa
 from messagebox import MessageBox
 from messagebox import schema as mb_schema
 
-PG_DSN = os.environ.get(
-    "MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
+PG_DSN = os.environ.get("MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
@@ -70,7 +68,9 @@ def duckdb_url(tmp_path: Path) -> str:
 
 @pytest.fixture(params=["duckdb", "postgresql"])
 def backend_url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'duckdb'}_url"))
+    return str(
+        request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'duckdb'}_url")
+    )
 
 
 @pytest.fixture

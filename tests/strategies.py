@@ -35,7 +35,9 @@ strs = st.one_of(
 dates = st.one_of(
     st.sampled_from(EDGE_DATES),
     st.datetimes(
-        min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.sampled_from(ZONES)
+        min_value=datetime(1900, 1, 1),
+        max_value=datetime(2200, 1, 1),
+        timezones=st.sampled_from(ZONES),
     ),
 )
 bools = st.booleans()
@@ -66,7 +68,19 @@ def predicates(draw: st.DrawFn) -> Predicate:
     name = draw(st.sampled_from(NAMES))
     op = draw(
         st.sampled_from(
-            ["eq", "ne", "gt", "ge", "lt", "le", "exists", "not_exists", "bitwise_and", "prefix", "in"]
+            [
+                "eq",
+                "ne",
+                "gt",
+                "ge",
+                "lt",
+                "le",
+                "exists",
+                "not_exists",
+                "bitwise_and",
+                "prefix",
+                "in",
+            ]
         )
     )
     if op in ("exists", "not_exists"):

@@ -35,14 +35,27 @@ def main(url: str | None = None) -> None:
     subs = box.subscribe_many(
         [
             {"service": "ship-eu", "host": "shipping", "filter": P("orders.Region") == "EU"},
-            {"service": "ship-americas", "host": "shipping",
-             "filter": P("orders.Region").in_(["US", "LATAM"])},
-            {"service": "bill-large", "host": "billing",
-             "filter": (P("orders.Total") >= 10_000) & (P("BTS.MessageType") == "urn:orders#Order")},
-            {"service": "expedite", "host": "shipping",
-             "filter": (P("orders.Priority") >= 8) | P("orders.Rush").exists()},
-            {"service": "audit-apac", "host": "audit",
-             "filter": (P("orders.Region") == "APAC") & (P("orders.Total") > 5_000)},
+            {
+                "service": "ship-americas",
+                "host": "shipping",
+                "filter": P("orders.Region").in_(["US", "LATAM"]),
+            },
+            {
+                "service": "bill-large",
+                "host": "billing",
+                "filter": (P("orders.Total") >= 10_000)
+                & (P("BTS.MessageType") == "urn:orders#Order"),
+            },
+            {
+                "service": "expedite",
+                "host": "shipping",
+                "filter": (P("orders.Priority") >= 8) | P("orders.Rush").exists(),
+            },
+            {
+                "service": "audit-apac",
+                "host": "audit",
+                "filter": (P("orders.Region") == "APAC") & (P("orders.Total") > 5_000),
+            },
         ]
     )
     names = {s.id: s.service for s in subs}

@@ -9,7 +9,7 @@ dialect's name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -64,7 +64,7 @@ class Dialect:
         raise NotImplementedError
 
     def insert(
-        self, conn: sa.Connection, table: sa.Table, columns: dict[str, Sequence[Any]]
+        self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:
         """Bulk-insert rows given as equal-length columns."""
         raise NotImplementedError

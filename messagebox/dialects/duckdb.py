@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, ClassVar
 
@@ -81,7 +81,7 @@ class DuckDBDialect(Dialect):
     @contextmanager
     def _registered(conn: sa.Connection, table: pa.Table, name: str) -> Iterator[str]:
         """``table`` visible to SQL as ``name`` on this connection, for the block."""
-        raw = conn.connection.driver_connection
+        raw: Any = conn.connection.driver_connection
         raw.register(name, table)
         try:
             yield name
@@ -106,10 +106,10 @@ class DuckDBDialect(Dialect):
         )
         with self._registered(conn, staged, "mb_staged_batch"):
             rows = conn.exec_driver_sql(self.route_sql, {"n": batch.n}).fetchall()
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [tuple(r) for r in rows]
 
     def insert(
-        self, conn: sa.Connection, table: sa.Table, columns: dict[str, Sequence[Any]]
+        self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:
         arrays = []
         exprs = []

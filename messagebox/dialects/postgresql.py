@@ -8,7 +8,7 @@ scoped advisory lock so that shared predicates are created and collected safely.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import psycopg
@@ -58,10 +58,10 @@ class PostgreSQLDialect(Dialect):
             "v_int": batch.v_int,
         }
         rows = conn.exec_driver_sql(self.route_sql, params).fetchall()
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [tuple(r) for r in rows]
 
     def insert(
-        self, conn: sa.Connection, table: sa.Table, columns: dict[str, Sequence[Any]]
+        self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:
         key = (table.name, tuple(columns))
         statement = self._inserts.get(key)

@@ -35,7 +35,9 @@ def test_cli_would_route_and_its_exit_codes(tmp_path: Path):
         box.create_host("h")
         sub = box.subscribe("eu", host="h", filter=P("orders.Region") == "EU")
 
-    ok = run("-m", "messagebox.cli", "--url", url, "would-route", json.dumps({"orders.Region": "EU"}))
+    ok = run(
+        "-m", "messagebox.cli", "--url", url, "would-route", json.dumps({"orders.Region": "EU"})
+    )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.split("\t")[0] == str(sub.id)
 

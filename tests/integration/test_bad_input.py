@@ -32,7 +32,9 @@ def test_one_bad_message_in_a_batch_stores_none_of_it(ready: MessageBox):
     before = table_counts(ready)
     good = Message(b"ok", promoted={"a.X": 1})
     bad = Message(b"no", promoted={"BTS.MessageType": "PO"})  # reserved, untrusted
-    with pytest.raises(MessageValidationError, match=r"message 1: property 'messagebox.MessageType'"):
+    with pytest.raises(
+        MessageValidationError, match=r"message 1: property 'messagebox.MessageType'"
+    ):
         ready.publish([good, bad])
     assert table_counts(ready) == before
 
@@ -49,7 +51,10 @@ def test_a_message_id_already_stored_rolls_the_batch_back(ready: MessageBox):
     before = table_counts(ready)
     with pytest.raises(AlreadyExists, match="(?i)duplicate"):
         ready.publish(
-            [Message(b"new", promoted={"a.X": 2}), Message(b"dup", promoted={"a.X": 3}, id=first.message_id)]
+            [
+                Message(b"new", promoted={"a.X": 2}),
+                Message(b"dup", promoted={"a.X": 3}, id=first.message_id),
+            ]
         )
     assert table_counts(ready) == before
 

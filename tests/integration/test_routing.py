@@ -35,7 +35,9 @@ def test_a_message_goes_to_every_matching_subscription_and_is_stored_once(hosts:
     big = hosts.subscribe("bill-big", host="billing", filter=P("orders.Total") > 1000)
     hosts.subscribe("ship-us", host="shipping", filter=P("orders.Region") == "US")
     # When one message is published
-    [routed] = hosts.publish([Message(b"<o/>", promoted={"orders.Region": "EU", "orders.Total": 5000})])
+    [routed] = hosts.publish(
+        [Message(b"<o/>", promoted={"orders.Region": "EU", "orders.Total": 5000})]
+    )
     # Then it is routed to both, stored once, with one queue entry and reference each
     assert routed.outcome is Outcome.ROUTED
     assert set(routed.subscriptions) == {eu.id, big.id}
@@ -50,7 +52,8 @@ def test_a_message_goes_to_every_matching_subscription_and_is_stored_once(hosts:
 
 def test_a_subscription_whose_groups_all_match_gets_the_message_once(hosts: MessageBox):
     sub = hosts.subscribe(
-        "any", host="shipping",
+        "any",
+        host="shipping",
         filter=(P("a.X") == 1) | (P("a.Y") == 2) | P("a.X").exists(),
     )
     [routed] = hosts.publish([Message(b"m", promoted={"a.X": 1, "a.Y": 2})])
@@ -59,9 +62,7 @@ def test_a_subscription_whose_groups_all_match_gets_the_message_once(hosts: Mess
 
 
 def test_a_whole_batch_routes_in_one_publish(hosts: MessageBox):
-    subs = [
-        hosts.subscribe(f"s{i}", host="shipping", filter=P("n.Value") >= i) for i in range(5)
-    ]
+    subs = [hosts.subscribe(f"s{i}", host="shipping", filter=P("n.Value") >= i) for i in range(5)]
     results = hosts.publish([Message(b"x", promoted={"n.Value": v}) for v in range(5)])
     for value, routed in enumerate(results):
         assert set(routed.subscriptions) == {s.id for s in subs[: value + 1]}
@@ -180,8 +181,11 @@ def test_an_unenlisted_service_gets_nothing(hosts: MessageBox):
 def test_identical_predicates_are_stored_once(hosts: MessageBox):
     hosts.subscribe_many(
         [
-            {"service": f"s{i}", "host": "shipping",
-             "filter": (P("a.Type") == "PO") & (P("a.Total") > i)}
+            {
+                "service": f"s{i}",
+                "host": "shipping",
+                "filter": (P("a.Type") == "PO") & (P("a.Total") > i),
+            }
             for i in range(50)
         ]
     )
@@ -205,8 +209,11 @@ def test_unsubscribe_stops_routing_and_collects_unshared_predicates(hosts: Messa
 
 def test_instance_subscriptions_carry_their_instance_to_the_queue(hosts: MessageBox):
     sub = hosts.subscribe(
-        "orch", host="shipping", filter=P("orders.OrderId") == 42,
-        kind="instance", instance_id="inst-1",
+        "orch",
+        host="shipping",
+        filter=P("orders.OrderId") == 42,
+        kind="instance",
+        instance_id="inst-1",
     )
     [routed] = hosts.publish([Message(b"x", promoted={"orders.OrderId": 42})])
     assert routed.subscriptions == (sub.id,)

@@ -19,7 +19,9 @@ from tests.strategies import filters, messages
 
 
 @pytest.fixture(scope="module", params=["duckdb", "postgresql"])
-def shared_box(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageBox]:
+def shared_box(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MessageBox]:
     """One store per backend for the whole module; each example cleans up after itself."""
     import uuid
 
@@ -70,7 +72,10 @@ def test_sql_router_agrees_with_the_reference_evaluator(
         )
         got = {(i, s) for i, r in enumerate(results) for s in r.subscriptions}
         want = {
-            (i, sub.id) for i, props in enumerate(batch) for sub in made if sub.filter.matches(props)
+            (i, sub.id)
+            for i, props in enumerate(batch)
+            for sub in made
+            if sub.filter.matches(props)
         }
         assert got == want
     finally:
