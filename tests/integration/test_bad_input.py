@@ -49,7 +49,7 @@ def test_something_that_is_not_a_message_is_refused_by_position(ready: MessageBo
 def test_a_message_id_already_stored_rolls_the_batch_back(ready: MessageBox):
     [first] = ready.publish([Message(b"ok", promoted={"a.X": 1})])
     before = table_counts(ready)
-    with pytest.raises(AlreadyExists, match="(?i)duplicate"):
+    with pytest.raises(AlreadyExists, match=r"(?i)duplicate"):
         ready.publish(
             [
                 Message(b"new", promoted={"a.X": 2}),

@@ -77,12 +77,12 @@ def test_each_operator_builds_its_predicate(
 @pytest.mark.parametrize(
     ("build", "op"),
     [
-        (lambda p: 7 == p, Op.EQ),
-        (lambda p: 7 != p, Op.NE),
-        (lambda p: 7 < p, Op.GT),
-        (lambda p: 7 <= p, Op.GE),
-        (lambda p: 7 > p, Op.LT),
-        (lambda p: 7 >= p, Op.LE),
+        (lambda p: p == 7, Op.EQ),
+        (lambda p: p != 7, Op.NE),
+        (lambda p: p > 7, Op.GT),
+        (lambda p: p >= 7, Op.GE),
+        (lambda p: p < 7, Op.LT),
+        (lambda p: p <= 7, Op.LE),
     ],
     ids=["eq", "ne", "gt", "ge", "lt", "le"],
 )
