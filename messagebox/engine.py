@@ -8,6 +8,7 @@ box.subscribe("ship-eu", host="shipping", filter=P("orders.Region") == "EU")
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -27,6 +28,7 @@ from messagebox.errors import (
 from messagebox.ids import uuid7
 from messagebox.message import Message, StoredMessage
 from messagebox.models import (
+    ROUTING_FAILURE,
     Host,
     HostSettings,
     Kind,
@@ -332,8 +334,6 @@ class MessageBox:
 
     def suspended(self, *, reason: str | None = None, limit: int = 1000) -> list[SuspendedEntry]:
         """Suspended entries, oldest first."""
-        import json
-
         s = schema.suspended
         query = sa.select(s).order_by(s.c.id).limit(limit)
         if reason is not None:
@@ -361,8 +361,6 @@ class MessageBox:
         Those that now match a subscription move to their hosts' queues; the rest stay
         suspended. Returns the subscriptions each moved entry went to.
         """
-        from messagebox.models import ROUTING_FAILURE
-
         s = schema.suspended
         with self.store.transaction() as conn:
             if entry_ids:

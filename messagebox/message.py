@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import IO
 
 from messagebox.errors import MessageValidationError
-from messagebox.properties import Value, canonical_name, normalize_value
+from messagebox.properties import Value, canonical_name, is_reserved, normalize_value
 
 MAX_PROPERTIES = 1024
 MAX_PARTS = 256
@@ -113,8 +113,6 @@ class Message:
 
     def reserved(self) -> list[str]:
         """Names in the reserved ``messagebox.`` namespace that this message sets."""
-        from messagebox.properties import is_reserved
-
         return [n for n in (*self.promoted, *self.written) if is_reserved(n)]
 
     def __repr__(self) -> str:

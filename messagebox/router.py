@@ -15,10 +15,11 @@ import sqlalchemy as sa
 
 from messagebox import schema, spool
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
+from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.message import Message
 from messagebox.models import ROUTING_FAILURE, Outcome, Routed, RoutingPolicy, State
-from messagebox.properties import Value, encode_value, family, sql_key
+from messagebox.properties import Value, decode_context, encode_value, family, sql_key
 
 
 def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:
@@ -161,8 +162,6 @@ def publish(
     now: datetime,
 ) -> list[Routed]:
     """Route and store a validated batch inside the caller's transaction."""
-    from messagebox.errors import RoutingFailure
-
     matches = route(conn, dialect, [m.promoted for m in messages])
     unrouted = [i for i, rows in enumerate(matches) if not rows]
     if unrouted and policy is RoutingPolicy.RAISE:
@@ -201,8 +200,6 @@ def reroute(
 ) -> dict[int, tuple[int, ...]]:
     """Route suspended routing failures again; those that now match leave the suspended
     queue for their hosts' queues. Returns, per entry, the subscriptions it went to."""
-    from messagebox.properties import decode_context
-
     s = schema.suspended
     rows = conn.execute(
         sa.select(s.c.id, s.c.msg).where(s.c.id.in_(list(entry_ids)), s.c.reason == ROUTING_FAILURE)

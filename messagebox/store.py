@@ -72,7 +72,6 @@ class Store:
         ``serial=True`` also holds the dialect's in-process lock (DuckDB), for work that
         must not interleave with other such work.
         """
-        statement: list[str | None] = [None]
         with self.dialect.serial() if serial else nullcontext():
             try:
                 with self.engine.begin() as conn:
@@ -80,8 +79,7 @@ class Store:
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
-                statement[0] = getattr(exc, "statement", None)
-                raise self.dialect.translate(exc, statement[0]) from exc
+                raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
 
     def scalar(self, statement: sa.Executable, **params: Any) -> Any:
         """Run one statement in its own transaction and return its first column."""

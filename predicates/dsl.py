@@ -25,6 +25,10 @@ class P:
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise FilterValidationError(
+                f"P({name!r}): a property name is a str such as 'orders.Total'"
+            )
         self.name = name
 
     def _pred(self, op: Op, value: Any = None) -> Predicate:
@@ -68,7 +72,7 @@ class P:
 
     def in_(self, values: Iterable[object]) -> Predicate:
         """The property is present and equal to one of ``values``."""
-        if isinstance(values, str | bytes):
+        if isinstance(values, str | bytes) or not isinstance(values, Iterable):
             raise FilterValidationError(
                 f"predicate {self.name}.in_({values!r}): in_ takes a list of values"
             )
@@ -96,6 +100,24 @@ def _as_expr(value: object) -> Expr:
     )
 
 
+_NO_TRUTH = (
+    "a filter expression has no truth value: combine with & and | (not 'and', 'or' or "
+    "chained comparisons such as 1 < P('a.b') < 5)"
+)
+
+
+def _flatten(kind: type[And | Or], parts: tuple[object, ...]) -> tuple[Expr, ...]:
+    """Parts of ``kind``, with nested nodes of the same kind spliced in (no deep trees)."""
+    out: list[Expr] = []
+    for part in parts:
+        expr = _as_expr(part)
+        if type(expr) is kind:
+            out.extend(expr.parts)
+        else:
+            out.append(expr)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class And:
     """All parts hold."""
@@ -104,7 +126,10 @@ class And:
 
     @classmethod
     def of(cls, *parts: object) -> And:
-        return cls(tuple(_as_expr(p) for p in parts))
+        return cls(_flatten(cls, parts))
+
+    def __bool__(self) -> bool:
+        raise TypeError(_NO_TRUTH)
 
     def __and__(self, other: object) -> And:
         return And.of(self, other)
@@ -121,7 +146,10 @@ class Or:
 
     @classmethod
     def of(cls, *parts: object) -> Or:
-        return cls(tuple(_as_expr(p) for p in parts))
+        return cls(_flatten(cls, parts))
+
+    def __bool__(self) -> bool:
+        raise TypeError(_NO_TRUTH)
 
     def __and__(self, other: object) -> And:
         return And.of(self, other)

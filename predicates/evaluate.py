@@ -26,7 +26,13 @@ _COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
 
 def normalize_properties(properties: Mapping[str, object]) -> dict[str, Value]:
     """Canonical names and normalised values (raises ``ValueError`` on bad input)."""
-    return {canonical_name(k): normalize_value(v) for k, v in properties.items()}
+    out: dict[str, Value] = {}
+    for name, value in properties.items():
+        canon = canonical_name(name)
+        if canon in out:
+            raise ValueError(f"property {name!r} is given twice (as {canon!r})")
+        out[canon] = normalize_value(value)
+    return out
 
 
 def predicate_holds(pred: Predicate, properties: Mapping[str, Value]) -> bool:

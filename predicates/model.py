@@ -80,7 +80,7 @@ class Predicate(BaseModel):
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
-    property: str
+    property: Any
     op: Op
     value: Any = None
 
@@ -122,6 +122,11 @@ class Predicate(BaseModel):
         from predicates.dsl import Or
 
         return Or.of(self, other)
+
+    def __bool__(self) -> bool:
+        from predicates.dsl import _NO_TRUTH
+
+        raise TypeError(_NO_TRUTH)
 
     def __str__(self) -> str:
         name = self.property
@@ -219,12 +224,23 @@ class Filter(BaseModel):
         for group in self.groups:
             unique.setdefault(frozenset(p.key() for p in group.predicates), group)
         if len(unique) > MAX_GROUPS:
+            first = next(iter(unique.values())).predicates[0]
             raise FilterValidationError(
                 f"filter has {len(unique)} groups in disjunctive normal form; "
-                f"at most {MAX_GROUPS} are allowed"
+                f"at most {MAX_GROUPS} are allowed (it starts with {first})"
             )
         object.__setattr__(self, "groups", tuple(unique.values()))
         return self
+
+    def __and__(self, other: object) -> Any:
+        from predicates.dsl import And
+
+        return And.of(self, other)
+
+    def __or__(self, other: object) -> Any:
+        from predicates.dsl import Or
+
+        return Or.of(self, other)
 
     @classmethod
     def of(cls, expr: object) -> Filter:
