@@ -372,6 +372,17 @@ def timed_publish(box: MessageBox, messages: Sequence[Message]) -> tuple[list[Ro
     return routed, batch_s
 
 
+def log_disagreement(work: Workload, i: int, got: list[int], expected: list[int]) -> None:
+    log(f"N={work.n:,}: message {i} routed differently from the naive loop")
+    log(f"  properties: {work.properties[i]!r}")
+    for label, extra in (
+        ("routed only", set(got) - set(expected)),
+        ("naive only", set(expected) - set(got)),
+    ):
+        for j in sorted(extra):
+            log(f"  {label}: subscription #{j}: {work.filters[j]}")
+
+
 def run_backend(backend: str, work: Workload, naive: NaiveResult | None, pg_url: str) -> RunResult:
     with backend_url(backend, work.n, pg_url) as url:
         box, subscribe_s, index_of = prepare(url, work)
@@ -381,10 +392,13 @@ def run_backend(backend: str, work: Workload, naive: NaiveResult | None, pg_url:
             box.close()
     agree = None
     if naive is not None:
-        same = sum(
-            sorted(index_of[s] for s in r.subscriptions) == expected
-            for r, expected in zip(routed, naive.matches, strict=False)
-        )
+        same = 0
+        for i, (r, expected) in enumerate(zip(routed, naive.matches, strict=False)):
+            got = sorted(index_of[s] for s in r.subscriptions)
+            if got == expected:
+                same += 1
+            elif i - same < 3:  # describe the first few disagreements
+                log_disagreement(work, i, got, expected)
         agree = (same, naive.sampled)
     return RunResult(
         backend=backend,
