@@ -431,6 +431,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1)
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def _times(ratio: float) -> str:
+    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+
+
 def _ok(good: bool) -> str:
     return "ok" if good else "MISS"
 
@@ -511,7 +515,7 @@ def report(
                     f"{statistics.median(r.batch_ms):.1f}",
                     f"{max(r.batch_ms):.1f}",
                     f"{r.avg_matches:.2f}",
-                    f"{r.msgs_per_s / naives[r.n].msgs_per_s:,.0f}x" if r.n in naives else "-",
+                    _times(r.msgs_per_s / naives[r.n].msgs_per_s) if r.n in naives else "-",
                     f"{r.agree[0]}/{r.agree[1]}" if r.agree else "-",
                     _targets(r, naives.get(r.n)),
                 ]
