@@ -40,7 +40,7 @@ from messagebox.models import (
     SuspendedEntry,
 )
 from messagebox.store import Store
-from predicates import Filter, normalize_properties, to_filter
+from predicates import normalize_properties, to_filter
 
 
 def _now() -> datetime:
@@ -395,6 +395,3 @@ class MessageBox:
 
     def __repr__(self) -> str:
         return f"MessageBox({self.url.render_as_string(hide_password=True)!r})"
-
-
-__all__ = ["Filter", "MessageBox"]

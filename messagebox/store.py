@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -80,11 +79,6 @@ class Store:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
-
-    def scalar(self, statement: sa.Executable, **params: Any) -> Any:
-        """Run one statement in its own transaction and return its first column."""
-        with self.transaction() as conn:
-            return conn.execute(statement, params).scalar()
 
     def close(self) -> None:
         """Close every pooled connection."""
