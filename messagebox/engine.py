@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from messagebox import router, schema, spool, subscriptions
+from messagebox import delivery, notify, router, schema, spool, subscriptions
+from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
     MessageValidationError,
+    Throttled,
+    UnknownHost,
     UnknownSubscription,
     UnknownSuspendedEntry,
     ValidationError,
@@ -28,10 +32,13 @@ from messagebox.errors import (
 from messagebox.ids import uuid7
 from messagebox.message import Message, StoredMessage
 from messagebox.models import (
-    ROUTING_FAILURE,
+    SERVICE_UNENLISTED,
+    SUBSCRIPTION_REMOVED,
     Host,
     HostSettings,
+    InstanceInfo,
     Kind,
+    OnFailure,
     QueueDepth,
     Routed,
     RoutingPolicy,
@@ -40,7 +47,11 @@ from messagebox.models import (
     SuspendedEntry,
 )
 from messagebox.store import Store
+from messagebox.throttle import Throttle as _Throttle
 from predicates import normalize_properties, to_filter
+
+if TYPE_CHECKING:
+    from messagebox.cleanup import CleanupReport
 
 
 def _now() -> datetime:
@@ -66,6 +77,7 @@ class MessageBox:
     def __init__(self, url: str | sa.URL | None = None, *, publisher: str | None = None) -> None:
         self.store = Store(url)
         self.publisher = publisher or f"{socket.gethostname()}:{os.getpid()}"
+        self._throttle = _Throttle()
 
     @property
     def url(self) -> sa.URL:
@@ -112,11 +124,14 @@ class MessageBox:
         priority: int = 0,
         state: State | str = State.STARTED,
         ordered: bool = False,
+        on_failure: OnFailure | str = OnFailure.SUSPEND,
     ) -> Subscription:
         """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
 
         ``filter`` is a DSL expression such as ``(P("a.B") == 1) | P("a.C").exists()``
         or a :class:`~predicates.Filter`. Instance subscriptions need ``instance_id``.
+        ``ordered`` delivers strictly in publish order, one at a time; ``on_failure``
+        says what an ordered subscription does with a message that exhausts its retries.
         """
         [made] = self.subscribe_many(
             [
@@ -130,6 +145,7 @@ class MessageBox:
                     "priority": priority,
                     "state": state,
                     "ordered": ordered,
+                    "on_failure": on_failure,
                 }
             ]
         )
@@ -157,6 +173,7 @@ class MessageBox:
             "priority",
             "state",
             "ordered",
+            "on_failure",
         }
         if unknown:
             raise ValidationError(f"subscription {index}: unknown field {sorted(unknown)[0]!r}")
@@ -170,6 +187,7 @@ class MessageBox:
             state = State(args.get("state", State.STARTED))
             instance_id = args.get("instance_id")
             priority = args.get("priority", 0)
+            on_failure = OnFailure(args.get("on_failure", OnFailure.SUSPEND))
         except ValueError as exc:
             raise ValidationError(f"subscription {index}: {exc}") from exc
         if (kind is Kind.INSTANCE) != (instance_id is not None):
@@ -190,6 +208,7 @@ class MessageBox:
             priority=priority,
             state=state,
             ordered=bool(args.get("ordered", False)),
+            on_failure=on_failure,
         )
 
     def subscriptions(
@@ -228,21 +247,39 @@ class MessageBox:
         return found
 
     def unsubscribe(self, *refs: int | str) -> int:
-        """Remove subscriptions (by id or name). Entries already queued stay queued."""
+        """Remove subscriptions (by id or name).
+
+        Their entries still waiting on a queue are suspended (not resumable, reason
+        ``subscription-removed``); :meth:`reroute` routes them again, :meth:`terminate`
+        drops them. An entry being delivered at that moment finishes its delivery.
+        """
         with self.store.transaction(serial=True) as conn:
             found = self._resolve(conn, refs)
-            return subscriptions.unsubscribe(conn, self.store.dialect, [s.id for s in found])
+            ids = [s.id for s in found]
+            delivery.suspend_waiting(conn, self.store.dialect, ids, SUBSCRIPTION_REMOVED)
+            return subscriptions.unsubscribe(conn, self.store.dialect, ids)
 
     def set_service_state(self, service: str, state: State | str) -> int:
-        """Start, stop (enlisted: messages are held) or unenlist every subscription of a
-        service. Starting releases the messages held while it was stopped."""
+        """Start, stop or unenlist every subscription of a service (DESIGN.md §4).
+
+        Stopping holds its waiting messages (and routes new ones held); starting releases
+        them. Unenlisting stops routing to it and suspends its waiting messages
+        (resumable, reason ``service-unenlisted``). Returns the subscriptions changed.
+        """
         new = State(state)
         with self.store.transaction(serial=True) as conn:
             subs = subscriptions.list_subscriptions(conn, service=service)
             if not subs:
                 raise UnknownSubscription(f"service {service!r} has no subscription")
-            subscriptions.set_state(conn, [s.id for s in subs], new)
-            return len(subs)
+            ids = [s.id for s in subs]
+            delivery.hold(conn, ids, new)
+            if new is State.UNENLISTED:
+                delivery.suspend_waiting(conn, self.store.dialect, ids, SERVICE_UNENLISTED)
+            elif new is State.STARTED:
+                self.store.dialect.notify(conn, sorted({s.host for s in subs}))
+        if new is State.STARTED:
+            notify.signal(self.store.key, {s.host for s in subs})
+        return len(subs)
 
     # --- publishing ---
 
@@ -252,12 +289,19 @@ class MessageBox:
         *,
         policy: RoutingPolicy | str = RoutingPolicy.SUSPEND,
         trusted: bool = False,
+        block: bool = True,
+        timeout: float = 60.0,
     ) -> list[Routed]:
         """Publish a batch in one transaction: all of it is stored, or none.
 
         Every message is validated first; each is routed to every matching subscription
         and stored once. A message that matches nothing is handled by ``policy``.
         ``trusted`` lets a receive location set ``messagebox.``/``BTS.`` properties.
+
+        Throttling: while a host the batch routes to has more entries waiting than its
+        ``throttle_queue_depth``, publishing waits for it to drain (at most ``timeout``
+        seconds), or with ``block=False`` raises :class:`~messagebox.errors.Throttled`
+        at once. Nothing is stored by a throttled attempt.
         """
         batch = list(messages)
         routing = RoutingPolicy(policy)
@@ -280,16 +324,27 @@ class MessageBox:
             raise MessageValidationError("the batch gives one message id twice")
         if not batch:
             return []
-        with self.store.transaction() as conn:
-            return router.publish(
-                conn,
-                self.store.dialect,
-                batch,
-                ids,
-                policy=routing,
-                publisher=self.publisher,
-                now=_now(),
-            )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with self.store.transaction() as conn:
+                    results, hosts = router.publish(
+                        conn,
+                        self.store.dialect,
+                        batch,
+                        ids,
+                        policy=routing,
+                        publisher=self.publisher,
+                        now=_now(),
+                        before_write=self._throttle.check,
+                    )
+            except Throttled as exc:
+                if not block or time.monotonic() >= deadline:
+                    raise
+                self._throttle.wait(self.store, exc.hosts, deadline)
+                continue
+            notify.signal(self.store.key, hosts)
+            return results
 
     def would_route(self, properties: Mapping[str, object]) -> list[Subscription]:
         """The subscriptions a message with these promoted properties would reach.
@@ -332,12 +387,26 @@ class MessageBox:
         with self.store.transaction() as conn:
             return [QueueDepth(h, s, st, int(n)) for h, s, st, n in conn.execute(query)]
 
-    def suspended(self, *, reason: str | None = None, limit: int = 1000) -> list[SuspendedEntry]:
-        """Suspended entries, oldest first."""
+    def suspended(
+        self,
+        *,
+        reason: str | None = None,
+        host: str | None = None,
+        service: str | None = None,
+        subscription: int | None = None,
+        message_id: uuid.UUID | str | None = None,
+        limit: int = 1000,
+    ) -> list[SuspendedEntry]:
+        """Suspended entries, oldest first, optionally filtered."""
         s = schema.suspended
-        query = sa.select(s).order_by(s.c.id).limit(limit)
-        if reason is not None:
-            query = query.where(s.c.reason == reason)
+        query = SuspendedQuery(
+            reason=reason,
+            host=host,
+            service=service,
+            subscription=subscription,
+            message_id=None if message_id is None else uuid.UUID(str(message_id)),
+        )
+        select = sa.select(s).where(*query.where()).order_by(s.c.id).limit(limit)
         with self.store.transaction() as conn:
             return [
                 SuspendedEntry(
@@ -352,34 +421,135 @@ class MessageBox:
                     attempts=r.attempts,
                     suspended_at=r.suspended_at,
                 )
-                for r in conn.execute(query)
+                for r in conn.execute(select)
             ]
 
+    def resume(
+        self,
+        *entry_ids: int,
+        reason: str | None = None,
+        host: str | None = None,
+        service: str | None = None,
+        subscription: int | None = None,
+        before: datetime | None = None,
+    ) -> list[int]:
+        """Put suspended entries back on their queues: the given ids (each must exist
+        and be resumable), or every resumable entry matching the filters. They keep
+        their place in publish order and start again from attempt 1. Returns the ids."""
+        query = self._suspended_query(entry_ids, reason, host, service, subscription, before)
+        with self.store.transaction(serial=True) as conn:
+            resumed = delivery.resume(conn, self.store.dialect, query)
+            hosts = {
+                e.host
+                for e in conn.execute(
+                    sa.select(schema.queue.c.host.label("host"))
+                    .where(schema.queue.c.id.in_(resumed))
+                    .distinct()
+                )
+            }
+        notify.signal(self.store.key, hosts)
+        return resumed
+
+    def terminate(
+        self,
+        *entry_ids: int,
+        reason: str | None = None,
+        host: str | None = None,
+        service: str | None = None,
+        subscription: int | None = None,
+        before: datetime | None = None,
+    ) -> list[int]:
+        """Delete suspended entries (the given ids, or every one matching the filters)
+        and release their references; cleanup then removes unreferenced messages."""
+        query = self._suspended_query(entry_ids, reason, host, service, subscription, before)
+        with self.store.transaction(serial=True) as conn:
+            return delivery.terminate(conn, self.store.dialect, query)
+
+    @staticmethod
+    def _suspended_query(
+        entry_ids: Sequence[int],
+        reason: str | None,
+        host: str | None,
+        service: str | None,
+        subscription: int | None,
+        before: datetime | None,
+    ) -> SuspendedQuery:
+        filters = (reason, host, service, subscription, before)
+        if not entry_ids and all(f is None for f in filters):
+            raise ValidationError(
+                "name the suspended entries: give ids, or at least one filter "
+                "(reason, host, service, subscription, before)"
+            )
+        if entry_ids and any(f is not None for f in filters):
+            raise ValidationError("give either suspended entry ids or filters, not both")
+        for entry in entry_ids:
+            if type(entry) is not int:
+                raise ValidationError(f"suspended entry id {entry!r} is not an int")
+        return SuspendedQuery(
+            ids=tuple(entry_ids) if entry_ids else None,
+            reason=reason,
+            host=host,
+            service=service,
+            subscription=subscription,
+            before=before,
+        )
+
     def reroute(self, *entry_ids: int) -> dict[int, tuple[int, ...]]:
-        """Route suspended routing failures again (all of them when no id is given).
+        """Route suspended routing failures, and entries whose subscription was removed,
+        again (all of them when no id is given).
 
         Those that now match a subscription move to their hosts' queues; the rest stay
         suspended. Returns the subscriptions each moved entry went to.
         """
         s = schema.suspended
-        with self.store.transaction() as conn:
+        reroutable = s.c.reason.in_(router.REROUTABLE)
+        with self.store.transaction(serial=True) as conn:
             if entry_ids:
                 known = set(
                     conn.execute(
-                        sa.select(s.c.id).where(
-                            s.c.id.in_(list(entry_ids)), s.c.reason == ROUTING_FAILURE
-                        )
+                        sa.select(s.c.id).where(s.c.id.in_(list(entry_ids)), reroutable)
                     ).scalars()
                 )
                 missing = [e for e in entry_ids if e not in known]
                 if missing:
-                    raise UnknownSuspendedEntry(f"no suspended routing failure {missing[0]}")
+                    raise UnknownSuspendedEntry(
+                        f"no suspended routing failure or removed-subscription entry {missing[0]}"
+                    )
                 ids = list(entry_ids)
             else:
-                ids = list(
-                    conn.execute(sa.select(s.c.id).where(s.c.reason == ROUTING_FAILURE)).scalars()
-                )
-            return router.reroute(conn, self.store.dialect, ids, _now()) if ids else {}
+                ids = list(conn.execute(sa.select(s.c.id).where(reroutable)).scalars())
+            done = router.reroute(conn, self.store.dialect, ids, _now()) if ids else {}
+            hosts = set(
+                conn.execute(
+                    sa.select(schema.subscription.c.host).where(
+                        schema.subscription.c.id.in_({x for v in done.values() for x in v})
+                    )
+                ).scalars()
+            )
+        notify.signal(self.store.key, hosts)
+        return done
+
+    # --- delivery and operations ---
+
+    def instances(self, host: str | None = None) -> list[InstanceInfo]:
+        """Registered host instances, with their last heartbeat."""
+        with self.store.transaction() as conn:
+            return delivery.instances(conn, host)
+
+    def host(self, name: str) -> Host:
+        """One host, by name."""
+        for h in self.hosts():
+            if h.name == name:
+                return h
+        raise UnknownHost(f"no host named {name!r}")
+
+    def cleanup(
+        self, *, batch: int = 10_000, progress: Callable[[str], None] | None = None
+    ) -> CleanupReport:
+        """Run the cleanup job once (DESIGN.md §10); safe while others publish and deliver."""
+        from messagebox.cleanup import run
+
+        return run(self.store, batch=batch, progress=progress)
 
     def references(self, message_id: uuid.UUID | str) -> int:
         """The references a message holds now (added minus released)."""

@@ -12,6 +12,7 @@ MessageBoxError
 ├── AlreadyExists                   a host or subscription name is taken
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
+├── PermanentFailure                raised by a service: suspend the message, no retry
 └── StorageError                    the database failed; the driver error is chained
     └── BackendUnavailable          cannot connect, or the file is owned by another process
 """
@@ -67,7 +68,15 @@ class RoutingFailure(MessageBoxError):
 
 
 class Throttled(MessageBoxError):
-    """Publishing is throttled."""
+    """Publishing is throttled: a host's queue is deeper than its threshold."""
+
+    def __init__(self, message: str | None = None, *, hosts: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.hosts = hosts or []
+
+
+class PermanentFailure(MessageBoxError):
+    """Raised by a service: the message can never succeed; suspend it without retrying."""
 
 
 class StorageError(MessageBoxError):

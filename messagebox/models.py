@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from predicates import Filter
 
@@ -31,6 +31,16 @@ class State(StrEnum):
     """No active subscription: messages do not route to it."""
 
 
+class OnFailure(StrEnum):
+    """What an ordered subscription does when a message exhausts its retries."""
+
+    SUSPEND = "suspend"
+    """Suspend that message (resumable) and go on with the next; the default."""
+    STOP = "stop"
+    """Suspend that message and stop the service: later messages are held, in order,
+    until the message is resumed or terminated and the service started again."""
+
+
 class RoutingPolicy(StrEnum):
     """What to do with a message that matches no subscription."""
 
@@ -49,19 +59,42 @@ class Outcome(StrEnum):
 
 
 class HostSettings(BaseModel):
-    """A host's settings, with the defaults a new host gets."""
+    """A host's settings, with the defaults a new host gets (DESIGN.md §8)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dequeue_threads: int = Field(4, ge=1, le=256)
+    """Threads per host instance that claim and handle messages."""
     claim_batch: int = Field(10, ge=1, le=10_000)
+    """Entries one claim takes; they are completed together in one transaction."""
     poll_min_seconds: float = Field(0.05, gt=0)
+    """Wait after an empty claim; doubled on each further empty claim..."""
     poll_max_seconds: float = Field(2.0, gt=0)
+    """...up to this. On PostgreSQL a publish wakes idle instances at once (NOTIFY)."""
     lease_seconds: float = Field(60.0, gt=0)
+    """How long a claim lasts without a heartbeat; heartbeats extend live leases."""
+    heartbeat_seconds: float = Field(5.0, gt=0)
+    """How often an instance proves it is alive (and extends its leases)."""
+    dead_after_seconds: float = Field(30.0, gt=0)
+    """An instance whose heartbeat is older than this is dead: its leases are released."""
     max_in_flight: int = Field(100, ge=1)
+    """Claimed but unfinished entries per instance, across its threads."""
     max_attempts: int = Field(5, ge=1)
+    """Deliveries of one entry before it is suspended (resumable)."""
     retry_backoff_seconds: float = Field(1.0, ge=0)
+    """Wait before retry n is ``retry_backoff_seconds * 2**(n-1)``, at most an hour."""
     throttle_queue_depth: int = Field(100_000, ge=1)
+    """Publishing to this host waits (or raises Throttled) while its queue is deeper."""
+    cleanup_interval_seconds: float = Field(60.0, ge=0)
+    """How often an instance runs the cleanup job in-process (0: never)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HostSettings:
+        if self.poll_max_seconds < self.poll_min_seconds:
+            raise ValueError("poll_max_seconds must be at least poll_min_seconds")
+        if self.dead_after_seconds <= self.heartbeat_seconds:
+            raise ValueError("dead_after_seconds must be longer than heartbeat_seconds")
+        return self
 
 
 @dataclass(frozen=True)
@@ -84,6 +117,7 @@ class Subscription:
     state: State
     ordered: bool
     created_at: datetime
+    on_failure: OnFailure = OnFailure.SUSPEND
 
 
 @dataclass(frozen=True)
@@ -118,3 +152,24 @@ class SuspendedEntry:
 
 
 ROUTING_FAILURE = "routing-failure"
+DELIVERY_FAILURE = "delivery-failure"
+"""A service failed the message more than ``max_attempts`` times (resumable)."""
+SUBSCRIPTION_REMOVED = "subscription-removed"
+"""Its subscription was removed while it waited (can be re-routed)."""
+SERVICE_UNENLISTED = "service-unenlisted"
+"""Its service was unenlisted while it waited (resumable)."""
+INSTANCE_COMPLETED = "completed-with-discarded-messages"
+"""Its service instance completed before consuming it (not resumable)."""
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """A registered host instance."""
+
+    id: str
+    host: str
+    hostname: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    state: str

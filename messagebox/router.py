@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,8 +18,18 @@ from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.message import Message
-from messagebox.models import ROUTING_FAILURE, Outcome, Routed, RoutingPolicy, State
+from messagebox.models import (
+    ROUTING_FAILURE,
+    SUBSCRIPTION_REMOVED,
+    Outcome,
+    Routed,
+    RoutingPolicy,
+    State,
+)
 from messagebox.properties import Value, decode_context, encode_value, family, sql_key
+
+REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
+"""Suspended reasons that :func:`reroute` takes: the message has no destination."""
 
 
 def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:
@@ -80,6 +90,7 @@ class _Writes:
                     "available_at",
                     "enqueued_at",
                     "instance_id",
+                    "ordered",
                 )
             },
             suspended={
@@ -101,7 +112,7 @@ class _Writes:
         )
 
     def enqueue(self, entry_id: int, msg_id: uuid.UUID, row: RouteRow, now: datetime) -> None:
-        _, sub, host, priority, state, _kind, instance_id = row
+        _, sub, host, priority, state, _kind, instance_id, ordered = row
         q = self.queue
         q["id"].append(entry_id)
         q["msg"].append(msg_id)
@@ -113,6 +124,7 @@ class _Writes:
         q["available_at"].append(now)
         q["enqueued_at"].append(now)
         q["instance_id"].append(instance_id)
+        q["ordered"].append(bool(ordered))
 
     def suspend_routing_failure(
         self, entry_id: int, msg_id: uuid.UUID, report: dict[str, Any], now: datetime
@@ -160,9 +172,17 @@ def publish(
     policy: RoutingPolicy,
     publisher: str,
     now: datetime,
-) -> list[Routed]:
-    """Route and store a validated batch inside the caller's transaction."""
+    before_write: Callable[[sa.Connection, set[str]], None] | None = None,
+) -> tuple[list[Routed], set[str]]:
+    """Route and store a validated batch inside the caller's transaction.
+
+    ``before_write`` sees the hosts the batch routes to before anything is written (or
+    any part stream read); throttling raises there. Returns the results and the hosts.
+    """
     matches = route(conn, dialect, [m.promoted for m in messages])
+    hosts = {row[2] for rows in matches for row in rows}
+    if before_write is not None and hosts:
+        before_write(conn, hosts)
     unrouted = [i for i, rows in enumerate(matches) if not rows]
     if unrouted and policy is RoutingPolicy.RAISE:
         first = unrouted[0]
@@ -192,17 +212,19 @@ def publish(
             results.append(Routed(msg_id, Outcome.DROPPED, ()))
     spool.write_messages(conn, dialect, [(ids[i], messages[i]) for i in keep], now, publisher)
     writes.flush(conn, dialect)
-    return results
+    dialect.notify(conn, sorted(hosts))
+    return results, hosts
 
 
 def reroute(
     conn: sa.Connection, dialect: Dialect, entry_ids: Sequence[int], now: datetime
 ) -> dict[int, tuple[int, ...]]:
-    """Route suspended routing failures again; those that now match leave the suspended
-    queue for their hosts' queues. Returns, per entry, the subscriptions it went to."""
+    """Route suspended routing failures (and entries whose subscription was removed)
+    again; those that now match leave the suspended queue for their hosts' queues.
+    Returns, per entry, the subscriptions it went to."""
     s = schema.suspended
     rows = conn.execute(
-        sa.select(s.c.id, s.c.msg).where(s.c.id.in_(list(entry_ids)), s.c.reason == ROUTING_FAILURE)
+        sa.select(s.c.id, s.c.msg).where(s.c.id.in_(list(entry_ids)), s.c.reason.in_(REROUTABLE))
     ).all()
     contexts = spool.read_context(conn, [r.msg for r in rows])
     promoted = [decode_context(contexts[r.msg].context)[0] for r in rows]
@@ -224,4 +246,5 @@ def reroute(
         conn.execute(s.delete().where(s.c.id.in_(list(done))))
         writes.flush(conn, dialect)
         dialect.insert(conn, schema.ref_release, releases)
+        dialect.notify(conn, sorted({m[2] for _, ms in routed for m in ms}))
     return done

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 metadata = sa.MetaData()
 
@@ -62,6 +62,7 @@ subscription = sa.Table(
     sa.Column("priority", sa.Integer, nullable=False),
     sa.Column("state", sa.Text, nullable=False),
     sa.Column("ordered", sa.Boolean, nullable=False),
+    sa.Column("on_failure", sa.Text, nullable=False),
     sa.Column("filter", sa.Text, nullable=False),
     sa.Column("created_at", Stamp, nullable=False),
 )
@@ -192,8 +193,17 @@ queue = sa.Table(
     sa.Column("lease_expires", Stamp),
     sa.Column("enqueued_at", Stamp, nullable=False),
     sa.Column("instance_id", sa.Text),
+    sa.Column("ordered", sa.Boolean, nullable=False),
 )
-sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority, queue.c.id)
+sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority.desc(), queue.c.id)
+sa.Index(
+    "mb_queue_ordered",
+    queue.c.host,
+    queue.c.sub,
+    queue.c.id,
+    postgresql_where=queue.c.ordered,
+)
+sa.Index("mb_queue_lease", queue.c.lease_owner)
 sa.Index("mb_queue_msg", queue.c.msg)
 sa.Index("mb_queue_sub", queue.c.sub)
 
@@ -210,6 +220,11 @@ suspended = sa.Table(
     sa.Column("report", sa.Text),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("suspended_at", Stamp, nullable=False),
+    # what resuming needs to put a delivery failure back where it was
+    sa.Column("priority", sa.Integer),
+    sa.Column("ordered", sa.Boolean),
+    sa.Column("instance_id", sa.Text),
+    sa.Column("enqueued_at", Stamp),
 )
 sa.Index("mb_suspended_msg", suspended.c.msg)
 
@@ -230,3 +245,29 @@ ref_release = sa.Table(
     sa.Column("logged_at", Stamp, nullable=False),
 )
 sa.Index("mb_ref_release_msg", ref_release.c.msg)
+
+
+instance = sa.Table(
+    "mb_instance",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("hostname", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started_at", Stamp, nullable=False),
+    sa.Column("heartbeat_at", Stamp, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+)
+"""Running host instances (DESIGN.md §8); a stale heartbeat marks one dead."""
+
+service_instance = sa.Table(
+    "mb_service_instance",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("service", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+    sa.Column("completed_at", Stamp),
+)
+"""Instances of long-running services (orchestrations), which own instance subscriptions;
+cleanup purges the subscriptions of completed ones."""

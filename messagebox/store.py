@@ -7,6 +7,7 @@ at the boundary, with the original chained.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -49,6 +50,13 @@ class Store:
             raise BackendUnavailable(f"not a database URL: {url!r}") from exc
         self.dialect: Dialect = dialect_for(self.url)
         self.engine = self.dialect.create_engine(self.url)
+        database = self.url.database or ""
+        self.key = (
+            os.path.abspath(database)
+            if self.url.get_backend_name() == "duckdb" and database not in ("", ":memory:")
+            else self.url.render_as_string(hide_password=True)
+        )
+        """Names this database within the process (in-process wake-ups)."""
         with self.transaction(serial=True) as conn:
             self.dialect.create_schema(conn, schema.metadata)
             version = conn.execute(

@@ -18,7 +18,7 @@ from messagebox import schema
 from messagebox.dialects import Dialect
 from messagebox.errors import AlreadyExists, UnknownHost
 from messagebox.ids import allocate
-from messagebox.models import Host, HostSettings, Kind, State, Subscription
+from messagebox.models import Host, HostSettings, Kind, OnFailure, State, Subscription
 from predicates import Filter
 from predicates.sql import anchor_rank, typed_rows
 
@@ -42,6 +42,7 @@ class SubscriptionSpec:
     priority: int
     state: State
     ordered: bool
+    on_failure: OnFailure = OnFailure.SUSPEND
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -161,6 +162,7 @@ def subscribe(
                 "priority": spec.priority,
                 "state": spec.state.value,
                 "ordered": spec.ordered,
+                "on_failure": spec.on_failure.value,
                 "filter": spec.filter.to_json(),
                 "created_at": now,
             }
@@ -200,6 +202,7 @@ def _subscription(row: Mapping[Any, Any], filt: Filter | None = None) -> Subscri
         state=State(row["state"]),
         ordered=bool(row["ordered"]),
         created_at=row["created_at"],
+        on_failure=OnFailure(row["on_failure"]),
     )
 
 

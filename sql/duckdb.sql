@@ -3,3 +3,50 @@
 -- name: staged --
 staged AS (SELECT * FROM mb_staged_batch),
 batch AS (SELECT CAST(range AS INTEGER) AS msg FROM range(CAST($n AS BIGINT)))
+
+-- name: claim --
+-- Claims are serialised in-process (DuckDB has no row locks; see dialects/duckdb.py).
+UPDATE mb_queue
+SET lease_owner = $owner,
+    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
+    attempts = attempts + 1
+WHERE id IN (
+    SELECT id FROM mb_queue
+    WHERE host = $host AND state = 'ready' AND NOT ordered
+      AND available_at <= now()
+      AND (lease_expires IS NULL OR lease_expires < now())
+    ORDER BY priority DESC, id
+    LIMIT $n
+)
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered
+
+-- name: claim_ordered --
+-- An ordered subscription is served by one claimer at a time: the run of its oldest
+-- entries, taken only when its head is free. Its claimer handles the run in id order
+-- (strictly publish order, one at a time) and gives back the rest on a failure.
+UPDATE mb_queue
+SET lease_owner = $owner,
+    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
+    attempts = attempts + 1
+WHERE id IN (
+    WITH heads AS (
+        SELECT sub, min(id) AS id FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
+    ),
+    free AS (
+        SELECT h.sub
+        FROM heads h
+        JOIN mb_queue q ON q.id = h.id
+        WHERE q.state = 'ready' AND q.available_at <= now()
+          AND (q.lease_expires IS NULL OR q.lease_expires < now())
+        ORDER BY q.priority DESC, q.id
+        LIMIT 1
+    )
+    SELECT q.id
+    FROM mb_queue q
+    JOIN free f ON q.sub = f.sub
+    WHERE q.state = 'ready' AND q.available_at <= now()
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+    ORDER BY q.id
+    LIMIT $n
+)
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered

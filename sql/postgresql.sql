@@ -16,3 +16,67 @@ SELECT pg_advisory_xact_lock(7240115001)
 
 -- name: lock_schema --
 SELECT pg_advisory_xact_lock(7240115000)
+
+-- name: lock_cleanup --
+-- One cleanup at a time across processes; the others skip their turn.
+SELECT pg_try_advisory_xact_lock(7240115002)
+
+-- name: notify --
+-- Wake idle host instances of these hosts (delivered when the transaction commits).
+SELECT pg_notify('messagebox', current_schema() || '/' || h)
+FROM unnest(%(hosts)s::text[]) AS h
+
+-- name: claim --
+-- SKIP LOCKED: concurrent claimers on any machine take disjoint entries, without waiting.
+WITH c AS MATERIALIZED (
+    SELECT id FROM mb_queue
+    WHERE host = %(host)s AND state = 'ready' AND NOT ordered
+      AND available_at <= now()
+      AND (lease_expires IS NULL OR lease_expires < now())
+    ORDER BY priority DESC, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE mb_queue q
+SET lease_owner = %(owner)s,
+    lease_expires = now() + make_interval(secs => %(lease)s),
+    attempts = q.attempts + 1
+FROM c
+WHERE q.id = c.id
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
+
+-- name: claim_ordered --
+-- An ordered subscription is served by one claimer at a time: the run of its oldest
+-- entries, taken only when its head is free (a head another claimer has locked is
+-- skipped, never waited for). Its claimer handles the run in id order (strictly publish
+-- order, one at a time) and gives back the rest on a failure.
+WITH heads AS (
+    SELECT sub, min(id) AS id FROM mb_queue WHERE host = %(host)s AND ordered GROUP BY sub
+),
+free AS MATERIALIZED (
+    SELECT q.sub
+    FROM mb_queue q
+    JOIN heads h ON q.id = h.id
+    WHERE q.state = 'ready' AND q.available_at <= now()
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+    ORDER BY q.priority DESC, q.id
+    LIMIT 1
+    FOR UPDATE OF q SKIP LOCKED
+),
+run AS MATERIALIZED (
+    SELECT q.id
+    FROM mb_queue q
+    JOIN free f ON q.sub = f.sub
+    WHERE q.state = 'ready' AND q.available_at <= now()
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+    ORDER BY q.id
+    LIMIT %(n)s
+    FOR UPDATE OF q
+)
+UPDATE mb_queue q
+SET lease_owner = %(owner)s,
+    lease_expires = now() + make_interval(secs => %(lease)s),
+    attempts = q.attempts + 1
+FROM run
+WHERE q.id = run.id
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered

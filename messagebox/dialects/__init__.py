@@ -34,8 +34,8 @@ class StagedBatch:
     v_int: list[int | None] = field(default_factory=list)
 
 
-RouteRow = tuple[int, int, str, int, str, str, str | None]
-"""(message number, subscription id, host, priority, state, kind, instance id)."""
+RouteRow = tuple[int, int, str, int, str, str, str | None, bool]
+"""(message number, subscription id, host, priority, state, kind, instance id, ordered)."""
 
 
 class Dialect:
@@ -52,6 +52,8 @@ class Dialect:
         route = route.replace("{str_holds}", sql.load(self.name, "str_holds"))
         route = route.replace("{num_holds}", sql.load(self.name, "num_holds"))
         self.route_sql = "WITH " + sql.load(self.name, "staged") + ",\n" + route
+        self.claim_sql = sql.load(self.name, "claim")
+        self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError
@@ -75,6 +77,21 @@ class Dialect:
 
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         """Serialise subscription changes across processes for the rest of the transaction."""
+
+    def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
+        """Parameters of the ``claim`` statements."""
+        raise NotImplementedError
+
+    def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        """The database clock plus ``seconds`` (negative for the past)."""
+        raise NotImplementedError
+
+    def notify(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
+        """Wake other processes' idle instances of these hosts when the transaction commits."""
+
+    def try_lock_cleanup(self, conn: sa.Connection) -> bool:
+        """Take the cleanup lock for this transaction, or say another cleaner holds it."""
+        return True
 
     def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
         """A driver error as a messagebox error (the caller chains the original)."""

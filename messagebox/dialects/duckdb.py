@@ -128,6 +128,13 @@ class DuckDBDialect(Dialect):
                 f"SELECT {', '.join(exprs)} FROM {name}"
             )
 
+    def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
+        return {"host": host, "owner": owner, "n": n, "lease_us": int(lease_seconds * 1e6)}
+
+    def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds
+        return sa.func.now() + sa.func.to_microseconds(sa.cast(secs * 1_000_000, sa.BigInteger))
+
     def serial(self) -> AbstractContextManager[Any]:
         """The in-process lock (one per database file) for work that must not interleave."""
         return self._lock

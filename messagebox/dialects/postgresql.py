@@ -71,6 +71,24 @@ class PostgreSQLDialect(Dialect):
             for row in zip(*columns.values(), strict=True):
                 copy.write_row(row)
 
+    def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
+        return {"host": host, "owner": owner, "n": n, "lease": float(lease_seconds)}
+
+    def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds
+        return sa.func.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, sa.cast(secs, sa.Double))
+
+    def notify(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
+        if hosts:
+            conn.exec_driver_sql(sql.load(self.name, "notify"), {"hosts": sorted(set(hosts))})
+
+    def try_lock_cleanup(self, conn: sa.Connection) -> bool:
+        return bool(conn.exec_driver_sql(sql.load(self.name, "lock_cleanup")).scalar())
+
+    def listen_dsn(self, url: sa.URL) -> str:
+        """A libpq connection string for a LISTEN connection of its own."""
+        return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_subscriptions"))
 

@@ -1,0 +1,105 @@
+"""What a service receives: one :class:`Delivery` per queue entry.
+
+A service is a callable taking a ``Delivery``, or a class (instantiated once per host
+instance) whose instances are callable or have a ``handle(delivery)`` method. Returning
+completes the entry; raising fails it (retried after a back-off, suspended past the
+host's ``max_attempts``); raising :class:`~messagebox.errors.PermanentFailure`
+suspends it at once. Delivery is at least once: use ``attempt`` and ``message_id`` to
+make a service idempotent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from messagebox.errors import ValidationError
+from messagebox.message import Message, StoredMessage
+from messagebox.models import Routed, Subscription
+from messagebox.properties import Value
+
+if TYPE_CHECKING:
+    from messagebox.engine import MessageBox
+
+Handler = Callable[["Delivery"], object]
+
+
+class Delivery:
+    """One delivery of a message to a subscription's service."""
+
+    def __init__(
+        self,
+        box: MessageBox,
+        *,
+        entry_id: int,
+        message_id: uuid.UUID,
+        subscription: Subscription,
+        attempt: int,
+        host_instance: str,
+    ) -> None:
+        self.box = box
+        self.entry_id = entry_id
+        """The queue entry; unique per (message, subscription), kept across retries."""
+        self.message_id = message_id
+        self.subscription = subscription
+        self.attempt = attempt
+        """1 for the first delivery; more after a failure or a lost lease."""
+        self.host_instance = host_instance
+
+    @property
+    def instance_id(self) -> str | None:
+        """The service instance an instance subscription routed this to."""
+        return self.subscription.instance_id
+
+    @cached_property
+    def message(self) -> StoredMessage:
+        """The stored message (read on first use)."""
+        return self.box.read_message(self.message_id)
+
+    @property
+    def properties(self) -> dict[str, Value]:
+        """The message's promoted properties."""
+        return self.message.promoted
+
+    @property
+    def body(self) -> bytes:
+        """The body part's bytes."""
+        return self.message.body
+
+    def iter_part(self, part: str) -> Iterator[bytes]:
+        """A part's bytes a fragment at a time, for parts too large to hold whole."""
+        return self.box.iter_part(self.message_id, part)
+
+    def publish(self, messages: Iterable[Message], **options: Any) -> list[Routed]:
+        """Publish messages from the service (same options as ``MessageBox.publish``)."""
+        return self.box.publish(messages, **options)
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(entry={self.entry_id}, message={self.message_id}, "
+            f"service={self.subscription.service!r}, attempt={self.attempt})"
+        )
+
+
+def as_handler(name: str, service: object) -> Handler:
+    """The callable that handles deliveries for a registered service."""
+    if isinstance(service, type):
+        cls = service
+        try:
+            service = cls()
+        except TypeError as exc:
+            raise ValidationError(
+                f"service {name!r}: the class {cls.__name__} must be creatable "
+                f"without arguments ({exc})"
+            ) from exc
+    handle = getattr(service, "handle", None)
+    if callable(handle):
+        return handle  # type: ignore[no-any-return]
+    if callable(service):
+        return service
+    raise ValidationError(
+        f"service {name!r} must be a callable taking a Delivery, or a class with a "
+        f"handle(delivery) method; got {type(service).__name__}"
+    )

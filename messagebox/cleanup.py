@@ -1,0 +1,145 @@
+"""The cleanup job (DESIGN.md §10): what nothing references any more is deleted.
+
+1. Host instances whose heartbeat is stale are unregistered and every lease held by an
+   instance that is not alive is released, so another instance delivers the entry.
+2. Completed service instances lose their instance subscriptions; messages still waiting
+   for them are suspended (not resumable: "completed with discarded messages").
+3. The reference logs are summed per message. A message whose references sum to zero,
+   and that no queue or suspended entry names, is deleted with its log rows; a part is
+   deleted when no message uses it any more.
+
+Why it is safe while others publish and deliver: a message's references only reach
+zero when its last entry is completed or terminated, and nothing adds a reference to
+such a message again (a publish creates new messages; re-routing and resuming need a
+suspended entry, which holds a reference). So zero is final, and each chunk is deleted
+in one transaction that also re-checks that no entry names the message.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from messagebox import delivery, schema, subscriptions
+from messagebox.models import INSTANCE_COMPLETED
+from messagebox.store import Store
+
+
+@dataclass
+class CleanupReport:
+    """What one cleanup run removed."""
+
+    messages: int = 0
+    parts: int = 0
+    reference_rows: int = 0
+    dead_instances: int = 0
+    released_leases: int = 0
+    purged_subscriptions: int = 0
+    discarded_messages: int = 0
+    skipped: bool = False
+    """Another cleanup held the lock (PostgreSQL); this run did nothing."""
+    seconds: float = 0.0
+
+
+def _zero_referenced(conn: sa.Connection, limit: int) -> list[uuid.UUID]:
+    add, rel, q, s = schema.ref_add, schema.ref_release, schema.queue, schema.suspended
+    logs = sa.union_all(
+        sa.select(add.c.msg, add.c.n),
+        sa.select(rel.c.msg, (-rel.c.n).label("n")),
+    ).subquery()
+    sums = sa.select(logs.c.msg, sa.func.sum(logs.c.n).label("n")).group_by(logs.c.msg).subquery()
+    query = (
+        sa.select(sums.c.msg)
+        .where(
+            sums.c.n == 0,
+            ~sa.exists().where(q.c.msg == sums.c.msg),
+            ~sa.exists().where(s.c.msg == sums.c.msg),
+        )
+        .limit(limit)
+    )
+    return [
+        m if isinstance(m, uuid.UUID) else uuid.UUID(str(m)) for m in conn.execute(query).scalars()
+    ]
+
+
+def _delete_messages(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int, int]:
+    """Delete messages, their log rows and the parts only they used."""
+    mp, p, f = schema.message_part, schema.part, schema.fragment
+    parts = list(conn.execute(sa.select(mp.c.part).where(mp.c.msg.in_(msgs))).scalars())
+    conn.execute(mp.delete().where(mp.c.msg.in_(msgs)))
+    deleted = conn.execute(schema.spool.delete().where(schema.spool.c.id.in_(msgs))).rowcount
+    refs = 0
+    for table in (schema.ref_add, schema.ref_release):
+        refs += conn.execute(table.delete().where(table.c.msg.in_(msgs))).rowcount
+    n_parts = 0
+    if parts:
+        unused = list(
+            conn.execute(
+                sa.select(p.c.id).where(p.c.id.in_(parts), ~sa.exists().where(mp.c.part == p.c.id))
+            ).scalars()
+        )
+        if unused:
+            conn.execute(f.delete().where(f.c.part.in_(unused)))
+            n_parts = conn.execute(p.delete().where(p.c.id.in_(unused))).rowcount
+    return int(deleted), int(n_parts), int(refs)
+
+
+def _purge_completed(conn: sa.Connection, store: Store, report: CleanupReport) -> None:
+    si, sub = schema.service_instance, schema.subscription
+    done = list(conn.execute(sa.select(si.c.id).where(si.c.state == "completed")).scalars())
+    if not done:
+        return
+    subs = list(conn.execute(sa.select(sub.c.id).where(sub.c.instance_id.in_(done))).scalars())
+    report.discarded_messages += delivery.suspend_waiting(
+        conn, store.dialect, subs, INSTANCE_COMPLETED
+    )
+    if subs:
+        report.purged_subscriptions += subscriptions.unsubscribe(conn, store.dialect, subs)
+    conn.execute(si.delete().where(si.c.id.in_(done)))
+
+
+def run(
+    store: Store, *, batch: int = 10_000, progress: Callable[[str], None] | None = None
+) -> CleanupReport:
+    """Run every cleanup step once; deletes in chunks of ``batch`` messages."""
+    started = time.monotonic()
+    report = CleanupReport()
+    say = progress or (lambda _text: None)
+    with store.transaction(serial=True) as conn:
+        if not store.dialect.try_lock_cleanup(conn):
+            report.skipped = True
+            say("another cleanup is running; skipped")
+            return report
+        for host in subscriptions.list_hosts(conn):
+            dead, released = delivery.release_dead(
+                conn, store.dialect, host.name, host.settings.dead_after_seconds
+            )
+            report.dead_instances += len(dead)
+            report.released_leases += released
+        _purge_completed(conn, store, report)
+    if report.dead_instances or report.released_leases:
+        say(
+            f"released {report.released_leases} leases of "
+            f"{report.dead_instances} dead host instances"
+        )
+    while True:
+        with store.transaction(serial=True) as conn:
+            if not store.dialect.try_lock_cleanup(conn):
+                report.skipped = True
+                break
+            msgs = _zero_referenced(conn, batch)
+            if not msgs:
+                break
+            n_msgs, n_parts, n_refs = _delete_messages(conn, msgs)
+        report.messages += n_msgs
+        report.parts += n_parts
+        report.reference_rows += n_refs
+        say(f"deleted {report.messages} unreferenced messages so far")
+        if len(msgs) < batch:
+            break
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,518 @@
+"""Delivery in storage (DESIGN.md §8): claims under a lease, completion, failure and
+retry, the suspended queue, and the registry of host instances.
+
+Every function runs inside the caller's transaction. On DuckDB the caller holds the
+in-process serial lock around each of them (``Store.transaction(serial=True)``): DuckDB
+has no row locks, so claims must never interleave. A lease is owned by a host instance
+id; completing or failing an entry whose lease another instance has taken since is a
+no-op, reported as a lost lease (the other instance delivers it again: at least once).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import schema
+from messagebox.dialects import Dialect
+from messagebox.errors import UnknownSuspendedEntry
+from messagebox.models import (
+    DELIVERY_FAILURE,
+    INSTANCE_COMPLETED,
+    SERVICE_UNENLISTED,
+    SUBSCRIPTION_REMOVED,
+    HostSettings,
+    InstanceInfo,
+    State,
+)
+
+MAX_BACKOFF_SECONDS = 3600.0
+MAX_ERROR_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A queue entry claimed under a lease; ``attempts`` counts this delivery."""
+
+    id: int
+    msg: uuid.UUID
+    sub: int
+    attempts: int
+    priority: int
+    instance_id: str | None
+    ordered: bool
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed delivery: the error text, and whether to suspend without retrying."""
+
+    claim: Claim
+    error: str
+    permanent: bool = False
+    reason: str = DELIVERY_FAILURE
+
+
+@dataclass
+class Finished:
+    """What :func:`finish` did."""
+
+    completed: int = 0
+    retried: int = 0
+    suspended: int = 0
+    lost: int = 0
+    stopped_subscriptions: tuple[int, ...] = ()
+
+
+def _claim(row: Any) -> Claim:
+    return Claim(
+        id=int(row[0]),
+        msg=row[1] if isinstance(row[1], uuid.UUID) else uuid.UUID(str(row[1])),
+        sub=int(row[2]),
+        attempts=int(row[3]),
+        priority=int(row[4]),
+        instance_id=row[5],
+        ordered=bool(row[6]),
+    )
+
+
+def claim(
+    conn: sa.Connection,
+    dialect: Dialect,
+    *,
+    host: str,
+    owner: str,
+    n: int,
+    lease_seconds: float,
+    ordered: bool,
+) -> list[Claim]:
+    """Lease up to ``n`` ready entries of ``host``: the heads of its ordered
+    subscriptions first (when ``ordered``), then the rest by priority and age."""
+    params = dialect.claim_params(host, owner, n, lease_seconds)
+    claims: list[Claim] = []
+    if ordered:
+        claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_ordered_sql, params))
+    if len(claims) < n:
+        params = dialect.claim_params(host, owner, n - len(claims), lease_seconds)
+        claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_sql, params))
+    claims.sort(key=lambda c: (-c.priority, c.id))
+    return claims
+
+
+def _release_refs(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:
+    counts = Counter(msgs)
+    if counts:
+        now = conn.execute(sa.select(sa.func.now())).scalar_one()
+        dialect.insert(
+            conn,
+            schema.ref_release,
+            {"msg": list(counts), "n": list(counts.values()), "logged_at": [now] * len(counts)},
+        )
+
+
+def _suspend_rows(
+    conn: sa.Connection,
+    dialect: Dialect,
+    rows: Sequence[Any],
+    *,
+    reason: str,
+    resumable: bool,
+    errors: dict[int, str] | None = None,
+) -> None:
+    """Insert suspended entries for deleted queue rows (same ids: resuming keeps order)."""
+    if not rows:
+        return
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    errors = errors or {}
+    dialect.insert(
+        conn,
+        schema.suspended,
+        {
+            "id": [r.id for r in rows],
+            "msg": [r.msg for r in rows],
+            "sub": [r.sub for r in rows],
+            "host": [r.host for r in rows],
+            "resumable": [resumable] * len(rows),
+            "reason": [reason] * len(rows),
+            "error": [errors.get(r.id) for r in rows],
+            "report": [None] * len(rows),
+            "attempts": [r.attempts for r in rows],
+            "suspended_at": [now] * len(rows),
+            "priority": [r.priority for r in rows],
+            "ordered": [bool(r.ordered) for r in rows],
+            "instance_id": [r.instance_id for r in rows],
+            "enqueued_at": [r.enqueued_at for r in rows],
+        },
+    )
+
+
+def _queue_columns() -> list[sa.Column[Any]]:
+    q = schema.queue
+    return [
+        q.c.id,
+        q.c.msg,
+        q.c.sub,
+        q.c.host,
+        q.c.attempts,
+        q.c.priority,
+        q.c.ordered,
+        q.c.instance_id,
+        q.c.enqueued_at,
+    ]
+
+
+def finish(
+    conn: sa.Connection,
+    dialect: Dialect,
+    owner: str,
+    completed: Sequence[Claim],
+    failed: Sequence[Failure],
+    settings: HostSettings,
+    stop_on_failure: set[int],
+) -> Finished:
+    """Complete and fail claimed entries in one transaction.
+
+    Completing deletes the entry and releases its reference. Failing makes the entry
+    available again after a back-off, or past ``max_attempts`` (or when permanent)
+    moves it to the suspended queue with the error, keeping its reference. When a
+    subscription in ``stop_on_failure`` suspends a message, the subscription is stopped.
+    """
+    q = schema.queue
+    result = Finished()
+    if completed:
+        gone = conn.execute(
+            q.delete()
+            .where(q.c.id.in_([c.id for c in completed]), q.c.lease_owner == owner)
+            .returning(q.c.id, q.c.msg)
+        ).all()
+        result.completed = len(gone)
+        result.lost += len(completed) - len(gone)
+        _release_refs(conn, dialect, (r.msg for r in gone))
+    to_suspend = [f for f in failed if f.permanent or f.claim.attempts >= settings.max_attempts]
+    to_retry = [f for f in failed if f not in to_suspend]
+    for f in to_retry:
+        backoff = min(
+            settings.retry_backoff_seconds * 2 ** max(f.claim.attempts - 1, 0),
+            MAX_BACKOFF_SECONDS,
+        )
+        n = conn.execute(
+            q.update()
+            .where(q.c.id == f.claim.id, q.c.lease_owner == owner)
+            .values(lease_owner=None, lease_expires=None, available_at=dialect.now_plus(backoff))
+        ).rowcount
+        result.retried += n
+        result.lost += 1 - n
+    if to_suspend:
+        rows = conn.execute(
+            q.delete()
+            .where(q.c.id.in_([f.claim.id for f in to_suspend]), q.c.lease_owner == owner)
+            .returning(*_queue_columns())
+        ).all()
+        by_reason: dict[str, list[Any]] = {}
+        reasons = {f.claim.id: f.reason for f in to_suspend}
+        for r in rows:
+            by_reason.setdefault(reasons[r.id], []).append(r)
+        errors = {f.claim.id: f.error[-MAX_ERROR_CHARS:] for f in to_suspend}
+        for reason, group in by_reason.items():
+            _suspend_rows(
+                conn,
+                dialect,
+                group,
+                reason=reason,
+                resumable=reason != SUBSCRIPTION_REMOVED,
+                errors=errors,
+            )
+        result.suspended = len(rows)
+        result.lost += len(to_suspend) - len(rows)
+        stop = sorted({r.sub for r in rows if r.ordered and r.sub in stop_on_failure})
+        if stop:
+            hold(conn, stop, State.STOPPED)
+            result.stopped_subscriptions = tuple(stop)
+    return result
+
+
+def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
+    """Release leases of entries that were claimed but never handed to a service."""
+    if not claims:
+        return 0
+    q = schema.queue
+    return int(
+        conn.execute(
+            q.update()
+            .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
+            .values(lease_owner=None, lease_expires=None, attempts=q.c.attempts - 1)
+        ).rowcount
+    )
+
+
+def hold(conn: sa.Connection, sub_ids: Sequence[int], state: State) -> None:
+    """Set subscriptions' state; their waiting entries follow: held while stopped,
+    ready once started."""
+    s, q = schema.subscription, schema.queue
+    conn.execute(s.update().where(s.c.id.in_(list(sub_ids))).values(state=state.value))
+    if state is State.STARTED:
+        conn.execute(
+            q.update().where(q.c.sub.in_(list(sub_ids)), q.c.state == "held").values(state="ready")
+        )
+    elif state is State.STOPPED:
+        conn.execute(
+            q.update().where(q.c.sub.in_(list(sub_ids)), q.c.state == "ready").values(state="held")
+        )
+
+
+def suspend_waiting(
+    conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int], reason: str
+) -> int:
+    """Move the unleased entries of these subscriptions to the suspended queue (for
+    subscriptions that are removed or unenlisted). Leased ones finish their delivery."""
+    if not sub_ids:
+        return 0
+    q = schema.queue
+    rows = conn.execute(
+        q.delete()
+        .where(
+            q.c.sub.in_(list(sub_ids)),
+            sa.or_(q.c.lease_expires.is_(None), q.c.lease_expires < sa.func.now()),
+        )
+        .returning(*_queue_columns())
+    ).all()
+    _suspend_rows(
+        conn,
+        dialect,
+        rows,
+        reason=reason,
+        resumable=reason in (SERVICE_UNENLISTED,),
+        errors={r.id: _REASON_TEXT[reason] for r in rows},
+    )
+    return len(rows)
+
+
+_REASON_TEXT = {
+    SUBSCRIPTION_REMOVED: "its subscription was removed before it was delivered",
+    SERVICE_UNENLISTED: "its service was unenlisted before it was delivered",
+    INSTANCE_COMPLETED: "its service instance completed before consuming it",
+}
+
+
+# --- the suspended queue ---
+
+
+@dataclass(frozen=True)
+class SuspendedQuery:
+    """Which suspended entries an operation applies to; every given field must match."""
+
+    ids: tuple[int, ...] | None = None
+    reason: str | None = None
+    host: str | None = None
+    service: str | None = None
+    subscription: int | None = None
+    message_id: uuid.UUID | None = None
+    before: datetime | None = None
+
+    def where(self) -> list[sa.ColumnElement[bool]]:
+        s = schema.suspended
+        clauses: list[sa.ColumnElement[bool]] = []
+        if self.ids is not None:
+            clauses.append(s.c.id.in_(list(self.ids)))
+        if self.reason is not None:
+            clauses.append(s.c.reason == self.reason)
+        if self.host is not None:
+            clauses.append(s.c.host == self.host)
+        if self.subscription is not None:
+            clauses.append(s.c.sub == self.subscription)
+        if self.message_id is not None:
+            clauses.append(s.c.msg == self.message_id)
+        if self.before is not None:
+            clauses.append(s.c.suspended_at < self.before)
+        if self.service is not None:
+            sub = schema.subscription
+            clauses.append(s.c.sub.in_(sa.select(sub.c.id).where(sub.c.service == self.service)))
+        return clauses
+
+
+def _check_ids(conn: sa.Connection, ids: Sequence[int] | None) -> None:
+    if ids:
+        s = schema.suspended
+        known = set(conn.execute(sa.select(s.c.id).where(s.c.id.in_(list(ids)))).scalars())
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise UnknownSuspendedEntry(f"no suspended entry {missing[0]}")
+
+
+def resume(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list[int]:
+    """Put resumable suspended entries back on their queues, with their original ids
+    (an ordered subscription gets them back in order). An entry whose service is not
+    started is queued held. Non-resumable entries are refused by id and skipped in bulk."""
+    s, sub = schema.suspended, schema.subscription
+    _check_ids(conn, query.ids)
+    rows = conn.execute(
+        sa.select(
+            s.c.id,
+            s.c.msg,
+            s.c.sub,
+            s.c.resumable,
+            s.c.enqueued_at,
+            sub.c.host,
+            sub.c.priority,
+            sub.c.ordered,
+            sub.c.instance_id,
+            sub.c.state,
+        )
+        .join(sub, sub.c.id == s.c.sub, isouter=True)
+        .where(*query.where())
+        .order_by(s.c.id)
+    ).all()
+    if query.ids is not None:
+        for r in rows:
+            if not r.resumable:
+                raise UnknownSuspendedEntry(
+                    f"suspended entry {r.id} is not resumable ({_reason(conn, r.id)}); "
+                    "terminate it, or re-route it if its subscription was removed"
+                )
+            if r.host is None:
+                raise UnknownSuspendedEntry(
+                    f"suspended entry {r.id}: its subscription {r.sub} no longer exists"
+                )
+    rows = [r for r in rows if r.resumable and r.host is not None]
+    if not rows:
+        return []
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    conn.execute(s.delete().where(s.c.id.in_([r.id for r in rows])))
+    dialect.insert(
+        conn,
+        schema.queue,
+        {
+            "id": [r.id for r in rows],
+            "msg": [r.msg for r in rows],
+            "sub": [r.sub for r in rows],
+            "host": [r.host for r in rows],
+            "priority": [r.priority for r in rows],
+            "state": ["ready" if r.state == State.STARTED.value else "held" for r in rows],
+            "attempts": [0] * len(rows),
+            "available_at": [now] * len(rows),
+            "enqueued_at": [r.enqueued_at or now for r in rows],
+            "instance_id": [r.instance_id for r in rows],
+            "ordered": [bool(r.ordered) for r in rows],
+        },
+    )
+    dialect.notify(conn, sorted({r.host for r in rows}))
+    return [r.id for r in rows]
+
+
+def _reason(conn: sa.Connection, entry: int) -> str:
+    s = schema.suspended
+    return str(conn.execute(sa.select(s.c.reason).where(s.c.id == entry)).scalar_one())
+
+
+def terminate(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list[int]:
+    """Delete suspended entries and release their references."""
+    s = schema.suspended
+    _check_ids(conn, query.ids)
+    rows = conn.execute(s.delete().where(*query.where()).returning(s.c.id, s.c.msg)).all()
+    _release_refs(conn, dialect, (r.msg for r in rows))
+    return sorted(r.id for r in rows)
+
+
+# --- host instances ---
+
+
+def register(conn: sa.Connection, info: InstanceInfo) -> None:
+    conn.execute(
+        schema.instance.insert().values(
+            id=info.id,
+            host=info.host,
+            hostname=info.hostname,
+            pid=info.pid,
+            started_at=sa.func.now(),
+            heartbeat_at=sa.func.now(),
+            state=info.state,
+        )
+    )
+
+
+def heartbeat(conn: sa.Connection, dialect: Dialect, owner: str, lease_seconds: float) -> bool:
+    """Prove ``owner`` alive and extend its leases; False if it was declared dead."""
+    i, q = schema.instance, schema.queue
+    alive = conn.execute(
+        i.update().where(i.c.id == owner).values(heartbeat_at=sa.func.now())
+    ).rowcount
+    if alive:
+        conn.execute(
+            q.update()
+            .where(q.c.lease_owner == owner)
+            .values(lease_expires=dialect.now_plus(lease_seconds))
+        )
+    return bool(alive)
+
+
+def set_instance_state(conn: sa.Connection, owner: str, state: str) -> None:
+    i = schema.instance
+    conn.execute(i.update().where(i.c.id == owner).values(state=state))
+
+
+def unregister(conn: sa.Connection, owner: str) -> int:
+    """Remove an instance; leases it still holds are released. Returns how many."""
+    q, i = schema.queue, schema.instance
+    released = conn.execute(
+        q.update().where(q.c.lease_owner == owner).values(lease_owner=None, lease_expires=None)
+    ).rowcount
+    conn.execute(i.delete().where(i.c.id == owner))
+    return int(released)
+
+
+def instances(conn: sa.Connection, host: str | None = None) -> list[InstanceInfo]:
+    i = schema.instance
+    query = sa.select(i).order_by(i.c.host, i.c.started_at)
+    if host is not None:
+        query = query.where(i.c.host == host)
+    return [
+        InstanceInfo(
+            id=r.id,
+            host=r.host,
+            hostname=r.hostname,
+            pid=r.pid,
+            started_at=r.started_at,
+            heartbeat_at=r.heartbeat_at,
+            state=r.state,
+        )
+        for r in conn.execute(query)
+    ]
+
+
+def release_dead(
+    conn: sa.Connection, dialect: Dialect, host: str, dead_after_seconds: float
+) -> tuple[list[str], int]:
+    """Unregister ``host``'s instances whose heartbeat is stale and release every lease
+    of the host held by an instance that is not alive (dead or unregistered).
+    Returns the dead instance ids and the number of leases released."""
+    i, q = schema.instance, schema.queue
+    stale = i.c.heartbeat_at < dialect.now_plus(-dead_after_seconds)
+    dead = list(conn.execute(sa.select(i.c.id).where(i.c.host == host, stale)).scalars())
+    if dead:
+        conn.execute(i.delete().where(i.c.id.in_(dead)))
+    live = sa.select(i.c.id).where(i.c.host == host)
+    released = conn.execute(
+        q.update()
+        .where(q.c.host == host, q.c.lease_owner.is_not(None), q.c.lease_owner.not_in(live))
+        .values(lease_owner=None, lease_expires=None)
+    ).rowcount
+    if released:
+        dialect.notify(conn, [host])
+    return dead, int(released)
+
+
+def queue_depths(conn: sa.Connection, hosts: Sequence[str]) -> dict[str, int]:
+    """Entries waiting per host (every state), for throttling."""
+    q = schema.queue
+    rows = conn.execute(
+        sa.select(q.c.host, sa.func.count()).where(q.c.host.in_(list(hosts))).group_by(q.c.host)
+    )
+    depths = dict.fromkeys(hosts, 0)
+    depths.update({h: int(n) for h, n in rows})
+    return depths
