@@ -37,7 +37,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hosts.service import Delivery, Handler, as_handler
+from hosts.service import Delivery, Handler, MessageBatch, as_handler
 from messagebox import delivery, notify
 from messagebox.delivery import Claim, Failure
 from messagebox.engine import MessageBox
@@ -344,11 +344,12 @@ class HostInstance:
         failed: list[Failure] = []
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
+        batch = MessageBatch(self.box, [c.msg for c in claims])
         for c in claims:
             if self._stopping.is_set() or c.sub in blocked:
                 unstarted.append(c)
                 continue
-            outcome = self._handle(c)
+            outcome = self._handle(c, batch)
             if outcome is None:
                 done.append(c)
             else:
@@ -357,7 +358,7 @@ class HostInstance:
                     blocked.add(c.sub)
         self._finish(done, failed, unstarted)
 
-    def _handle(self, c: Claim) -> Failure | None:
+    def _handle(self, c: Claim, batch: MessageBatch) -> Failure | None:
         sub = self._subscription(c.sub)
         if sub is None:
             return Failure(
@@ -380,6 +381,7 @@ class HostInstance:
             subscription=sub,
             attempt=c.attempts,
             host_instance=self.id,
+            batch=batch,
         )
         try:
             handler(d)

@@ -10,6 +10,7 @@ make a service idempotent.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
@@ -38,8 +39,10 @@ class Delivery:
         subscription: Subscription,
         attempt: int,
         host_instance: str,
+        batch: MessageBatch | None = None,
     ) -> None:
         self.box = box
+        self._batch = batch
         self.entry_id = entry_id
         """The queue entry; unique per (message, subscription), kept across retries."""
         self.message_id = message_id
@@ -55,7 +58,11 @@ class Delivery:
 
     @cached_property
     def message(self) -> StoredMessage:
-        """The stored message (read on first use)."""
+        """The stored message (read on first use, with the rest of its claimed batch)."""
+        if self._batch is not None:
+            found = self._batch.get(self.message_id)
+            if found is not None:
+                return found
         return self.box.read_message(self.message_id)
 
     @property
@@ -81,6 +88,22 @@ class Delivery:
             f"Delivery(entry={self.entry_id}, message={self.message_id}, "
             f"service={self.subscription.service!r}, attempt={self.attempt})"
         )
+
+
+class MessageBatch:
+    """The messages of one claimed batch, read together on first use."""
+
+    def __init__(self, box: MessageBox, message_ids: Iterable[uuid.UUID]) -> None:
+        self._box = box
+        self._ids = list(dict.fromkeys(message_ids))
+        self._messages: dict[uuid.UUID, StoredMessage] | None = None
+        self._lock = threading.Lock()
+
+    def get(self, message_id: uuid.UUID) -> StoredMessage | None:
+        with self._lock:
+            if self._messages is None:
+                self._messages = self._box.read_messages(self._ids)
+            return self._messages.get(message_id)
 
 
 def as_handler(name: str, service: object) -> Handler:

@@ -5,6 +5,9 @@
     messagebox [--url URL] subscriptions
     messagebox [--url URL] queues
     messagebox [--url URL] would-route '{"orders.Region": "EU"}'
+    messagebox [--url URL] instances
+    messagebox [--url URL] cleanup
+    messagebox [--url URL] host run module:app [--threads N] [--duration S]
 
 The database URL comes from ``--url``, else ``MESSAGEBOX_URL``, else
 ``duckdb:///messagebox.duckdb``. Exit codes: 0 success, 1 a messagebox error (the
@@ -31,8 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--url",
-        default=os.environ.get("MESSAGEBOX_URL", DEFAULT_URL),
-        help="database URL (default: $MESSAGEBOX_URL or %(default)s)",
+        help=f"database URL (default: $MESSAGEBOX_URL, else the host app's, else {DEFAULT_URL})",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="create the schema (idempotent)")
@@ -41,6 +43,19 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("queues", help="queue depth per host and subscription")
     explain = sub.add_parser("would-route", help="which subscriptions a message would reach")
     explain.add_argument("properties", help='promoted properties as JSON, e.g. {"a.B": 1}')
+    sub.add_parser("instances", help="running host instances and their heartbeats")
+    cleanup = sub.add_parser(
+        "cleanup",
+        help="delete unreferenced messages, release dead instances' leases",
+    )
+    cleanup.add_argument("--batch", type=int, default=10_000, help="messages per transaction")
+    host = sub.add_parser("host", help="run host instances")
+    host_sub = host.add_subparsers(dest="host_command", required=True)
+    run = host_sub.add_parser("run", help="run an instance of a HostApp until SIGINT/SIGTERM")
+    run.add_argument("app", help="module:attribute of a hosts.HostApp (attribute: app)")
+    run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
+    run.add_argument("--duration", type=float, help="stop after this many seconds")
+    run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser
 
 
@@ -48,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from messagebox.engine import MessageBox
 
+    if args.command == "host":
+        return _host_run(args)
+    args.url = args.url or os.environ.get("MESSAGEBOX_URL") or DEFAULT_URL
     try:
         with MessageBox(args.url) as box:
             if args.command == "init":
@@ -72,6 +90,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 2
                 for s in box.would_route(props):
                     print(f"{s.id}\t{s.name}\t{s.host}")
+            elif args.command == "instances":
+                for i in box.instances():
+                    print(f"{i.id}\t{i.host}\t{i.state}\t{i.heartbeat_at.isoformat()}")
+            elif args.command == "cleanup":
+                report = box.cleanup(
+                    batch=args.batch, progress=lambda text: print(text, file=sys.stderr)
+                )
+                print(
+                    f"deleted {report.messages} messages and {report.parts} parts; "
+                    f"released {report.released_leases} leases of {report.dead_instances} "
+                    f"dead instances; purged {report.purged_subscriptions} instance "
+                    f"subscriptions in {report.seconds:.2f} s"
+                    + (" (skipped: another cleanup is running)" if report.skipped else "")
+                )
+    except MessageBoxError as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _host_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from hosts.app import load_app
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    settings = {} if args.threads is None else {"dequeue_threads": args.threads}
+    try:
+        app = load_app(args.app)
+        url = args.url or os.environ.get("MESSAGEBOX_URL") or app.url or DEFAULT_URL
+        instance = app.instance(url, **settings)
+        print(f"host instance {instance.id} running; Ctrl-C stops it", file=sys.stderr)
+        instance.run(duration=args.duration)
     except MessageBoxError as exc:
         print(f"messagebox: {exc}", file=sys.stderr)
         return 1

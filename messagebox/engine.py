@@ -343,6 +343,7 @@ class MessageBox:
                     raise
                 self._throttle.wait(self.store, exc.hosts, deadline)
                 continue
+            self._throttle.added(hosts)
             notify.signal(self.store.key, hosts)
             return results
 
@@ -363,6 +364,14 @@ class MessageBox:
         """A stored message: its context and parts."""
         with self.store.transaction() as conn:
             return spool.read_message(conn, uuid.UUID(str(message_id)))
+
+    def read_messages(
+        self, message_ids: Iterable[uuid.UUID | str]
+    ) -> dict[uuid.UUID, StoredMessage]:
+        """Several stored messages at once, by id; ids not in the spool are left out."""
+        ids = [uuid.UUID(str(m)) for m in message_ids]
+        with self.store.transaction() as conn:
+            return spool.read_messages(conn, ids)
 
     def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
         """A part's bytes, a fragment at a time (for parts too large to hold whole)."""

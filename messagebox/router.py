@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -173,16 +174,17 @@ def publish(
     publisher: str,
     now: datetime,
     before_write: Callable[[sa.Connection, set[str]], None] | None = None,
-) -> tuple[list[Routed], set[str]]:
+) -> tuple[list[Routed], Counter[str]]:
     """Route and store a validated batch inside the caller's transaction.
 
     ``before_write`` sees the hosts the batch routes to before anything is written (or
-    any part stream read); throttling raises there. Returns the results and the hosts.
+    any part stream read); throttling raises there. Returns the results and the number
+    of entries queued per host.
     """
     matches = route(conn, dialect, [m.promoted for m in messages])
-    hosts = {row[2] for rows in matches for row in rows}
+    hosts = Counter(row[2] for rows in matches for row in rows)
     if before_write is not None and hosts:
-        before_write(conn, hosts)
+        before_write(conn, set(hosts))
     unrouted = [i for i, rows in enumerate(matches) if not rows]
     if unrouted and policy is RoutingPolicy.RAISE:
         first = unrouted[0]

@@ -94,43 +94,56 @@ def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid
     return {r.id: r for r in rows}
 
 
-def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
-    """A message with its context and all its parts (use :func:`iter_part` for large ones)."""
-    row = read_context(conn, [msg_id]).get(msg_id)
-    if row is None:
-        raise UnknownMessage(f"no message {msg_id} in the spool")
-    promoted, written = decode_context(row.context)
-    mp, p = schema.message_part, schema.part
-    parts: dict[str, bytes] = {}
-    sizes: dict[str, int] = {}
+def read_messages(
+    conn: sa.Connection, msg_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, StoredMessage]:
+    """Messages with their contexts and all their parts, in three queries for the lot
+    (use :func:`iter_part` for large parts). Ids not in the spool are left out."""
+    rows = read_context(conn, msg_ids)
+    if not rows:
+        return {}
+    mp, p, f = schema.message_part, schema.part, schema.fragment
+    parts: dict[uuid.UUID, dict[str, bytes]] = {m: {} for m in rows}
+    sizes: dict[uuid.UUID, dict[str, int]] = {m: {} for m in rows}
     query = (
-        sa.select(mp.c.name, p.c.id, p.c.size, p.c.n_fragments, p.c.data)
+        sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.size, p.c.n_fragments, p.c.data)
         .join(p, p.c.id == mp.c.part)
-        .where(mp.c.msg == msg_id)
-        .order_by(mp.c.idx)
+        .where(mp.c.msg.in_(list(rows)))
+        .order_by(mp.c.msg, mp.c.idx)
     )
-    for name, part_id, size, n_fragments, data in conn.execute(query):
+    for msg, name, part_id, size, n_fragments, data in conn.execute(query):
         chunks = [bytes(data)]
         if n_fragments > 1:
-            f = schema.fragment
             chunks.extend(
                 bytes(d)
                 for (d,) in conn.execute(
                     sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
                 )
             )
-        parts[name] = b"".join(chunks)
-        sizes[name] = size
-    return StoredMessage(
-        id=row.id,
-        promoted=promoted,
-        written=written,
-        parts=parts,
-        body_part=row.body_part,
-        published_at=row.published_at,
-        publisher=row.publisher,
-        part_sizes=sizes,
-    )
+        parts[msg][name] = b"".join(chunks)
+        sizes[msg][name] = size
+    found = {}
+    for msg_id, row in rows.items():
+        promoted, written = decode_context(row.context)
+        found[msg_id] = StoredMessage(
+            id=row.id,
+            promoted=promoted,
+            written=written,
+            parts=parts[msg_id],
+            body_part=row.body_part,
+            published_at=row.published_at,
+            publisher=row.publisher,
+            part_sizes=sizes[msg_id],
+        )
+    return found
+
+
+def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
+    """A message with its context and all its parts (use :func:`iter_part` for large ones)."""
+    found = read_messages(conn, [msg_id]).get(msg_id)
+    if found is None:
+        raise UnknownMessage(f"no message {msg_id} in the spool")
+    return found
 
 
 def part_fragments(conn: sa.Connection, msg_id: uuid.UUID, name: str) -> tuple[uuid.UUID, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
@@ -75,6 +75,14 @@ class Throttle:
                 f"throttle_queue_depth {self._limits[over[0]]}; publishing is throttled",
                 hosts=over,
             )
+
+    def added(self, entries: Mapping[str, int]) -> None:
+        """Count entries this process just queued into the cached depths."""
+        with self._lock:
+            for host, n in entries.items():
+                cached = self._depths.get(host)
+                if cached is not None:
+                    self._depths[host] = (cached[0], cached[1] + n)
 
     def wait(self, store: Store, hosts: Iterable[str], deadline: float) -> None:
         """Sleep until these hosts are under their thresholds or the deadline passes."""

@@ -1,0 +1,136 @@
+"""A host application: the services and subscriptions one host runs, declared in a
+Python module, for ``messagebox host run module:app``.
+
+    app = HostApp("shipping", dequeue_threads=2)
+
+    @app.service("ship-eu")
+    def ship(delivery: Delivery) -> None: ...
+
+    app.subscribe("ship-eu", filter=P("orders.Region") == "EU", name="ship-eu")
+
+On start the host is created if it does not exist (with these settings), and each
+declared subscription is created if no subscription of that name exists. Existing ones
+are left as they are, so an operator's changes (stopping a service, say) survive a
+restart; a declared filter that differs from the stored one is logged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from hosts.instance import HostInstance
+from messagebox.engine import MessageBox
+from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
+from messagebox.models import HostSettings
+from predicates import to_filter
+
+log = logging.getLogger("messagebox.hosts")
+
+S = TypeVar("S")
+
+
+class HostApp:
+    """Services and subscriptions of one host, and how to run an instance of it."""
+
+    def __init__(self, host: str, *, url: str | None = None, **settings: Any) -> None:
+        self.host = host
+        self.url = url
+        try:
+            self.settings = HostSettings(**settings)
+        except Exception as exc:  # pydantic names the field
+            raise ValidationError(f"host app {host!r}: bad settings: {exc}") from exc
+        self.services: dict[str, object] = {}
+        self.declared: list[dict[str, Any]] = []
+
+    def service(self, name: str | None = None) -> Callable[[S], S]:
+        """Register a function or class as a service (named after it by default)."""
+
+        def register(target: S) -> S:
+            self.add_service(name or str(getattr(target, "__name__", "")), target)
+            return target
+
+        return register
+
+    def add_service(self, name: str, service: object) -> None:
+        if not name:
+            raise ValidationError("a service needs a name")
+        if name in self.services:
+            raise AlreadyExists(f"host app {self.host!r} registers service {name!r} twice")
+        self.services[name] = service
+
+    def subscribe(self, service: str, *, filter: object, name: str, **options: Any) -> None:
+        """Declare a subscription (created at start when none of that ``name`` exists).
+        Options are those of :meth:`MessageBox.subscribe`."""
+        to_filter(filter)  # refuse a bad filter now, not at start
+        self.declared.append({"service": service, "filter": filter, "name": name, **options})
+
+    def setup(self, box: MessageBox) -> None:
+        """Create the host and the declared subscriptions that do not exist yet."""
+        try:
+            box.host(self.host)
+        except UnknownHost:
+            try:
+                box.create_host(self.host, self.settings)
+                log.info("created host %r", self.host)
+            except AlreadyExists:
+                pass  # another instance created it first
+        missing = [s for s in self.declared if s["service"] not in self.services]
+        if missing:
+            raise ValidationError(
+                f"subscription {missing[0]['name']!r} names service {missing[0]['service']!r}, "
+                f"which host app {self.host!r} does not register"
+            )
+        existing = {s.name: s for s in box.subscriptions(host=self.host)}
+        for spec in self.declared:
+            found = existing.get(spec["name"])
+            if found is None:
+                try:
+                    box.subscribe(host=self.host, **spec)
+                    log.info("created subscription %r", spec["name"])
+                except AlreadyExists:
+                    pass  # created concurrently by another instance
+            elif found.filter != to_filter(spec["filter"]):
+                log.warning(
+                    "subscription %r exists with filter %s; the declared %s is not applied",
+                    spec["name"],
+                    found.filter,
+                    to_filter(spec["filter"]),
+                )
+
+    def instance(self, url: str | sa.URL | None = None, **settings: Any) -> HostInstance:
+        """Set up and make (not start) a host instance on ``url``."""
+        box = MessageBox(url or self.url)
+        try:
+            self.setup(box)
+            inst = HostInstance(box, self.host, self.services, settings=settings or None)
+        except Exception:
+            box.close()
+            raise
+        inst._owns_box = True
+        return inst
+
+    def run(self, url: str | sa.URL | None = None, **settings: Any) -> None:
+        """Run one instance until SIGINT/SIGTERM."""
+        self.instance(url, **settings).run()
+
+
+def load_app(target: str) -> HostApp:
+    """The :class:`HostApp` named by ``module:attribute`` (``attribute`` defaults to
+    ``app``)."""
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValidationError(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute or "app", None)
+    if not isinstance(app, HostApp):
+        raise ValidationError(
+            f"{target!r} is not a HostApp (got {type(app).__name__}); declare "
+            "`app = HostApp(...)` in the module"
+        )
+    return app

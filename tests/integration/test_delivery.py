@@ -1,0 +1,526 @@
+"""Host instances and delivery (DESIGN.md §8), on both backends: exactly-once handling
+within a host, retries and the suspended queue, ordered delivery, service states,
+throttling, graceful stop, leases and dead instances."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from hosts import Delivery, HostInstance
+from messagebox import Message, MessageBox, State, Throttled
+from messagebox import schema as mb_schema
+from messagebox.errors import (
+    PermanentFailure,
+    UnknownSuspendedEntry,
+    ValidationError,
+)
+from messagebox.models import DELIVERY_FAILURE, SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED
+from predicates import P
+from tests.conftest import table_counts
+
+FAST = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.1,
+    "retry_backoff_seconds": 0.0,
+    "heartbeat_seconds": 0.2,
+    "dead_after_seconds": 1.0,
+    "cleanup_interval_seconds": 0.0,
+}
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def drained(box: MessageBox) -> Callable[[], bool]:
+    return lambda: not box.queue_depth()
+
+
+def msgs(n: int, start: int = 0, **extra: object) -> list[Message]:
+    return [
+        Message(f"body {i}".encode(), promoted={"t.N": i, **extra}) for i in range(start, start + n)
+    ]
+
+
+@pytest.fixture
+def instances() -> Iterator[list[HostInstance]]:
+    """Instances started by a test; stopped at its end even if it fails."""
+    started: list[HostInstance] = []
+    yield started
+    for inst in started:
+        inst.stop(timeout=5)
+
+
+def run(
+    instances: list[HostInstance],
+    box: MessageBox,
+    host: str,
+    services: dict[str, object],
+    **settings: object,
+) -> HostInstance:
+    inst = HostInstance(box, host, services, settings={**FAST, **settings}).start()
+    instances.append(inst)
+    return inst
+
+
+class Recorder:
+    """A thread-safe service that records what it is given."""
+
+    def __init__(self, fail: Callable[[Delivery], bool] | None = None) -> None:
+        self.seen: list[tuple[str, int, int]] = []
+        self.lock = threading.Lock()
+        self.fail = fail
+
+    def __call__(self, d: Delivery) -> None:
+        n = d.properties["t.N"]
+        assert d.body == f"body {n}".encode()
+        with self.lock:
+            self.seen.append((d.subscription.name, int(n), d.attempt))  # type: ignore[arg-type]
+        if self.fail is not None and self.fail(d):
+            raise RuntimeError(f"refused {n}")
+
+
+def test_every_pair_is_handled_once_and_cleanup_empties_storage(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="all")
+    box.subscribe("svc", host="h", filter=P("t.N") < 50, name="low")
+    rec = Recorder()
+    inst = run(instances, box, "h", {"svc": rec}, dequeue_threads=3, claim_batch=7)
+    routed = box.publish(msgs(100))
+    assert [len(r.subscriptions) for r in routed] == [2] * 50 + [1] * 50
+    wait_for(drained(box), what="the queue to drain")
+    assert Counter((s, n) for s, n, _ in rec.seen) == Counter(
+        [("all", n) for n in range(100)] + [("low", n) for n in range(50)]
+    )
+    assert all(attempt == 1 for *_, attempt in rec.seen)
+    assert inst.stats.snapshot()["completed"] == 150
+    assert all(box.references(r.message_id) == 0 for r in routed)
+    report = box.cleanup()
+    assert report.messages == 100
+    assert report.parts == 100
+    counts = table_counts(box)
+    for table in (
+        "mb_spool",
+        "mb_part",
+        "mb_message_part",
+        "mb_ref_add",
+        "mb_ref_release",
+        "mb_queue",
+    ):
+        assert counts[table] == 0, table
+
+
+def test_instance_registers_and_unregisters(box: MessageBox, instances: list[HostInstance]) -> None:
+    box.create_host("h", **FAST)
+    inst = run(instances, box, "h", {})
+    [info] = box.instances("h")
+    assert info.id == inst.id
+    assert info.state == "running"
+    first = info.heartbeat_at
+    wait_for(lambda: box.instances("h")[0].heartbeat_at > first, what="a heartbeat")
+    assert inst.stop() is True
+    assert box.instances("h") == []
+
+
+def test_retry_then_suspend_then_resume_delivers(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    healthy = threading.Event()
+    rec = Recorder(fail=lambda d: not healthy.is_set())
+    inst = run(instances, box, "h", {"svc": rec}, max_attempts=3)
+    [routed] = box.publish(msgs(1))
+    wait_for(lambda: len(box.suspended()) == 1, what="the suspension")
+    [entry] = box.suspended()
+    assert entry.reason == DELIVERY_FAILURE
+    assert entry.resumable
+    assert entry.attempts == 3
+    assert entry.error is not None
+    assert "RuntimeError: refused 0" in entry.error
+    assert [a for *_, a in rec.seen] == [1, 2, 3]
+    assert box.references(routed.message_id) == 1  # the suspended entry holds it
+    assert inst.stats.snapshot()["retried"] == 2
+    healthy.set()
+    assert box.resume(entry.id) == [entry.id]
+    wait_for(drained(box), what="delivery after resume")
+    assert rec.seen[-1] == ("s", 0, 1)  # attempts start again
+    assert box.suspended() == []
+    assert box.references(routed.message_id) == 0
+
+
+def test_permanent_failure_suspends_without_retry(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+
+    def refuse(d: Delivery) -> None:
+        raise PermanentFailure("order has no lines")
+
+    run(instances, box, "h", {"svc": refuse})
+    box.publish(msgs(1))
+    wait_for(lambda: len(box.suspended()) == 1)
+    [entry] = box.suspended()
+    assert entry.attempts == 1
+    assert "order has no lines" in (entry.error or "")
+
+
+def test_terminate_releases_the_reference(box: MessageBox, instances: list[HostInstance]) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    run(instances, box, "h", {"svc": Recorder(fail=lambda d: True)}, max_attempts=1)
+    routed = box.publish(msgs(3))
+    wait_for(lambda: len(box.suspended()) == 3)
+    first = box.suspended()[0]
+    assert box.terminate(first.id) == [first.id]
+    assert box.references(routed[0].message_id) == 0
+    rest = [e.id for e in box.suspended(service="svc")]
+    assert len(rest) == 2
+    assert box.terminate(service="svc") == rest
+    assert box.suspended() == []
+    assert all(box.references(r.message_id) == 0 for r in routed)
+    assert box.cleanup().messages == 3
+    with pytest.raises(UnknownSuspendedEntry, match="no suspended entry 12345"):
+        box.terminate(12345)
+    with pytest.raises(ValidationError, match="name the suspended entries"):
+        box.terminate()
+
+
+def test_bulk_resume_by_filter(box: MessageBox, instances: list[HostInstance]) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("a", host="h", filter=P("t.N") >= 0, name="sa")
+    box.subscribe("b", host="h", filter=P("t.N") >= 0, name="sb")
+    healthy = threading.Event()
+    rec_a = Recorder(fail=lambda d: not healthy.is_set())
+    rec_b = Recorder(fail=lambda d: not healthy.is_set())
+    run(instances, box, "h", {"a": rec_a, "b": rec_b}, max_attempts=1)
+    box.publish(msgs(4))
+    wait_for(lambda: len(box.suspended()) == 8)
+    healthy.set()
+    assert len(box.resume(service="a")) == 4
+    wait_for(lambda: len(box.suspended()) == 4 and not box.queue_depth())
+    assert {e.subscription for e in box.suspended()} == {box.subscription("sb").id}
+    assert len(box.resume(reason=DELIVERY_FAILURE)) == 4
+    wait_for(drained(box))
+    assert box.suspended() == []
+
+
+def test_ordered_subscription_keeps_publish_order(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="ord", ordered=True)
+    rec = Recorder()
+    run(instances, box, "h", {"svc": rec}, dequeue_threads=4, claim_batch=5)
+    for start in range(0, 120, 10):
+        box.publish(msgs(10, start))
+    wait_for(drained(box))
+    assert [n for _, n, _ in rec.seen] == list(range(120))
+
+
+def test_ordered_failure_suspends_and_goes_on(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="ord", ordered=True)
+    rec = Recorder(fail=lambda d: d.properties["t.N"] == 3)
+    run(instances, box, "h", {"svc": rec}, dequeue_threads=2, max_attempts=2)
+    box.publish(msgs(8))
+    wait_for(drained(box))
+    assert [n for _, n, _ in rec.seen] == [0, 1, 2, 3, 3, 4, 5, 6, 7]
+    assert [e.reason for e in box.suspended()] == [DELIVERY_FAILURE]
+
+
+def test_ordered_failure_can_stop_the_service(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe(
+        "svc", host="h", filter=P("t.N") >= 0, name="ord", ordered=True, on_failure="stop"
+    )
+    healthy = threading.Event()
+    rec = Recorder(fail=lambda d: d.properties["t.N"] == 3 and not healthy.is_set())
+    run(instances, box, "h", {"svc": rec}, dequeue_threads=2, max_attempts=1)
+    box.publish(msgs(8))
+    wait_for(lambda: len(box.suspended()) == 1)
+    time.sleep(0.3)
+    assert [n for _, n, _ in rec.seen] == [0, 1, 2, 3]
+    assert box.subscription("ord").state is State.STOPPED
+    assert {d.state for d in box.queue_depth()} == {"held"}
+    healthy.set()
+    [entry] = box.suspended()
+    box.resume(entry.id)  # back at the head of the queue, held while stopped
+    box.set_service_state("svc", "started")
+    wait_for(drained(box))
+    assert [n for _, n, _ in rec.seen] == [0, 1, 2, 3, 3, 4, 5, 6, 7]
+
+
+def test_stopped_service_holds_until_started(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    rec = Recorder()
+    run(instances, box, "h", {"svc": rec})
+    box.set_service_state("svc", State.STOPPED)
+    box.publish(msgs(5))
+    time.sleep(0.3)
+    assert rec.seen == []
+    assert [d.state for d in box.queue_depth()] == ["held"]
+    box.set_service_state("svc", State.STARTED)
+    wait_for(drained(box))
+    assert sorted(n for _, n, _ in rec.seen) == list(range(5))
+
+
+def test_stopping_holds_what_already_waits(box: MessageBox) -> None:
+    box.create_host("h")
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    box.publish(msgs(3))
+    box.set_service_state("svc", "stopped")
+    assert [(d.state, d.depth) for d in box.queue_depth()] == [("held", 3)]
+
+
+def test_unenlisting_suspends_waiting_messages_resumably(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    box.publish(msgs(2))
+    box.set_service_state("svc", "unenlisted")
+    assert box.queue_depth() == []
+    assert [e.reason for e in box.suspended()] == [SERVICE_UNENLISTED] * 2
+    assert box.publish(msgs(1, 10))[0].subscriptions == ()  # no longer routed to it
+    box.set_service_state("svc", "started")
+    rec = Recorder()
+    run(instances, box, "h", {"svc": rec})
+    box.resume(reason=SERVICE_UNENLISTED)
+    wait_for(drained(box))
+    assert sorted(n for _, n, _ in rec.seen) == [0, 1]
+
+
+def test_unsubscribe_suspends_waiting_messages_for_reroute(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="old")
+    routed = box.publish(msgs(2))
+    box.unsubscribe("old")
+    entries = box.suspended()
+    assert [e.reason for e in entries] == [SUBSCRIPTION_REMOVED] * 2
+    assert not entries[0].resumable
+    with pytest.raises(UnknownSuspendedEntry, match="not resumable"):
+        box.resume(entries[0].id)
+    new = box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="new")
+    assert box.reroute() == {e.id: (new.id,) for e in entries}
+    rec = Recorder()
+    run(instances, box, "h", {"svc": rec})
+    wait_for(drained(box))
+    assert sorted(n for _, n, _ in rec.seen) == [0, 1]
+    assert all(box.references(r.message_id) == 0 for r in routed)
+
+
+def test_unknown_service_fails_with_a_clear_error(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("billing", host="h", filter=P("t.N") >= 0, name="s")
+    run(instances, box, "h", {"other": Recorder()}, max_attempts=1)
+    box.publish(msgs(1))
+    wait_for(lambda: len(box.suspended()) == 1)
+    assert "service 'billing' is not registered" in (box.suspended()[0].error or "")
+
+
+def test_throttling(box: MessageBox, instances: list[HostInstance]) -> None:
+    box.create_host("h", throttle_queue_depth=5, **FAST)
+    box.create_host("other")
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    box.subscribe("svc2", host="other", filter=P("t.Other").exists(), name="o")
+    box.publish(msgs(6))
+    before = table_counts(box)
+    with pytest.raises(Throttled, match="host 'h' has 6 entries waiting") as info:
+        box.publish(msgs(1, 100), block=False)
+    assert info.value.hosts == ["h"]
+    started = time.monotonic()
+    with pytest.raises(Throttled):
+        box.publish(msgs(1, 100), timeout=0.3)
+    assert time.monotonic() - started >= 0.3
+    assert table_counts(box) == before  # a throttled publish stores nothing
+    box.publish([Message(b"x", promoted={"t.Other": 1})], block=False)  # other hosts flow
+    run(instances, box, "h", {"svc": Recorder()})
+    [routed] = box.publish(msgs(1, 100), timeout=10)  # waits for the queue to drain
+    assert routed.subscriptions
+
+
+def test_graceful_stop_gives_back_unstarted_claims(box: MessageBox) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    box.publish(msgs(10))
+    entered = threading.Event()
+    release = threading.Event()
+    handled: list[int] = []
+
+    def slow(d: Delivery) -> None:
+        entered.set()
+        release.wait(5)
+        handled.append(d.entry_id)
+
+    inst = HostInstance(
+        box, "h", {"svc": slow}, settings={**FAST, "dequeue_threads": 1, "claim_batch": 10}
+    ).start()
+    assert entered.wait(5)
+    stopper = threading.Thread(target=inst.stop, kwargs={"timeout": 5})
+    stopper.start()
+    time.sleep(0.1)
+    release.set()
+    stopper.join()
+    assert len(handled) == 1
+    assert inst.stats.snapshot()["given_back"] == 9
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        rows = conn.execute(sa.select(q.c.attempts, q.c.lease_owner)).all()
+    assert rows
+    assert all(a == 0 and owner is None for a, owner in rows)
+    assert box.instances() == []
+
+
+def test_forced_lease_expiry_redelivers_and_is_counted(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    release = threading.Event()
+    first: list[Delivery] = []
+
+    def stuck(d: Delivery) -> None:
+        first.append(d)
+        release.wait(10)
+
+    a = run(
+        instances,
+        box,
+        "h",
+        {"svc": stuck},
+        dequeue_threads=1,
+        claim_batch=1,
+        heartbeat_seconds=30,
+        dead_after_seconds=60,
+    )
+    box.publish(msgs(1))
+    wait_for(lambda: bool(first))
+    # a network partition, say: A's lease runs out while A still works on the message
+    q = mb_schema.queue
+    with box.store.transaction(serial=True) as conn:
+        conn.execute(q.update().values(lease_expires=datetime.now(UTC) - timedelta(seconds=1)))
+    rec = Recorder()
+    b = run(instances, box, "h", {"svc": rec})
+    wait_for(drained(box))
+    assert rec.seen == [("s", 0, 2)]  # the second delivery says so
+    assert b.stats.snapshot()["redelivered"] == 1
+    release.set()
+    wait_for(lambda: a.stats.snapshot()["lost_leases"] == 1, what="A's lost lease")
+    assert a.stats.snapshot()["completed"] == 0
+
+
+def test_dead_instance_leases_are_released(box: MessageBox, instances: list[HostInstance]) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    box.publish(msgs(3))
+    i, q = mb_schema.instance, mb_schema.queue
+    old = datetime.now(UTC) - timedelta(minutes=5)
+    with box.store.transaction(serial=True) as conn:
+        conn.execute(
+            i.insert().values(
+                id="ghost",
+                host="h",
+                hostname="gone",
+                pid=1,
+                started_at=old,
+                heartbeat_at=old,
+                state="running",
+            )
+        )
+        conn.execute(
+            q.update().values(
+                lease_owner="ghost",
+                lease_expires=datetime.now(UTC) + timedelta(hours=1),
+                attempts=1,
+            )
+        )
+    report = box.cleanup()
+    assert (report.dead_instances, report.released_leases) == (1, 3)
+    rec = Recorder()
+    run(instances, box, "h", {"svc": rec})
+    wait_for(drained(box))
+    assert sorted(rec.seen) == [("s", n, 2) for n in range(3)]
+
+
+def test_ten_thousand_messages_several_subscriptions_exactly_once(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="all")
+    box.subscribe("svc", host="h", filter=P("t.N") < 5000, name="low")
+    box.subscribe("svc", host="h", filter=P("t.N") >= 5000, name="high")
+    box.subscribe("svc", host="h", filter=P("t.N") < 300, name="ordered", ordered=True)
+    rec = Recorder()
+    for start in range(0, 10_000, 1000):
+        box.publish(msgs(1000, start))
+    inst = run(
+        instances, box, "h", {"svc": rec}, dequeue_threads=4, claim_batch=50, max_in_flight=400
+    )
+    wait_for(drained(box), timeout=120)
+    pairs = Counter((s, n) for s, n, _ in rec.seen)
+    assert len(pairs) == 20_300
+    assert set(pairs.values()) == {1}
+    assert [n for s, n, _ in rec.seen if s == "ordered"] == list(range(300))
+    stats = inst.stats.snapshot()
+    assert stats["completed"] == 20_300
+    assert stats["redelivered"] == 0
+    assert stats["lost_leases"] == 0
+
+
+def test_second_process_on_a_duckdb_file_is_told_to_use_postgresql(duckdb_url: str) -> None:
+    with MessageBox(duckdb_url):
+        code = "\n".join(
+            [
+                "import sys",
+                "from messagebox import MessageBox",
+                "from messagebox.errors import BackendUnavailable",
+                "try:",
+                f"    MessageBox({duckdb_url!r})",
+                "except BackendUnavailable as e:",
+                "    print(e)",
+                "    sys.exit(3)",
+            ]
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 3, done.stderr
+    assert "use PostgreSQL for several processes" in done.stdout
+
+
+def test_bad_settings_name_the_field(box: MessageBox) -> None:
+    box.create_host("h")
+    with pytest.raises(ValidationError, match="claim_batch"):
+        HostInstance(box, "h", {}, settings={"claim_batch": 0})
+    with pytest.raises(ValidationError, match="must be a callable"):
+        HostInstance(box, "h", {"svc": 42})
+    with pytest.raises(ValidationError, match="dead_after_seconds"):
+        box.create_host("h2", heartbeat_seconds=10, dead_after_seconds=5)
