@@ -524,3 +524,29 @@ def test_bad_settings_name_the_field(box: MessageBox) -> None:
         HostInstance(box, "h", {"svc": 42})
     with pytest.raises(ValidationError, match="dead_after_seconds"):
         box.create_host("h2", heartbeat_seconds=10, dead_after_seconds=5)
+
+
+@pytest.mark.postgres
+def test_notify_wakes_an_idle_instance_at_once(pg_url: str, instances: list[HostInstance]) -> None:
+    box = MessageBox(pg_url)
+    box.create_host("h", **{**FAST, "poll_min_seconds": 10.0, "poll_max_seconds": 10.0})
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    got = threading.Event()
+    run(
+        instances,
+        box,
+        "h",
+        {"svc": lambda d: got.set()},
+        poll_min_seconds=10.0,
+        poll_max_seconds=10.0,
+    )
+    time.sleep(0.5)  # the workers are now asleep for 10 s
+    # another "process": a second connection pool, so only NOTIFY can wake the instance
+    other = MessageBox(pg_url + "&application_name=publisher")
+    started = time.monotonic()
+    other.publish(msgs(1))
+    assert got.wait(3.0), "NOTIFY did not wake the idle instance"
+    assert time.monotonic() - started < 3.0
+    instances.pop().stop()
+    other.close()
+    box.close()

@@ -1,0 +1,1 @@
+"""Host applications that tests run in separate processes."""
