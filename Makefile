@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench lint format clean
+.PHONY: demo test test-all bench bench-route bench-deliver lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,15 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+# `make bench ARGS=--quick` for a short run of both
+bench: bench-route bench-deliver
+
+bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
+
+bench-deliver: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m bench.deliver $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

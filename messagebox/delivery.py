@@ -34,6 +34,7 @@ from messagebox.models import (
 
 MAX_BACKOFF_SECONDS = 3600.0
 MAX_ERROR_CHARS = 8000
+SMALL_INSERT = 200
 
 
 @dataclass(frozen=True)
@@ -107,13 +108,21 @@ def claim(
 
 def _release_refs(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:
     counts = Counter(msgs)
-    if counts:
-        now = conn.execute(sa.select(sa.func.now())).scalar_one()
-        dialect.insert(
-            conn,
-            schema.ref_release,
-            {"msg": list(counts), "n": list(counts.values()), "logged_at": [now] * len(counts)},
+    if not counts:
+        return
+    if len(counts) <= SMALL_INSERT:  # one multi-row INSERT beats a bulk load when small
+        conn.execute(
+            schema.ref_release.insert().values(
+                [{"msg": m, "n": n, "logged_at": sa.func.now()} for m, n in counts.items()]
+            )
         )
+        return
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    dialect.insert(
+        conn,
+        schema.ref_release,
+        {"msg": list(counts), "n": list(counts.values()), "logged_at": [now] * len(counts)},
+    )
 
 
 def _suspend_rows(
