@@ -8,8 +8,11 @@ What it measures
     clock starts), then consumers with a do-nothing handler drain it. The clock runs from
     releasing the (already connected) consumers until the last completion is committed,
     or until ``--cap`` seconds, whichever comes first (a capped figure is marked ``*``).
-    Completions are counted in memory by the consumers (no polling queries competing for
-    the CPUs); the queue tables are checked afterwards.
+    Completions are counted in memory (no polling queries competing for the two CPUs a
+    small machine has): the raw loops count their deletes, PgQueuer its written
+    completions, and a messagebox consumer copies its instance's ``stats`` every 5 ms.
+    The queue tables are checked afterwards. Worker processes are spawned once and
+    reused; PostgreSQL is checkpointed before each case.
 
     Systems, on the same PostgreSQL and the same machine:
 
@@ -34,8 +37,8 @@ What it measures
 
 Run it from the project root::
 
-    python -m bench.deliver                         # 20,000 messages, full matrix
-    python -m bench.deliver --quick                 # smoke run: 2,000 messages, short caps
+    python -m bench.deliver                         # 20,000 messages, full matrix (~6 min)
+    python -m bench.deliver --quick                 # smoke run: 2,000 messages, 1 s caps (~1 min)
     python -m bench.deliver --backends postgresql --batches 10 --threads 1,4 --processes 4
     python -m bench.deliver --systems messagebox --latency-seconds 0
 
@@ -43,8 +46,9 @@ PostgreSQL is reached at ``--pg-url`` (default ``$MESSAGEBOX_BENCH_PG_URL`` or
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and skipped, with a note, when it
 cannot be reached. Everything lives in one throw-away schema ``bench_deliver_<random>``
 (reset between runs, dropped at the end; PgQueuer is installed into it too) and DuckDB
-files in a temporary directory. PgQueuer (``pip install pgqueuer asyncpg``) is optional;
-without it its columns are skipped.
+files in a temporary directory. PgQueuer (``pip install 'pgqueuer[asyncpg]'``: the
+``bench`` extra) is optional; without it its columns are skipped, and without asyncpg it
+runs on its psycopg driver (``--pgq-driver``), which is slower.
 """
 
 from __future__ import annotations
@@ -64,9 +68,8 @@ import tempfile
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
@@ -76,13 +79,14 @@ import psycopg
 import sqlalchemy as sa
 
 from hosts.instance import HostInstance
+from hosts.service import Delivery
 from messagebox import schema as mb_schema
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from predicates import P
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-BACKENDS = ("postgresql", "duckdb")
+BACKENDS = ("duckdb", "postgresql")
 SYSTEMS = ("raw", "pgqueuer", "messagebox")
 PUBLISH_BATCH = 1_000
 HOST = "bench"
@@ -243,7 +247,7 @@ def _mb_body(box: MessageBox | str, threads: int, batch: int, *, record: bool = 
         mb = box if isinstance(box, MessageBox) else MessageBox(box, publisher="bench.deliver")
         received: list[tuple[str, float]] = []
 
-        def record_handler(delivery: Any) -> None:
+        def record_handler(delivery: Delivery) -> None:
             received.append((str(delivery.message_id), time.time()))
 
         try:
@@ -286,8 +290,9 @@ def pgqueuer_version() -> str | None:
 
 def _pgq_settings(schema: str) -> Any:
     from pgqueuer.domain.settings import DBSettings
+    from pgqueuer.domain.types import Channel
 
-    return DBSettings(db_schema=schema, channel=f"{schema}_pgq")
+    return DBSettings(db_schema=schema, channel=Channel(f"{schema}_pgq"))
 
 
 def _pgq_install(conn: psycopg.Connection[Any], schema: str) -> None:
@@ -311,7 +316,7 @@ def _pgq_enqueue(conn: psycopg.Connection[Any], schema: str, n: int) -> None:
 async def _pgq_connect(driver: str, dsn: str) -> tuple[Any, Any]:
     """A connection and PgQueuer's driver over it."""
     if driver == "asyncpg":
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped]
         from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
 
         conn: Any = await asyncpg.connect(dsn)
@@ -439,10 +444,15 @@ class Threads:
             )
             self._threads.append(t)
             t.start()
-        for _ in self._bodies:
-            if not self._ready.acquire(timeout=READY_TIMEOUT_S):
-                raise RuntimeError("a consumer did not get ready in time")
-        self._raise()
+        try:
+            for _ in self._bodies:
+                if not self._ready.acquire(timeout=READY_TIMEOUT_S):
+                    raise RuntimeError("a consumer did not get ready in time")
+            self._raise()
+        except BaseException:
+            self._stop.set()
+            self._go.set()
+            raise
 
     def go(self) -> None:
         self._go.set()
@@ -496,6 +506,7 @@ def _worker_main(
     """A worker process: run tasks until told to exit (``None``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     logging.basicConfig(level=logging.WARNING)
+    results.put(("up", index, None))  # imports done: no longer competing for the CPUs
     while (task := tasks.get()) is not None:
 
         def ready() -> None:
@@ -533,6 +544,7 @@ class WorkerPool:
         ]
         for p in self._procs:
             p.start()
+        self._expect("up", size, READY_TIMEOUT_S)
 
     def crew(self, task: WorkerTask, k: int) -> Crew:
         if k > self.size:
@@ -583,7 +595,12 @@ class _PoolCrew:
             pool._counts[i] = 0
         for q in pool._tasks[: self._k]:
             q.put(self._task)
-        pool._expect("ready", self._k, READY_TIMEOUT_S)
+        try:
+            pool._expect("ready", self._k, READY_TIMEOUT_S)
+        except BaseException:
+            pool._stop.set()  # let the ready ones finish; the run is aborted
+            pool._go.set()
+            raise
 
     def go(self) -> None:
         self._pool._go.set()
@@ -612,11 +629,15 @@ class PgStore:
             {"options": f"-csearch_path={self.schema}"}
         ).render_as_string(hide_password=False)
         self.admin = psycopg.connect(self.dsn, autocommit=True)
+        self.admin.execute("SET lock_timeout = '30s'")  # never hang on a stray lock
         self.admin.execute(f"CREATE SCHEMA {self.schema}")
 
     def reset(self) -> None:
+        """An empty schema, and a checkpoint so that none falls inside the next case."""
         self.admin.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
         self.admin.execute(f"CREATE SCHEMA {self.schema}")
+        with suppress(psycopg.errors.InsufficientPrivilege):
+            self.admin.execute("CHECKPOINT")
 
     def count(self, table: str) -> int:
         row = self.admin.execute(f"SELECT count(*) FROM {self.schema}.{table}").fetchone()
@@ -776,7 +797,8 @@ def prepared(env: Env, case: Case, n: int) -> Iterator[tuple[Crew, Callable[[], 
         return
 
     duck = env.duck
-    assert duck is not None and not processes
+    assert duck is not None
+    assert not processes
     with duck.fresh() as path:
         if case.system == "raw":
             db = duckdb.connect(path)
@@ -858,17 +880,28 @@ def cases(env: Env, backends: Sequence[str], systems: Sequence[str]) -> list[Cas
 
 
 @dataclass(frozen=True)
+class Sample:
+    """One latency run: how long producing took, each publish call's duration and each
+    delivered message's publish-to-handler time (seconds)."""
+
+    produce_s: float
+    calls: list[float]
+    seconds: list[float]
+
+
+@dataclass(frozen=True)
 class Latency:
     backend: str
     system: str
     consumer: str
     sent: int
-    produce_s: float
-    seconds: list[float]  # per delivered message
+    sample: Sample
 
-    def pct(self, q: float) -> float:
-        ordered = sorted(self.seconds)
-        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of non-empty ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def paced(count: int, rate: float) -> Iterator[int]:
@@ -881,76 +914,89 @@ def paced(count: int, rate: float) -> Iterator[int]:
         yield i
 
 
+def produce(m: int, rate: float, send: Callable[[int, float], None]) -> tuple[float, list[float]]:
+    """``send(i, wall_time_before_the_call)`` m times at ``rate``; returns the elapsed time
+    and each call's duration."""
+    calls: list[float] = []
+    start = time.perf_counter()
+    for i in paced(m, rate):
+        t = time.time()
+        before = time.perf_counter()
+        send(i, t)
+        calls.append(time.perf_counter() - before)
+    return time.perf_counter() - start, calls
+
+
 def _wait_for(done: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not done() and time.monotonic() < deadline:
         time.sleep(WATCH_S)
 
 
-def latency_messagebox(url: str, m: int, rate: float) -> tuple[float, list[float]]:
+def _publisher(box: MessageBox, sent: dict[str, float]) -> Callable[[int, float], None]:
+    """One message per publish; remembers each message's send time by id."""
+
+    def send(i: int, t: float) -> None:
+        [routed] = box.publish([Message(b"x", promoted={"b.N": i})])
+        sent[str(routed.message_id)] = t
+
+    return send
+
+
+def _latencies(sent: dict[str, float], received: dict[str, float]) -> list[float]:
+    return [received[k] - t for k, t in sent.items() if k in received]
+
+
+def latency_messagebox(url: str, m: int, rate: float) -> Sample:
     """Publisher and a one-thread host instance in this process, on one MessageBox."""
     box = _mb_open(url, m)
-    received: dict[uuid.UUID, float] = {}
+    sent: dict[str, float] = {}
+    received: dict[str, float] = {}
 
-    def handler(delivery: Any) -> None:
-        received[delivery.message_id] = time.time()
+    def handler(delivery: Delivery) -> None:
+        received[str(delivery.message_id)] = time.time()
 
     try:
         inst = HostInstance(box, HOST, {SERVICE: handler}, settings=_mb_settings(1, LATENCY_BATCH))
         inst.start()
         try:
             time.sleep(SETTLE_S)
-            sent: dict[uuid.UUID, float] = {}
-            start = time.perf_counter()
-            for i in paced(m, rate):
-                t = time.time()
-                [routed] = box.publish([Message(b"x", promoted={"b.N": i})])
-                sent[routed.message_id] = t
-            produce_s = time.perf_counter() - start
+            produce_s, calls = produce(m, rate, _publisher(box, sent))
             _wait_for(lambda: len(received) >= m, DRAIN_TIMEOUT_S)
         finally:
             inst.stop()
     finally:
         box.close()
-    return produce_s, [received[k] - t for k, t in sent.items() if k in received]
+    return Sample(produce_s, calls, _latencies(sent, received))
 
 
-def latency_messagebox_process(
-    pg: PgStore, pool: WorkerPool, m: int, rate: float
-) -> tuple[float, list[float]]:
+def latency_messagebox_process(pg: PgStore, pool: WorkerPool, m: int, rate: float) -> Sample:
     """Publisher here, a one-thread host instance in a worker process (NOTIFY wakes it)."""
     box = _mb_open(pg.mb_url, m)
+    sent: dict[str, float] = {}
     try:
-        crew = pool.crew(
-            WorkerTask(
-                "messagebox", LATENCY_BATCH, pg.dsn, pg.schema, mb_url=pg.mb_url, record=True
-            ),
-            1,
+        task = WorkerTask(
+            "messagebox", LATENCY_BATCH, pg.dsn, pg.schema, mb_url=pg.mb_url, record=True
         )
+        crew = pool.crew(task, 1)
         crew.launch()
         try:
             crew.go()
-            time.sleep(SETTLE_S + 0.2)  # the instance starts and LISTENs after go
-            sent: dict[str, float] = {}
-            start = time.perf_counter()
-            for i in paced(m, rate):
-                t = time.time()
-                [routed] = box.publish([Message(b"x", promoted={"b.N": i})])
-                sent[str(routed.message_id)] = t
-            produce_s = time.perf_counter() - start
+            time.sleep(2 * SETTLE_S)  # the instance starts and LISTENs after go
+            produce_s, calls = produce(m, rate, _publisher(box, sent))
             _wait_for(lambda: crew.completed() >= m, DRAIN_TIMEOUT_S)
         finally:
             [summary] = crew.finish()
     finally:
         box.close()
-    received = dict(summary["received"])
-    return produce_s, [received[k] - t for k, t in sent.items() if k in received]
+    return Sample(produce_s, calls, _latencies(sent, dict(summary["received"])))
 
 
-def latency_pgqueuer(pg: PgStore, driver: str, m: int, rate: float) -> tuple[float, list[float]]:
+def latency_pgqueuer(pg: PgStore, driver: str, m: int, rate: float) -> Sample:
     """Producer and one queue manager (batch 10) on one asyncio loop in this process."""
     _pgq_install(pg.admin, pg.schema)
     seconds: list[float] = []
+    calls: list[float] = []
 
     async def handler(job: Any) -> None:
         seconds.append(time.time() - float(job.payload.decode()))
@@ -967,7 +1013,9 @@ def latency_pgqueuer(pg: PgStore, driver: str, m: int, rate: float) -> tuple[flo
                 delay = start + i / rate - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                before = time.perf_counter()
                 await producer.enqueue(SERVICE, repr(time.time()).encode())
+                calls.append(time.perf_counter() - before)
             produce_s = time.perf_counter() - start
             deadline = time.monotonic() + DRAIN_TIMEOUT_S
             while len(seconds) < m and time.monotonic() < deadline:
@@ -979,137 +1027,130 @@ def latency_pgqueuer(pg: PgStore, driver: str, m: int, rate: float) -> tuple[flo
             await producer_conn.close()
         return produce_s
 
-    return asyncio.run(main()), seconds
-
-
-def latency_raw(env: Env, backend: str, m: int, rate: float) -> tuple[float, list[float]]:
-    """A one-thread raw delete loop (batch 10, 1 ms poll when idle); inserts from here."""
-    if backend == "postgresql":
-        pg = env.pg
-        assert pg is not None
-        _raw_fill_pg(pg, 0)
-        body = _raw_pg_body(pg.dsn, pg.schema, LATENCY_BATCH, idle_s=RAW_IDLE_S, record=True)
-        sql = f"INSERT INTO {pg.schema}.{RAW_TABLE} VALUES (%s, %s, 'x')"
-
-        def insert(i: int, t: float) -> None:
-            pg.admin.execute(sql, (i, t), prepare=True)
-
-        return _latency_raw_run(body, insert, m, rate)
-
-    duck = env.duck
-    assert duck is not None
-    with duck.fresh() as path:
-        db = duckdb.connect(path)
-        try:
-            _raw_fill_duckdb(db, 0)
-            lock = threading.Lock()
-            body = _raw_duckdb_body(db, lock, LATENCY_BATCH, idle_s=RAW_IDLE_S, record=True)
-            cur = db.cursor()
-
-            def insert_duck(i: int, t: float) -> None:
-                with lock:
-                    cur.execute(f"INSERT INTO {RAW_TABLE} VALUES (?, ?, 'x')", [i, t])
-
-            try:
-                return _latency_raw_run(body, insert_duck, m, rate)
-            finally:
-                cur.close()
-        finally:
-            db.close()
+    produce_s = asyncio.run(main())
+    return Sample(produce_s, calls, seconds)
 
 
 def _latency_raw_run(
     body: Body, insert: Callable[[int, float], None], m: int, rate: float
-) -> tuple[float, list[float]]:
+) -> Sample:
     crew = Threads([body])
     crew.launch()
     try:
         crew.go()
         time.sleep(SETTLE_S)
-        start = time.perf_counter()
-        for i in paced(m, rate):
-            insert(i + 1, time.time())
-        produce_s = time.perf_counter() - start
+        produce_s, calls = produce(m, rate, lambda i, t: insert(i + 1, t))
         _wait_for(lambda: crew.completed() >= m, DRAIN_TIMEOUT_S)
     finally:
         [summary] = crew.finish()
-    return produce_s, list(summary["latencies"])
+    return Sample(produce_s, calls, list(summary["latencies"]))
+
+
+def latency_raw_pg(pg: PgStore, m: int, rate: float) -> Sample:
+    """A one-thread raw delete loop (batch 10, 1 ms poll when idle); inserts from here."""
+    _raw_fill_pg(pg, 0)
+    body = _raw_pg_body(pg.dsn, pg.schema, LATENCY_BATCH, idle_s=RAW_IDLE_S, record=True)
+    sql = f"INSERT INTO {pg.schema}.{RAW_TABLE} VALUES (%s, %s, 'x')"
+
+    def insert(i: int, t: float) -> None:
+        pg.admin.execute(sql, (i, t), prepare=True)
+
+    return _latency_raw_run(body, insert, m, rate)
+
+
+def latency_raw_duckdb(path: str, m: int, rate: float) -> Sample:
+    """The DuckDB raw loop (under the lock, as are the inserts from here)."""
+    db = duckdb.connect(path)
+    cur = db.cursor()
+    try:
+        _raw_fill_duckdb(db, 0)
+        lock = threading.Lock()
+        body = _raw_duckdb_body(db, lock, LATENCY_BATCH, idle_s=RAW_IDLE_S, record=True)
+
+        def insert(i: int, t: float) -> None:
+            with lock:
+                cur.execute(f"INSERT INTO {RAW_TABLE} VALUES (?, ?, 'x')", [i, t])
+
+        return _latency_raw_run(body, insert, m, rate)
+    finally:
+        cur.close()
+        db.close()
+
+
+def latency_runs(env: Env, backend: str, m: int) -> list[tuple[str, str, Callable[[], Sample]]]:
+    """(system, consumer, run) for one backend."""
+    a = env.args
+    runs: list[tuple[str, str, Callable[[], Sample]]] = []
+    if backend == "postgresql":
+        pg, pool = env.pg, env.pool
+        assert pg is not None
+        runs.append(("raw", "1 thread, 1 ms poll", lambda: latency_raw_pg(pg, m, a.rate)))
+        runs.append(
+            ("pgqueuer", "1 queue manager", lambda: latency_pgqueuer(pg, a.pgq_driver, m, a.rate))
+        )
+        runs.append(("messagebox", "1 thread", lambda: latency_messagebox(pg.mb_url, m, a.rate)))
+        if pool is not None:
+            runs.append(
+                (
+                    "messagebox",
+                    "1 process (NOTIFY)",
+                    lambda: latency_messagebox_process(pg, pool, m, a.rate),
+                )
+            )
+        return runs
+    duck = env.duck
+    assert duck is not None
+
+    def in_fresh_file(fn: Callable[[str], Sample]) -> Callable[[], Sample]:
+        def run() -> Sample:
+            with duck.fresh() as path:
+                return fn(path)
+
+        return run
+
+    runs.append(
+        (
+            "raw",
+            "1 thread, 1 ms poll",
+            in_fresh_file(lambda path: latency_raw_duckdb(path, m, a.rate)),
+        )
+    )
+    runs.append(
+        (
+            "messagebox",
+            "1 thread",
+            in_fresh_file(lambda path: latency_messagebox(f"duckdb:///{path}", m, a.rate)),
+        )
+    )
+    return runs
 
 
 def run_latencies(env: Env, backends: Sequence[str], systems: Sequence[str]) -> list[Latency]:
-    a = env.args
-    m = max(1, round(a.rate * a.latency_seconds))
+    m = max(1, round(env.args.rate * env.args.latency_seconds))
     out: list[Latency] = []
-
-    def one(
-        backend: str, system: str, consumer: str, fn: Callable[[], tuple[float, list[float]]]
-    ) -> None:
-        if backend == "postgresql":
-            assert env.pg is not None
-            env.pg.reset()
-        produce_s, seconds = fn()
-        if len(seconds) < m:
-            env.warnings.append(
-                f"latency {backend} {system}: {m - len(seconds)} of {m} messages not delivered "
-                f"within {DRAIN_TIMEOUT_S:.0f} s of the last publish"
-            )
-        result = Latency(backend, system, consumer, m, produce_s, seconds)
-        out.append(result)
-        if seconds:
-            log(
-                f"latency {backend} {system} ({consumer}): p50 {1000 * result.pct(0.5):.1f} ms, "
-                f"p99 {1000 * result.pct(0.99):.1f} ms"
-            )
-
     for backend in backends:
-        if "raw" in systems:
-            one(
-                backend,
-                "raw",
-                "1 thread, 1 ms poll",
-                lambda b=backend: latency_raw(env, b, m, a.rate),
-            )
-        if backend == "postgresql":
-            pg = env.pg
-            assert pg is not None
-            if "pgqueuer" in systems:
-                one(
-                    backend,
-                    "pgqueuer",
-                    "1 queue manager",
-                    lambda: latency_pgqueuer(pg, a.pgq_driver, m, a.rate),
+        for system, consumer, run in latency_runs(env, backend, m):
+            if system not in systems:
+                continue
+            if env.pg is not None and backend == "postgresql":
+                env.pg.reset()
+            sample = run()
+            if len(sample.seconds) < m:
+                env.warnings.append(
+                    f"latency {backend} {system} ({consumer}): {m - len(sample.seconds)} of {m} "
+                    f"messages not delivered within {DRAIN_TIMEOUT_S:g} s of the last publish"
                 )
-            if "messagebox" in systems:
-                one(
-                    backend,
-                    "messagebox",
-                    "1 thread",
-                    lambda: latency_messagebox(pg.mb_url, m, a.rate),
-                )
-                if env.pool is not None:
-                    pool = env.pool
-                    one(
-                        backend,
-                        "messagebox",
-                        "1 process (NOTIFY)",
-                        lambda: latency_messagebox_process(pg, pool, m, a.rate),
-                    )
-        elif "messagebox" in systems:
-            duck = env.duck
-            assert duck is not None
-            with duck.fresh() as path:
-                one(
-                    backend,
-                    "messagebox",
-                    "1 thread",
-                    lambda p=path: latency_messagebox(f"duckdb:///{p}", m, a.rate),
+            out.append(Latency(backend, system, consumer, m, sample))
+            if sample.seconds:
+                log(
+                    f"latency {backend} {system} ({consumer}): "
+                    f"p50 {1000 * pct(sample.seconds, 0.5):.1f} ms, "
+                    f"p99 {1000 * pct(sample.seconds, 0.99):.1f} ms"
                 )
     return out
 
 
 # --- output ---
-
-NAMES = {"raw": "raw SKIP LOCKED", "pgqueuer": "PgQueuer", "messagebox": "messagebox"}
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
@@ -1138,70 +1179,63 @@ def _ratio(a: Measured | None, b: Measured | None) -> str:
     return f"{a.msgs_per_s / b.msgs_per_s:.2f}x"
 
 
-def throughput_table(backend: str, results: dict[Case, Measured], systems: Sequence[str]) -> str:
+def throughput_table(backend: str, results: dict[Case, Measured]) -> str:
+    """One row per consumer shape; a column per system that ran, then the ratios."""
+    mine = {c: r for c, r in results.items() if c.backend == backend}
     shapes = sorted(
-        {(c.mode, c.workers, c.batch) for c in results if c.backend == backend},
+        {(c.mode, c.workers, c.batch) for c in mine},
         key=lambda s: (s[0] != "threads", s[1], s[2]),
     )
-    pg = backend == "postgresql"
-    headers = ["mode", "workers", "batch", "raw SKIP LOCKED" if pg else "raw DELETE loop"]
-    if pg and "pgqueuer" in systems:
-        headers += ["PgQueuer", "PgQ/raw"]
-    headers += ["messagebox", "mb/raw"]
-    if pg and "pgqueuer" in systems:
-        headers.append("mb/PgQ")
+    ran = [s for s in SYSTEMS if any(c.system == s for c in mine)]
+    short = {"raw": "raw", "pgqueuer": "PgQ", "messagebox": "mb"}
+    ratios = (("pgqueuer", "raw"), ("messagebox", "raw"), ("messagebox", "pgqueuer"))
+    pairs = [(a, b) for a, b in ratios if a in ran and b in ran]
+    headers = ["mode", "workers", "batch", *(system_name(backend, s) for s in ran)]
+    headers += [f"{short[a]}/{short[b]}" for a, b in pairs]
     rows = []
-    for mode, k, b in shapes:
-
-        def get(system: str, mode: str = mode, k: int = k, b: int = b) -> Measured | None:
-            return results.get(Case(backend, system, mode, k, b))
-
-        raw, pgq, mb = get("raw"), get("pgqueuer"), get("messagebox")
-        row = [mode, str(k), str(b), _rate(raw)]
-        if pg and "pgqueuer" in systems:
-            row += [_rate(pgq), _ratio(pgq, raw)]
-        row += [_rate(mb), _ratio(mb, raw)]
-        if pg and "pgqueuer" in systems:
-            row.append(_ratio(mb, pgq))
+    for mode, k, batch in shapes:
+        got = {s: mine.get(Case(backend, s, mode, k, batch)) for s in ran}
+        row = [mode, str(k), str(batch), *(_rate(got[s]) for s in ran)]
+        row += [_ratio(got[a], got[b]) for a, b in pairs]
         rows.append(row)
     return _table(headers, rows, left=1)
 
 
+def system_name(backend: str, system: str) -> str:
+    """The column/row label of a system on a backend."""
+    if system == "raw":
+        return "raw SKIP LOCKED" if backend == "postgresql" else "raw DELETE loop"
+    return "PgQueuer" if system == "pgqueuer" else system
+
+
 def latency_table(results: Sequence[Latency]) -> str:
+    """One row per latency run, in milliseconds."""
     rows = []
     for r in results:
-        ms = [1000 * s for s in r.seconds]
+        ms = [1000 * s for s in r.sample.seconds]
+        call_ms = [1000 * s for s in r.sample.calls]
+        produce_s = r.sample.produce_s
         rows.append(
             [
                 r.backend,
-                NAMES[r.system],
+                system_name(r.backend, r.system),
                 r.consumer,
                 f"{len(ms)}/{r.sent}",
-                f"{r.sent / r.produce_s:,.0f}" if r.produce_s > 0 else "-",
-                f"{r.pct(0.5) * 1000:.1f}" if ms else "-",
-                f"{r.pct(0.99) * 1000:.1f}" if ms else "-",
+                f"{r.sent / produce_s:,.0f}" if produce_s > 0 else "-",
+                f"{pct(call_ms, 0.5):.1f}" if call_ms else "-",
+                f"{pct(ms, 0.5):.1f}" if ms else "-",
+                f"{pct(ms, 0.99):.1f}" if ms else "-",
                 f"{max(ms):.1f}" if ms else "-",
                 f"{statistics.fmean(ms):.1f}" if ms else "-",
             ]
         )
-    return _table(
-        [
-            "backend",
-            "system",
-            "consumer",
-            "delivered",
-            "sent/s",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-            "mean ms",
-        ],
-        rows,
-        left=3,
-    )
+    headers = ["backend", "system", "consumer", "delivered", "sent/s", "publish ms p50"]
+    headers += ["p50 ms", "p99 ms", "max ms", "mean ms"]
+    return _table(headers, rows, left=3)
 
 
-def header(env: Env, backends: Sequence[str]) -> list[str]:
+def header(env: Env) -> list[str]:
+    """What ran where: sizes, versions, the PostgreSQL durability settings."""
     a = env.args
     versions = [f"messagebox {metadata.version('messagebox')}", f"DuckDB {duckdb.__version__}"]
     if "pgqueuer" in a.systems and pgqueuer_version():
@@ -1231,8 +1265,9 @@ def report(
     results: dict[Case, Measured],
     latencies: Sequence[Latency],
 ) -> str:
+    """The whole printed report."""
     a = env.args
-    out = header(env, backends)
+    out = header(env)
     titles = {
         "postgresql": "PostgreSQL throughput, msgs/s (PgQueuer threads = queue managers on one "
         "asyncio loop; processes = 1 thread / 1 queue manager each)",
@@ -1241,14 +1276,15 @@ def report(
     }
     for backend in backends:
         if any(c.backend == backend for c in results):
-            out += ["", titles[backend], throughput_table(backend, results, a.systems)]
+            out += ["", titles[backend], throughput_table(backend, results)]
     if results:
         out.append(f"* stopped at the {a.cap:g} s cap before the backlog was drained")
     if latencies:
         out += [
             "",
             f"Latency publish -> handler start, one message per publish at {a.rate:g}/s for "
-            f"{a.latency_seconds:g} s, idle consumer, claim batch {LATENCY_BATCH}",
+            f"{a.latency_seconds:g} s, idle consumer, claim batch {LATENCY_BATCH} (publish ms: "
+            "the publish/enqueue/insert call alone, which the latency includes)",
             latency_table(latencies),
         ]
     return "\n".join(out)
@@ -1292,16 +1328,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Host-instance delivery throughput and latency versus PgQueuer and a raw "
         "SKIP LOCKED loop.",
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: 2,000 messages, 1.5 s caps"
-    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2,000 messages, 1 s caps")
     parser.add_argument("--messages", type=int, help="backlog per throughput run (default 20,000)")
     parser.add_argument("--cap", type=float, help="seconds per throughput run at most (default 10)")
     parser.add_argument(
         "--backends",
         type=_names(BACKENDS),
         default=list(BACKENDS),
-        help="comma-separated backends (default postgresql,duckdb)",
+        help="comma-separated backends (default duckdb,postgresql)",
     )
     parser.add_argument(
         "--systems",
@@ -1338,9 +1372,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.messages is None:
         args.messages = 2_000 if args.quick else 20_000
     if args.cap is None:
-        args.cap = 1.5 if args.quick else 10.0
+        args.cap = 1.0 if args.quick else 10.0
     if args.latency_seconds is None:
-        args.latency_seconds = 1.5 if args.quick else 5.0
+        args.latency_seconds = 1.0 if args.quick else 5.0
     if args.messages < 1 or args.cap <= 0 or args.rate <= 0 or args.latency_seconds < 0:
         parser.error("--messages, --cap and --rate must be positive")
     return args
@@ -1354,7 +1388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
     if "pgqueuer" in systems and pgqueuer_version() is None:
         systems.remove("pgqueuer")
-        notes.append("PgQueuer skipped: not installed (pip install pgqueuer asyncpg)")
+        notes.append("PgQueuer skipped: not installed (pip install 'pgqueuer[asyncpg]')")
     args.systems = systems
     if "postgresql" in backends:
         why = pg_check(args.pg_url)

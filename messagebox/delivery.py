@@ -14,7 +14,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +34,6 @@ from messagebox.models import (
 
 MAX_BACKOFF_SECONDS = 3600.0
 MAX_ERROR_CHARS = 8000
-SMALL_INSERT = 200
 
 
 @dataclass(frozen=True)
@@ -108,21 +107,16 @@ def claim(
 
 def _release_refs(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:
     counts = Counter(msgs)
-    if not counts:
-        return
-    if len(counts) <= SMALL_INSERT:  # one multi-row INSERT beats a bulk load when small
-        conn.execute(
-            schema.ref_release.insert().values(
-                [{"msg": m, "n": n, "logged_at": sa.func.now()} for m, n in counts.items()]
-            )
+    if len(counts) == 1:  # one cached statement beats a bulk load for one row
+        [(msg, n)] = counts.items()
+        conn.execute(schema.ref_release.insert().values(msg=msg, n=n, logged_at=sa.func.now()))
+    elif counts:
+        now = datetime.now(UTC)  # a log stamp only; nothing compares it with the DB clock
+        dialect.insert(
+            conn,
+            schema.ref_release,
+            {"msg": list(counts), "n": list(counts.values()), "logged_at": [now] * len(counts)},
         )
-        return
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
-    dialect.insert(
-        conn,
-        schema.ref_release,
-        {"msg": list(counts), "n": list(counts.values()), "logged_at": [now] * len(counts)},
-    )
 
 
 def _suspend_rows(
