@@ -107,12 +107,12 @@ class HostApp:
         box = MessageBox(url or self.url)
         try:
             self.setup(box)
-            inst = HostInstance(box, self.host, self.services, settings=settings or None)
+            return HostInstance(
+                box, self.host, self.services, settings=settings or None, close_box=True
+            )
         except Exception:
             box.close()
             raise
-        inst._owns_box = True
-        return inst
 
     def run(self, url: str | sa.URL | None = None, **settings: Any) -> None:
         """Run one instance until SIGINT/SIGTERM."""

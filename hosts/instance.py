@@ -110,7 +110,8 @@ class HostInstance:
 
     ``services`` maps service names (as subscriptions name them) to handlers; see
     :mod:`hosts.service`. ``settings`` overrides the host's stored settings for this
-    instance only (e.g. ``{"dequeue_threads": 2}``).
+    instance only (e.g. ``{"dequeue_threads": 2}``). ``close_box`` closes the box on
+    stop (the default when the instance opened it from a URL).
     """
 
     def __init__(
@@ -121,8 +122,9 @@ class HostInstance:
         *,
         settings: Mapping[str, Any] | None = None,
         name: str | None = None,
+        close_box: bool | None = None,
     ) -> None:
-        self._owns_box = not isinstance(box, MessageBox)
+        self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
         self.box = box if isinstance(box, MessageBox) else MessageBox(box)
         stored = self.box.host(host)
         try:
