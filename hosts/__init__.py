@@ -1,14 +1,26 @@
 """Host instances: dequeuing threads that claim queue entries under a lease and hand
-them to services (DESIGN.md §8).
+them to services (DESIGN.md §8), and the ports that move messages in and out.
 
 - :class:`~hosts.instance.HostInstance` runs one instance of a host;
-- :class:`~hosts.app.HostApp` declares a host's services and subscriptions in a module,
-  for ``messagebox host run module:app``;
-- :class:`~hosts.service.Delivery` is what a service receives.
+- :class:`~hosts.app.HostApp` declares a host's services, subscriptions and ports in a
+  module, for ``messagebox host run module:app``;
+- :class:`~hosts.service.Delivery` is what a service receives;
+- :mod:`hosts.ports`: receive ports and locations, send ports and send port groups.
 """
 
 from hosts.app import HostApp
 from hosts.instance import HostInstance, InstanceStats
+from hosts.ports import ReceiveLocation, ReceivePort, SendPort, SendPortGroup, Transport
 from hosts.service import Delivery
 
-__all__ = ["Delivery", "HostApp", "HostInstance", "InstanceStats"]
+__all__ = [
+    "Delivery",
+    "HostApp",
+    "HostInstance",
+    "InstanceStats",
+    "ReceiveLocation",
+    "ReceivePort",
+    "SendPort",
+    "SendPortGroup",
+    "Transport",
+]

@@ -8,6 +8,18 @@ Python module, for ``messagebox host run module:app``.
 
     app.subscribe("ship-eu", filter=P("orders.Region") == "EU", name="ship-eu")
 
+Ports are declared the same way (see :mod:`hosts.ports`):
+
+    orders_in = app.receive_port("orders-in", route_failed=True)
+    orders_in.location("drop", "file:///data/in?mask=*.xml", pipeline=XmlReceive([schema]))
+    app.send_port("eu", filter=P("orders.Region") == "EU",
+                  transport="file:///data/out/eu/%MessageID%.xml", retry_count=3,
+                  retry_interval=60, backup="file:///data/out/backup/%MessageID%.xml")
+    app.send_port_group("all-large", filter=P("orders.Total") >= 10_000, ports=["eu", "us"])
+
+A host instance of the app runs its receive locations beside its dequeue threads; each
+send port is a service with a subscription named after the port.
+
 On start the host is created if it does not exist (with these settings), and each
 declared subscription is created if no subscription of that name exists. Existing ones
 are left as they are, so an operator's changes (stopping a service, say) survive a
@@ -24,6 +36,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from hosts.instance import HostInstance
+from hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
 from messagebox.engine import MessageBox
 from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
 from messagebox.models import HostSettings
@@ -46,6 +59,9 @@ class HostApp:
             raise ValidationError(f"host app {host!r}: bad settings: {exc}") from exc
         self.services: dict[str, object] = {}
         self.declared: list[dict[str, Any]] = []
+        self.receive_ports: list[ReceivePort] = []
+        self.send_ports: dict[str, SendPort] = {}
+        self.send_port_groups: list[SendPortGroup] = []
 
     def service(self, name: str | None = None) -> Callable[[S], S]:
         """Register a function or class as a service (named after it by default)."""
@@ -69,6 +85,56 @@ class HostApp:
         to_filter(filter)  # refuse a bad filter now, not at start
         self.declared.append({"service": service, "filter": filter, "name": name, **options})
 
+    def receive_port(self, name: str, *, route_failed: bool = False) -> ReceivePort:
+        """Declare a receive port; add locations with ``port.location(name, url, ...)``."""
+        if any(p.name == name for p in self.receive_ports):
+            raise AlreadyExists(f"host app {self.host!r} declares receive port {name!r} twice")
+        port = ReceivePort(name, route_failed=route_failed)
+        self.receive_ports.append(port)
+        return port
+
+    def send_port(self, name: str, **options: Any) -> SendPort:
+        """Declare a send port (options of :class:`~hosts.ports.SendPort`); it runs as
+        the service ``name`` with a subscription of the same name."""
+        port = SendPort(name, **options)
+        self.add_service(name, port)
+        self.send_ports[name] = port
+        return port
+
+    def send_port_group(self, name: str, *, filter: object, ports: list[str]) -> SendPortGroup:
+        """Declare a group: what ``filter`` matches goes through each of ``ports``."""
+        group = SendPortGroup(name, filter=filter, ports=ports)
+        self.send_port_groups.append(group)
+        return group
+
+    def _port_subscriptions(self) -> list[dict[str, Any]]:
+        for group in self.send_port_groups:
+            unknown = [p for p in group.ports if p not in self.send_ports]
+            if unknown:
+                raise ValidationError(
+                    f"send port group {group.name!r} names send port {unknown[0]!r}, "
+                    f"which host app {self.host!r} does not declare"
+                )
+        specs = []
+        for port in self.send_ports.values():
+            filt = port_filter(port, self.send_port_groups)
+            if filt is None:
+                raise ValidationError(
+                    f"send port {port.name!r} has no filter and is in no send port group: "
+                    "it would never receive a message"
+                )
+            specs.append(
+                {
+                    "service": port.name,
+                    "filter": filt,
+                    "name": port.name,
+                    "ordered": port.ordered,
+                    "on_failure": "stop" if port.stop_on_failure else "suspend",
+                    "priority": port.priority,
+                }
+            )
+        return specs
+
     def setup(self, box: MessageBox) -> None:
         """Create the host and the declared subscriptions that do not exist yet."""
         try:
@@ -86,7 +152,7 @@ class HostApp:
                 f"which host app {self.host!r} does not register"
             )
         existing = {s.name: s for s in box.subscriptions(host=self.host)}
-        for spec in self.declared:
+        for spec in [*self.declared, *self._port_subscriptions()]:
             found = existing.get(spec["name"])
             if found is None:
                 try:
@@ -107,9 +173,16 @@ class HostApp:
         box = MessageBox(url or self.url)
         try:
             self.setup(box)
-            return HostInstance(
-                box, self.host, self.services, settings=settings or None, close_box=True
+            instance = HostInstance(
+                box,
+                self.host,
+                self.services,
+                settings=settings or None,
+                close_box=True,
+                receivers=[loc for p in self.receive_ports for loc in p.locations],
             )
+            instance.on_stop.extend(p.close for p in self.send_ports.values())
+            return instance
         except Exception:
             box.close()
             raise

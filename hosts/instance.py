@@ -30,10 +30,10 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -41,7 +41,7 @@ from hosts.service import Delivery, Handler, MessageBatch, as_handler
 from messagebox import delivery, notify
 from messagebox.delivery import Claim, Failure
 from messagebox.engine import MessageBox
-from messagebox.errors import MessageBoxError, PermanentFailure, ValidationError
+from messagebox.errors import MessageBoxError, PermanentFailure, RetryLater, ValidationError
 from messagebox.models import (
     SUBSCRIPTION_REMOVED,
     HostSettings,
@@ -104,6 +104,18 @@ class _Permits:
                 self._cond.notify_all()
 
 
+class Receiver(Protocol):
+    """Something a host instance runs beside its dequeue threads: a receive location.
+
+    ``start`` returns at once (the receiver runs on its own threads); ``stop`` stops
+    taking input and returns within ``timeout`` seconds, having finished or given back
+    what it had taken."""
+
+    def start(self, box: MessageBox, owner: str) -> None: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
 class HostInstance:
     """One running instance of a host: several processes or machines may run instances
     of the same host (PostgreSQL); each queue entry is handled by exactly one of them.
@@ -123,6 +135,7 @@ class HostInstance:
         settings: Mapping[str, Any] | None = None,
         name: str | None = None,
         close_box: bool | None = None,
+        receivers: Sequence[Receiver] = (),
     ) -> None:
         self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
         self.box = box if isinstance(box, MessageBox) else MessageBox(box)
@@ -151,6 +164,11 @@ class HostInstance:
         self._unwatch: Callable[[], None] | None = None
         self._started = False
         self._last_cleanup = time.monotonic()
+        self.receivers: list[Receiver] = list(receivers)
+        """Receive locations this instance runs (started after it registers, stopped
+        first)."""
+        self.on_stop: list[Callable[[], None]] = []
+        """Called once the instance has stopped (closing send ports' connections)."""
 
     # --- lifecycle ---
 
@@ -175,6 +193,15 @@ class HostInstance:
             )
         for t in (*self._threads, *self._service_threads):
             t.start()
+        for n, r in enumerate(self.receivers):
+            try:
+                r.start(self.box, self.id)
+            except BaseException:
+                for started in reversed(self.receivers[:n]):
+                    started.stop(5.0)
+                self.receivers = self.receivers[:0]
+                self.stop(5.0)
+                raise
         log.info(
             "host instance %s started: %d dequeue threads, claim batch %d",
             self.id,
@@ -189,9 +216,14 @@ class HostInstance:
         delivered again, by another instance or after a restart)."""
         if not self._started or self._stopping.is_set():
             return True
+        deadline = time.monotonic() + timeout
+        for r in reversed(self.receivers):  # take nothing more in before draining
+            try:
+                r.stop(max(deadline - time.monotonic(), 1.0))
+            except Exception as exc:
+                log.error("host instance %s: receiver %r failed to stop: %s", self.id, r, exc)
         self._stopping.set()
         self.wake()
-        deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(deadline - time.monotonic(), 0))
         finished = not any(t.is_alive() for t in self._threads)
@@ -216,6 +248,11 @@ class HostInstance:
                 released,
             )
         log.info("host instance %s stopped: %s", self.id, self.stats.snapshot())
+        for callback in self.on_stop:
+            try:
+                callback()
+            except Exception as exc:
+                log.error("host instance %s: on_stop callback failed: %s", self.id, exc)
         if self._owns_box:
             self.box.close()
         return finished
@@ -390,6 +427,18 @@ class HostInstance:
         except PermanentFailure as exc:
             self.stats.add(failed=1)
             return Failure(c, f"PermanentFailure: {exc}", permanent=True)
+        except RetryLater as exc:
+            self.stats.add(failed=1)
+            log.info(
+                "host instance %s: service %r retries entry %d in %.3g s (attempt %d): %s",
+                self.id,
+                sub.service,
+                c.id,
+                exc.delay,
+                c.attempts,
+                exc,
+            )
+            return Failure(c, f"RetryLater: {exc}", retry_after=exc.delay)
         except Exception as exc:
             self.stats.add(failed=1)
             log.warning(

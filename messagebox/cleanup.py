@@ -40,6 +40,8 @@ class CleanupReport:
     released_leases: int = 0
     purged_subscriptions: int = 0
     discarded_messages: int = 0
+    receipts: int = 0
+    """Receive-location receipts older than the retention, trimmed."""
     skipped: bool = False
     """Another cleanup held the lock (PostgreSQL); this run did nothing."""
     seconds: float = 0.0
@@ -102,8 +104,17 @@ def _purge_completed(conn: sa.Connection, store: Store, report: CleanupReport) -
     conn.execute(si.delete().where(si.c.id.in_(done)))
 
 
+RECEIPT_RETENTION_SECONDS = 7 * 24 * 3600.0
+"""How long a receive location's receipts are kept: a location that crashed after a
+publish must restart within this to be sure not to publish that input again."""
+
+
 def run(
-    store: Store, *, batch: int = 10_000, progress: Callable[[str], None] | None = None
+    store: Store,
+    *,
+    batch: int = 10_000,
+    progress: Callable[[str], None] | None = None,
+    receipt_retention_seconds: float = RECEIPT_RETENTION_SECONDS,
 ) -> CleanupReport:
     """Run every cleanup step once; deletes in chunks of ``batch`` messages."""
     started = time.monotonic()
@@ -121,6 +132,12 @@ def run(
             report.dead_instances += len(dead)
             report.released_leases += released
         _purge_completed(conn, store, report)
+        r = schema.receipt
+        report.receipts = conn.execute(
+            r.delete().where(r.c.received_at < store.dialect.now_plus(-receipt_retention_seconds))
+        ).rowcount
+    if report.receipts:
+        say(f"trimmed {report.receipts} receipts older than {receipt_retention_seconds:g} s")
     if report.dead_instances or report.released_leases:
         say(
             f"released {report.released_leases} leases of "

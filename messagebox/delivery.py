@@ -57,6 +57,8 @@ class Failure:
     error: str
     permanent: bool = False
     reason: str = DELIVERY_FAILURE
+    retry_after: float | None = None
+    """The service's own retry delay (``RetryLater``): retried however many attempts."""
 
 
 @dataclass
@@ -197,11 +199,17 @@ def finish(
         result.completed = len(gone)
         result.lost += len(completed) - len(gone)
         _release_refs(conn, dialect, (r.msg for r in gone))
-    to_suspend = [f for f in failed if f.permanent or f.claim.attempts >= settings.max_attempts]
+    to_suspend = [
+        f
+        for f in failed
+        if f.permanent or (f.retry_after is None and f.claim.attempts >= settings.max_attempts)
+    ]
     to_retry = [f for f in failed if f not in to_suspend]
     for f in to_retry:
         backoff = min(
-            settings.retry_backoff_seconds * 2 ** max(f.claim.attempts - 1, 0),
+            f.retry_after
+            if f.retry_after is not None
+            else settings.retry_backoff_seconds * 2 ** max(f.claim.attempts - 1, 0),
             MAX_BACKOFF_SECONDS,
         )
         n = conn.execute(

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from messagebox import delivery, notify, router, schema, spool, subscriptions
 from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
+    AlreadyReceived,
     MessageValidationError,
     Throttled,
     UnknownHost,
@@ -291,12 +292,20 @@ class MessageBox:
         trusted: bool = False,
         block: bool = True,
         timeout: float = 60.0,
+        suspend: Mapping[int, router.Suspension] | None = None,
+        receipts: Sequence[tuple[str, str, Sequence[int]]] = (),
     ) -> list[Routed]:
         """Publish a batch in one transaction: all of it is stored, or none.
 
         Every message is validated first; each is routed to every matching subscription
         and stored once. A message that matches nothing is handled by ``policy``.
         ``trusted`` lets a receive location set ``messagebox.``/``BTS.`` properties.
+
+        For receive locations: ``suspend`` stores the messages it names (by index)
+        suspended with a reason instead (see :class:`~messagebox.router.Suspension`);
+        ``receipts`` records ``(location, key, message indexes)`` in the same
+        transaction, and raises :class:`~messagebox.errors.AlreadyReceived` (storing
+        nothing) if a key is recorded already, so an input is never published twice.
 
         Throttling: while a host the batch routes to has more entries waiting than its
         ``throttle_queue_depth``, publishing waits for it to drain (at most ``timeout``
@@ -322,12 +331,17 @@ class MessageBox:
             ids.append(message.id or uuid7())
         if len(set(ids)) != len(ids):
             raise MessageValidationError("the batch gives one message id twice")
-        if not batch:
+        for i in suspend or {}:
+            if not 0 <= i < len(batch):
+                raise ValidationError(f"suspend names message {i}; the batch has {len(batch)}")
+        if not batch and not receipts:
             return []
         deadline = time.monotonic() + timeout
         while True:
             try:
                 with self.store.transaction() as conn:
+                    if receipts:
+                        self._record_receipts(conn, receipts, ids)
                     results, hosts = router.publish(
                         conn,
                         self.store.dialect,
@@ -337,6 +351,7 @@ class MessageBox:
                         publisher=self.publisher,
                         now=_now(),
                         before_write=self._throttle.check,
+                        suspensions=suspend,
                     )
             except Throttled as exc:
                 if not block or time.monotonic() >= deadline:
@@ -346,6 +361,58 @@ class MessageBox:
             self._throttle.added(hosts)
             notify.signal(self.store.key, hosts)
             return results
+
+    @staticmethod
+    def _record_receipts(
+        conn: sa.Connection,
+        receipts: Sequence[tuple[str, str, Sequence[int]]],
+        ids: Sequence[uuid.UUID],
+    ) -> None:
+        r = schema.receipt
+        keys = [(loc, key) for loc, key, _ in receipts]
+        if len(set(keys)) != len(keys):
+            raise ValidationError("the batch records one receipt twice")
+        locations = sorted({loc for loc, _ in keys})
+        found = conn.execute(
+            sa.select(r.c.location, r.c.key, r.c.messages).where(
+                r.c.location.in_(locations), r.c.key.in_([k for _, k in keys])
+            )
+        ).all()
+        dupes = [row for row in found if (row.location, row.key) in set(keys)]
+        if dupes:
+            raise AlreadyReceived(
+                f"{dupes[0].location}: input {dupes[0].key!r} was published already"
+                + (f" (and {len(dupes) - 1} more)" if len(dupes) > 1 else "")
+                + "; nothing was stored",
+                message_ids=json.loads(dupes[0].messages),
+            )
+        now = _now()
+        conn.execute(
+            r.insert(),
+            [
+                {
+                    "location": loc,
+                    "key": key,
+                    "messages": json.dumps([str(ids[i]) for i in indexes]),
+                    "received_at": now,
+                }
+                for loc, key, indexes in receipts
+            ],
+        )
+
+    def receipts(self, location: str, keys: Sequence[str]) -> dict[str, list[uuid.UUID]]:
+        """Of ``keys``, those a receive location has recorded, with the message ids
+        published for each."""
+        r = schema.receipt
+        if not keys:
+            return {}
+        with self.store.transaction() as conn:
+            rows = conn.execute(
+                sa.select(r.c.key, r.c.messages).where(
+                    r.c.location == location, r.c.key.in_(list(keys))
+                )
+            ).all()
+        return {row.key: [uuid.UUID(m) for m in json.loads(row.messages)] for row in rows}
 
     def would_route(self, properties: Mapping[str, object]) -> list[Subscription]:
         """The subscriptions a message with these promoted properties would reach.

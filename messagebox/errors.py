@@ -3,7 +3,8 @@
 MessageBoxError
 ├── ValidationError                 bad input; nothing was stored
 │   ├── MessageValidationError      a message (names the message and the property)
-│   └── FilterValidationError       a filter (names the predicate)
+│   ├── FilterValidationError       a filter (names the predicate)
+│   └── UnknownAdapter              no adapter for a URL scheme (lists the known ones)
 ├── NotFound
 │   ├── UnknownHost
 │   ├── UnknownSubscription
@@ -13,6 +14,9 @@ MessageBoxError
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
 ├── PermanentFailure                raised by a service: suspend the message, no retry
+├── RetryLater                      raised by a service: retry after its own delay
+├── AlreadyReceived                 a receipt was recorded before: that input was published
+├── PipelineError                   a pipeline component refused a message (names it)
 └── StorageError                    the database failed; the driver error is chained
     └── BackendUnavailable          cannot connect, or the file is owned by another process
 """
@@ -77,6 +81,44 @@ class Throttled(MessageBoxError):
 
 class PermanentFailure(MessageBoxError):
     """Raised by a service: the message can never succeed; suspend it without retrying."""
+
+
+class RetryLater(MessageBoxError):
+    """Raised by a service: fail this delivery and retry it after ``delay`` seconds.
+
+    The host's ``max_attempts`` does not apply: the service decides when to give up
+    (by raising :class:`PermanentFailure`). Send ports use it for their own retry
+    count and interval."""
+
+    def __init__(self, message: str | None = None, *, delay: float = 0.0) -> None:
+        super().__init__(message)
+        self.delay = max(float(delay), 0.0)
+
+
+class AlreadyReceived(MessageBoxError):
+    """This input's receipt is recorded: it was published before, nothing was stored."""
+
+    def __init__(self, message: str | None = None, *, message_ids: list[str] | None = None):
+        super().__init__(message)
+        self.message_ids = message_ids or []
+
+
+class PipelineError(MessageBoxError):
+    """A pipeline component refused a message.
+
+    ``code`` is a short stable word (``malformed``, ``invalid``, ``missing-property``,
+    ``bad-property``, ``too-large``, ``read-failed``, ``unknown-type``); ``component``
+    names the component that refused it."""
+
+    def __init__(self, message: str, *, code: str, component: str = "") -> None:
+        super().__init__(f"{component}: {message}" if component else message)
+        self.code = code
+        self.component = component
+        self.detail = message
+
+
+class UnknownAdapter(ValidationError):
+    """No adapter is registered for a URL's scheme."""
 
 
 class StorageError(MessageBoxError):

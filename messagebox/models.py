@@ -158,6 +158,9 @@ SUBSCRIPTION_REMOVED = "subscription-removed"
 """Its subscription was removed while it waited (can be re-routed)."""
 SERVICE_UNENLISTED = "service-unenlisted"
 """Its service was unenlisted while it waited (resumable)."""
+RECEIVE_FAILURE = "receive-failure"
+"""A receive pipeline refused the input; the message holds its original bytes (not
+resumable: fix the cause and submit it again)."""
 INSTANCE_COMPLETED = "completed-with-discarded-messages"
 """Its service instance completed before consuming it (not resumable)."""
 

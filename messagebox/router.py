@@ -127,8 +127,14 @@ class _Writes:
         q["instance_id"].append(instance_id)
         q["ordered"].append(bool(ordered))
 
-    def suspend_routing_failure(
-        self, entry_id: int, msg_id: uuid.UUID, report: dict[str, Any], now: datetime
+    def suspend(
+        self,
+        entry_id: int,
+        msg_id: uuid.UUID,
+        reason: str,
+        error: str,
+        report: Mapping[str, Any] | None,
+        now: datetime,
     ) -> None:
         s = self.suspended
         s["id"].append(entry_id)
@@ -136,9 +142,9 @@ class _Writes:
         s["sub"].append(None)
         s["host"].append(None)
         s["resumable"].append(False)
-        s["reason"].append(ROUTING_FAILURE)
-        s["error"].append("the message matched no subscription")
-        s["report"].append(json.dumps(report, ensure_ascii=False))
+        s["reason"].append(reason)
+        s["error"].append(error)
+        s["report"].append(None if report is None else json.dumps(report, ensure_ascii=False))
         s["attempts"].append(0)
         s["suspended_at"].append(now)
 
@@ -154,6 +160,18 @@ class _Writes:
             dialect.insert(conn, schema.suspended, self.suspended)
         if self.refs["msg"]:
             dialect.insert(conn, schema.ref_add, self.refs)
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """Store a message suspended (not resumable) whatever it matches: a receive
+    pipeline refused it. With ``route`` it is also routed, as an error report, to the
+    subscriptions it matches; it is stored once either way."""
+
+    reason: str
+    error: str
+    report: Mapping[str, Any] | None = None
+    route: bool = False
 
 
 def failure_report(promoted: Mapping[str, Value], publisher: str, now: datetime) -> dict[str, Any]:
@@ -174,18 +192,27 @@ def publish(
     publisher: str,
     now: datetime,
     before_write: Callable[[sa.Connection, set[str]], None] | None = None,
+    suspensions: Mapping[int, Suspension] | None = None,
 ) -> tuple[list[Routed], Counter[str]]:
     """Route and store a validated batch inside the caller's transaction.
+
+    ``suspensions`` names messages (by index) to store suspended with a reason,
+    routed only when the suspension says so; the routing policy does not apply to them.
 
     ``before_write`` sees the hosts the batch routes to before anything is written (or
     any part stream read); throttling raises there. Returns the results and the number
     of entries queued per host.
     """
-    matches = route(conn, dialect, [m.promoted for m in messages])
+    forced = suspensions or {}
+    matches = route(
+        conn,
+        dialect,
+        [{} if i in forced and not forced[i].route else m.promoted for i, m in enumerate(messages)],
+    )
     hosts = Counter(row[2] for rows in matches for row in rows)
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
-    unrouted = [i for i, rows in enumerate(matches) if not rows]
+    unrouted = [i for i, rows in enumerate(matches) if not rows and i not in forced]
     if unrouted and policy is RoutingPolicy.RAISE:
         first = unrouted[0]
         raise RoutingFailure(
@@ -193,21 +220,39 @@ def publish(
             + (f", nor did {len(unrouted) - 1} more" if len(unrouted) > 1 else "")
             + "; nothing of the batch was stored"
         )
-    keep = [i for i, rows in enumerate(matches) if rows or policy is RoutingPolicy.SUSPEND]
-    n_entries = sum(max(len(matches[i]), 1) for i in keep)
+    keep = [
+        i
+        for i, rows in enumerate(matches)
+        if rows or i in forced or policy is RoutingPolicy.SUSPEND
+    ]
+    n_entries = sum(len(matches[i]) + (i in forced or not matches[i]) for i in keep)
     entry_ids = iter(allocate(conn, n_entries)) if n_entries else iter(())
     writes = _Writes.empty()
     results = []
     for i, rows in enumerate(matches):
         msg_id = ids[i]
-        if rows:
+        if i in forced:
+            f = forced[i]
+            for row in rows:
+                writes.enqueue(next(entry_ids), msg_id, row, now)
+            writes.suspend(next(entry_ids), msg_id, f.reason, f.error, f.report, now)
+            writes.reference(msg_id, len(rows) + 1, now)
+            results.append(Routed(msg_id, Outcome.SUSPENDED, tuple(r[1] for r in rows)))
+        elif rows:
             for row in rows:
                 writes.enqueue(next(entry_ids), msg_id, row, now)
             writes.reference(msg_id, len(rows), now)
             results.append(Routed(msg_id, Outcome.ROUTED, tuple(r[1] for r in rows)))
         elif policy is RoutingPolicy.SUSPEND:
             report = failure_report(messages[i].promoted, publisher, now)
-            writes.suspend_routing_failure(next(entry_ids), msg_id, report, now)
+            writes.suspend(
+                next(entry_ids),
+                msg_id,
+                ROUTING_FAILURE,
+                "the message matched no subscription",
+                report,
+                now,
+            )
             writes.reference(msg_id, 1, now)
             results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
         else:

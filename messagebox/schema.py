@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 metadata = sa.MetaData()
 
@@ -271,3 +271,19 @@ service_instance = sa.Table(
 )
 """Instances of long-running services (orchestrations), which own instance subscriptions;
 cleanup purges the subscriptions of completed ones."""
+
+receipt = sa.Table(
+    "mb_receipt",
+    metadata,
+    sa.Column("location", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("messages", sa.Text, nullable=False),
+    sa.Column("received_at", Stamp, nullable=False),
+)
+"""Inputs a receive location has published (a claimed file's token), written in the
+publish's transaction: a location that crashed after the commit finds the receipt on
+restart and does not publish the input again. Cleanup trims them past their retention."""
+sa.Index("mb_receipt_received_at", receipt.c.received_at)
+
+UPGRADES = {"2": "3"}
+"""Schema versions that upgrade by creating the tables they lack (additive changes)."""

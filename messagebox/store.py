@@ -66,6 +66,12 @@ class Store:
                 conn.execute(
                     schema.meta.insert().values(key="schema_version", value=schema.SCHEMA_VERSION)
                 )
+            elif schema.UPGRADES.get(version) == schema.SCHEMA_VERSION:
+                conn.execute(  # create_schema made the missing tables
+                    schema.meta.update()
+                    .where(schema.meta.c.key == "schema_version")
+                    .values(value=schema.SCHEMA_VERSION)
+                )
             elif version != schema.SCHEMA_VERSION:
                 raise StorageError(
                     f"database schema version {version} is not the {schema.SCHEMA_VERSION} "

@@ -1,0 +1,207 @@
+"""The HTTP adapter: receive POSTed messages, send by POST.
+
+**Receive** — ``http://0.0.0.0:8080/orders`` (port 0 picks a free port; see
+:attr:`HttpReceive.address`).
+
+A ``POST`` to the path with a ``Content-Length`` is run through the receive pipeline
+and published before the answer is sent:
+
+- ``202`` ``{"message_ids": [...]}``: published (committed);
+- ``422`` ``{"error", "code", "suspended": [id]}``: the pipeline refused it; it is
+  suspended with its original bytes;
+- ``413`` larger than the location's ``max_bytes``; ``411`` no ``Content-Length``;
+  ``404`` another path; ``405`` another method: nothing stored;
+- ``503`` (with ``Retry-After``): throttled or the database failed; nothing stored,
+  send it again.
+
+An ``Idempotency-Key`` header makes a retried request safe: a key seen before is
+answered ``202`` with the first request's message ids, and nothing is published again.
+
+**Send** — ``https://partner.example/orders`` with options ``timeout`` (30.0 s) and
+``content_type`` (default: from the message type, XML or JSON). The message id goes in
+the ``X-Message-Id`` header. Any answer other than 2xx, or no answer within the
+timeout, fails the attempt (the send port retries, then uses its backup).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from adapters.base import Inbound, Outbound, ReceiveAdapter, SendAdapter, Sink, parse_options
+from messagebox.errors import AlreadyReceived, MessageBoxError, Throttled, ValidationError
+
+if TYPE_CHECKING:
+    from messagebox.engine import MessageBox
+
+log = logging.getLogger("messagebox.adapters.http")
+
+MAX_KEY = 200
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    adapter: HttpReceive
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _answer(self, status: int, body: dict[str, Any], **headers: str) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        adapter = self.server.adapter
+        if urlsplit(self.path).path.rstrip("/") != adapter.path.rstrip("/"):
+            self._answer(404, {"error": f"no receive location at {self.path}"})
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self._answer(411, {"error": "a Content-Length header is required"})
+            self.close_connection = True
+            return
+        size = int(length)
+        if size > adapter.sink.max_bytes:
+            self._answer(
+                413, {"error": f"the body is {size} bytes; at most {adapter.sink.max_bytes}"}
+            )
+            self.close_connection = True
+            return
+        body = self.rfile.read(size)
+        if len(body) != size:
+            self._answer(400, {"error": f"the body ended after {len(body)} of {size} bytes"})
+            self.close_connection = True
+            return
+        key = self.headers.get("Idempotency-Key")
+        if key is not None and (not key or len(key) > MAX_KEY):
+            self._answer(400, {"error": f"Idempotency-Key must be 1 to {MAX_KEY} characters"})
+            return
+        props: dict[str, object] = {}
+        if self.headers.get("Content-Type"):
+            props["http.ContentType"] = self.headers["Content-Type"][:256]
+        inbound = Inbound.of_bytes(body, key=key, properties=props, name=f"POST {self.path}")
+        try:
+            [result] = adapter.sink.submit([inbound])
+        except AlreadyReceived as exc:
+            self._answer(202, {"message_ids": exc.message_ids, "duplicate": True})
+            return
+        except Throttled as exc:
+            self._answer(503, {"error": str(exc)}, **{"Retry-After": "5"})
+            return
+        except MessageBoxError as exc:
+            log.error("%s: could not publish: %s", adapter.url, exc)
+            self._answer(503, {"error": f"not stored: {exc}"}, **{"Retry-After": "5"})
+            return
+        ids = [str(i) for i in result.message_ids]
+        if result.suspended:
+            self._answer(422, {"error": result.error, "code": result.code, "suspended": ids})
+        else:
+            self._answer(202, {"message_ids": ids, "duplicate": result.duplicate})
+
+    def _refuse(self) -> None:
+        self._answer(405, {"error": "only POST is accepted"}, Allow="POST")
+
+    do_GET = do_PUT = do_DELETE = do_PATCH = _refuse
+
+
+class HttpReceive(ReceiveAdapter):
+    """An HTTP endpoint that publishes each POSTed body."""
+
+    schemes = ("http",)
+    transport_type = "HTTP"
+
+    def __init__(self, url: str, **options: object) -> None:
+        super().__init__(url, **options)
+        parts = urlsplit(url)
+        parse_options(url, {}, options, query=parts.query)
+        if not parts.hostname:
+            raise ValidationError(f"{url}: an HTTP receive URL needs a host to bind")
+        self.bind = (parts.hostname, parts.port or 80)
+        self.path = parts.path or "/"
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        """The URL it listens on (with the real port once started)."""
+        if self._server is None:
+            return self.url
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}{self.path}"
+
+    def start(self, box: MessageBox, owner: str, sink: Sink) -> None:
+        self.sink = sink
+        try:
+            self._server = _Server(self.bind, _Handler)
+        except OSError as exc:
+            raise ValidationError(f"{self.url}: cannot listen on {self.bind}: {exc}") from exc
+        self._server.adapter = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"http-receive:{self.url}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class HttpSend(SendAdapter):
+    """POST each message to a URL."""
+
+    schemes = ("http", "https")
+    OPTIONS: ClassVar[dict[str, object]] = {"timeout": 30.0, "content_type": ""}
+
+    def __init__(self, url: str, **options: object) -> None:
+        super().__init__(url, **options)
+        opts = parse_options(url, self.OPTIONS, options)
+        self.timeout = float(opts["timeout"])  # type: ignore[arg-type]
+        self.content_type = str(opts["content_type"])
+        self._client = httpx.Client(timeout=self.timeout)
+
+    def send(self, body: bytes, message: Outbound) -> str:
+        kind = self.content_type or (
+            "application/xml"
+            if body.lstrip()[:1] == b"<"
+            else "application/json"
+            if body.lstrip()[:1] in (b"{", b"[")
+            else "application/octet-stream"
+        )
+        response = self._client.post(
+            self.url,
+            content=body,
+            headers={"Content-Type": kind, "X-Message-Id": str(message.message_id)},
+        )
+        if not response.is_success:
+            raise OSError(
+                f"POST {self.url} answered {response.status_code} "
+                f"{response.reason_phrase}: {response.text[:200]}"
+            )
+        return f"{self.url} {response.status_code}"
+
+    def close(self) -> None:
+        self._client.close()
