@@ -153,8 +153,9 @@ class ReceiveLocation:
                 for message, failure in self._prepare(inb, stack):
                     if failure is not None:
                         suspend[len(messages)] = failure
-                        code = str((failure.report or {}).get("code", ""))
-                        errors.setdefault(start, (code, failure.error))
+                        errors.setdefault(
+                            start, (str((failure.report or {}).get("code", "")), failure.error)
+                        )
                     messages.append(message)
                 if inb.key:
                     receipts.append((self.key, inb.key, range(start, len(messages))))
