@@ -13,12 +13,13 @@ Options (URL query or keyword arguments):
   had taken.
 
 How no file is lost or read twice: a file is taken by renaming it to
-``<name>.<token>.<owner>.mbin`` (the rename is atomic, so one receiver wins). Its
+``<name>.<token>.<instance>-<location>.mbin`` (the rename is atomic, so one receiver
+wins; the tags name the host instance and the location's URL). Its
 messages are published together with a receipt keyed by the token, in one transaction;
 only then is the file archived or deleted. After a crash, the taken file is still there;
-whoever recovers it (the restarted instance, or any live one once the owner's heartbeat
-is stale) renames it to itself, finds the receipt if the publish had committed, and then
-only archives it. A file that cannot be read is suspended with what could be read and
+the same location (same URL) in whichever instance recovers it (the restarted one, or
+any live one once the owner's heartbeat is stale) renames it to itself, finds the
+receipt if the publish had committed, and then only archives it. A file that cannot be read is suspended with what could be read and
 kept as ``<name>.<token>.failed``.
 
 **Send** — ``file:///data/out/%MessageID%.xml``.
@@ -67,12 +68,19 @@ log = logging.getLogger("messagebox.adapters.file")
 
 IN_PROGRESS = ".mbin"
 FAILED = ".failed"
-_TAKEN = re.compile(r"^(?P<name>.+)\.(?P<token>[0-9a-f]{16})\.(?P<owner>[0-9a-f]{10})\.mbin$")
+_TAKEN = re.compile(
+    r"^(?P<name>.+)\.(?P<token>[0-9a-f]{16})\.(?P<owner>[0-9a-f]{10})-(?P<loc>[0-9a-f]{6})\.mbin$"
+)
 
 
 def owner_tag(owner: str) -> str:
-    """A short, file-name-safe tag for a host instance id."""
+    """A short, file-name-safe tag for a host instance."""
     return hashlib.sha1(owner.encode()).hexdigest()[:10]
+
+
+def location_tag(url: str) -> str:
+    """A short tag for a receive location (its URL)."""
+    return hashlib.sha1(url.encode()).hexdigest()[:6]
 
 
 def _folder_and_mask(url: str) -> tuple[Path, str | None, str]:
@@ -127,7 +135,8 @@ class FileReceive(ReceiveAdapter):
         if self.archive is not None:
             self.archive.mkdir(parents=True, exist_ok=True)
         self._box, self._owner, self._sink = box, owner, sink
-        self._tag = owner_tag(owner)
+        self._tag = f"{owner_tag(owner)}-{location_tag(self.url)}"
+        self._loc = location_tag(self.url)
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._loop, name=f"file-receive:{self.folder}", daemon=True
@@ -252,10 +261,10 @@ class FileReceive(ReceiveAdapter):
             names = [e.name for e in entries if e.name.endswith(IN_PROGRESS)]
         for entry in names:
             m = _TAKEN.match(entry)
-            if m is None or (m["owner"] == self._tag and self.folder / entry in self._mine):
-                continue
-            if m["owner"] != self._tag and m["owner"] in live:
-                continue
+            if m is None or m["loc"] != self._loc:
+                continue  # another location's (its receipts are under its own name)
+            if self.folder / entry in self._mine or m["owner"] in live:
+                continue  # ours in progress, or a live instance's
             old = self.folder / entry
             new = self.folder / f"{m['name']}.{m['token']}.{self._tag}{IN_PROGRESS}"
             try:

@@ -16,14 +16,23 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_demo_routes_every_order_and_prints_where(tmp_path: Path):
+def test_the_demo_routes_a_day_of_orders_from_files_to_the_predicted_ports(tmp_path: Path):
+    # Given the demo's order routing on a DuckDB file, with a small day of orders
     url = f"duckdb:///{tmp_path / 'demo.duckdb'}"
-    result = run("examples/orders/demo.py", url)
-    assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line[:7].strip().isdigit()]
-    assert len(lines) == 20  # one row per order, each with its destinations
-    assert all(line.split()[-1] for line in lines)
-    assert "Queue depth per host and subscription" in result.stdout
+    # When it runs as `make demo` runs it
+    result = run("examples/orders/demo.py", url, "--orders", "400", "--workdir", str(tmp_path))
+    # Then every outbound folder holds what the reference evaluator predicts
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Every order reached exactly the ports the reference evaluator predicts" in (
+        result.stdout
+    )
+    assert "suspended (receive-failure): 4" in result.stdout
+    assert "orders/s" in result.stdout
+    # and the inbound folder is empty: every file was published, then deleted
+    assert list((tmp_path / "in").iterdir()) == []
+    written = {d.name: len(list(d.iterdir())) for d in (tmp_path / "out").iterdir()}
+    assert written["errors"] == 4
+    assert sum(written.values()) > 400
 
 
 def test_cli_would_route_and_its_exit_codes(tmp_path: Path):
