@@ -19,8 +19,8 @@ messages are published together with a receipt keyed by the token, in one transa
 only then is the file archived or deleted. After a crash, the taken file is still there;
 the same location (same URL) in whichever instance recovers it (the restarted one, or
 any live one once the owner's heartbeat is stale) renames it to itself, finds the
-receipt if the publish had committed, and then only archives it. A file that cannot be read is suspended with what could be read and
-kept as ``<name>.<token>.failed``.
+receipt if the publish had committed, and then only archives it. A file that cannot be
+read is suspended with what could be read and kept as ``<name>.<token>.failed``.
 
 **Send** — ``file:///data/out/%MessageID%.xml``.
 
