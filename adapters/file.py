@@ -308,7 +308,9 @@ class FileSend(SendAdapter):
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
             raise ValidationError(f"{url}: a file URL names a local path (file:///path)")
-        template = unquote(parts.path)
+        # unquote only between macros: "%da" in "%datetime%" is not a percent-escape
+        pieces = re.split(r"(%[A-Za-z_.]+%)", parts.path)
+        template = "".join(p if _MACRO.fullmatch(p) else unquote(p) for p in pieces)
         if not template or template.endswith("/"):
             template += "%MessageID%"
         for macro in _MACRO.findall(template):

@@ -102,7 +102,7 @@ def normalize_value(value: object, *, promoted: bool = True) -> Value:
                 f"promoted string is {len(value)} characters long; "
                 f"at most {MAX_PROMOTED_STRING} can be promoted"
             )
-        return value
+        return str(value)  # a str subclass (lxml's string results) becomes a plain str
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("datetime must be timezone-aware")

@@ -105,7 +105,11 @@ class JsonValidator(Component):
     def process(
         self, message: PipelineMessage, context: PipelineContext
     ) -> Iterable[PipelineMessage]:
-        doc = message.document if message.format == "json" else parse(message.body, self)
+        doc = (
+            message.document
+            if message.format == "json" and message.document is not None
+            else parse(message.body, self)
+        )
         validator = self.validators.get(message.message_type or "")
         if validator is None:
             if self.strict:

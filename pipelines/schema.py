@@ -32,6 +32,7 @@ from messagebox.errors import ValidationError
 from messagebox.properties import canonical_name, is_reserved, normalize_value
 from pipelines.component import Component, PipelineContext, PipelineMessage
 from pipelines.jsonpath import JsonPath
+from pipelines.xml import compile_xpath, xml_parser
 
 TYPES: dict[type, str] = {
     str: "str",
@@ -61,6 +62,8 @@ def convert(value: object, to: type) -> object:
     if to is bool:
         if isinstance(value, bool):
             return value
+        if type(value) is int and value in (0, 1):
+            return bool(value)
         word = (text or "").strip().lower()
         if word in _TRUE:
             return True
@@ -149,10 +152,7 @@ class PropertySchema:
             if f.path.startswith("$"):
                 self._jsonpath[canon] = JsonPath(f.path)
             else:
-                try:
-                    self._xpath[canon] = etree.XPath(f.path, namespaces=self.namespaces)
-                except etree.XPathError as exc:
-                    raise ValidationError(f"{where}: bad XPath {f.path!r}: {exc}") from exc
+                self._xpath[canon] = compile_xpath(f.path, self.namespaces, where)
             self.fields[canon] = f
 
     def extract(self, message: PipelineMessage) -> tuple[dict[str, object], dict[str, object]]:
@@ -178,6 +178,10 @@ class PropertySchema:
 
     def _find(self, name: str, f: Field, message: PipelineMessage) -> object:
         doc = message.document
+        if doc is None and message.format == "json":
+            doc = message.document = json.loads(message.body)
+        elif doc is None and message.format == "xml":
+            doc = message.document = etree.fromstring(message.body, xml_parser())
         if message.format == "json":
             if name not in self._jsonpath:
                 raise PromotionError("bad-property", f"{name}: {f.path!r} is not a JSON path")
@@ -197,7 +201,9 @@ class PropertySchema:
                 if isinstance(node, etree._Element):
                     return "".join(node.itertext())
                 return str(node)
-            if isinstance(found, bool | float | str):
+            if isinstance(found, str):
+                return str(found)  # lxml returns a str subclass
+            if isinstance(found, bool | float):
                 return found
             return str(found)  # pragma: no cover
         raise PromotionError(

@@ -18,8 +18,20 @@ from messagebox.errors import ValidationError
 from pipelines.component import MESSAGE_TYPE, Component, PipelineContext, PipelineMessage
 
 
-def _parser() -> etree.XMLParser:
+def xml_parser() -> etree.XMLParser:
+    """A parser that loads no DTD, expands no entity and touches no network."""
     return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
+
+
+def compile_xpath(path: str, namespaces: Mapping[str, str], where: str) -> etree.XPath:
+    """A compiled XPath, refused now (not per message) if it cannot be evaluated:
+    libxml2 compiles undeclared prefixes and unknown functions, so it is tried once."""
+    try:
+        xpath = etree.XPath(path, namespaces=dict(namespaces))
+        xpath(etree.Element("_"))
+    except etree.XPathError as exc:
+        raise ValidationError(f"{where}: bad XPath {path!r}: {exc}") from exc
+    return xpath
 
 
 def message_type(element: etree._Element) -> str:
@@ -39,7 +51,7 @@ def _clark(name: str) -> str:
 def parse(body: bytes, component: Component) -> etree._Element:
     """The root element, or the component refuses the message as malformed."""
     try:
-        root = etree.fromstring(body, _parser())
+        root = etree.fromstring(body, xml_parser())
     except etree.XMLSyntaxError as exc:
         component.fail("malformed", f"malformed XML: {exc}")
     if root is None:  # pragma: no cover - fromstring raises instead
@@ -67,14 +79,11 @@ class XmlDisassembler(Component):
         self.namespaces = dict(namespaces or {})
         self.envelopes: dict[str, etree.XPath | None] = {}
         for env, path in (envelopes or {}).items():
-            try:
-                self.envelopes[env] = (
-                    None if path is None else etree.XPath(path, namespaces=self.namespaces)
-                )
-            except etree.XPathError as exc:
-                raise ValidationError(
-                    f"envelope {env!r}: bad record XPath {path!r}: {exc}"
-                ) from exc
+            self.envelopes[env] = (
+                None
+                if path is None
+                else compile_xpath(path, self.namespaces, f"envelope {env!r}: records")
+            )
 
     def process(
         self, message: PipelineMessage, context: PipelineContext
@@ -90,7 +99,7 @@ class XmlDisassembler(Component):
             self.fail("malformed", f"envelope {kind!r}: the record XPath must select elements")
         for record in records:
             body = etree.tostring(record, with_tail=False, encoding="utf-8", xml_declaration=True)
-            yield self._one(message, body, etree.fromstring(body, _parser()))
+            yield self._one(message, body, etree.fromstring(body, xml_parser()))
 
     @staticmethod
     def _one(message: PipelineMessage, body: bytes, root: etree._Element) -> PipelineMessage:
@@ -120,9 +129,9 @@ class XmlValidator(Component):
                 if isinstance(xsd, etree.XMLSchema):
                     self.schemas[kind] = xsd
                 elif isinstance(xsd, bytes):
-                    self.schemas[kind] = etree.XMLSchema(etree.fromstring(xsd, _parser()))
+                    self.schemas[kind] = etree.XMLSchema(etree.fromstring(xsd, xml_parser()))
                 else:
-                    self.schemas[kind] = etree.XMLSchema(etree.parse(str(xsd), _parser()))
+                    self.schemas[kind] = etree.XMLSchema(etree.parse(str(xsd), xml_parser()))
             except (etree.XMLSchemaParseError, etree.XMLSyntaxError, OSError) as exc:
                 raise ValidationError(f"XSD for message type {kind!r}: {exc}") from exc
         self.strict = strict
