@@ -14,10 +14,10 @@ Options (URL query or keyword arguments):
 
 How no file is lost or read twice: a file is taken by renaming it to
 ``<name>.<token>.<instance>-<location>.mbin`` (the rename is atomic, so one receiver
-wins; the tags name the host instance and the location's URL). Its
+wins; the tags name the host instance and the location's folder and mask). Its
 messages are published together with a receipt keyed by the token, in one transaction;
 only then is the file archived or deleted. After a crash, the taken file is still there;
-the same location (same URL) in whichever instance recovers it (the restarted one, or
+the same location (same folder and mask) in whichever instance recovers it (the restarted one, or
 any live one once the owner's heartbeat is stale) renames it to itself, finds the
 receipt if the publish had committed, and then only archives it. A file that cannot be
 read is suspended with what could be read and kept as ``<name>.<token>.failed``.
@@ -78,9 +78,9 @@ def owner_tag(owner: str) -> str:
     return hashlib.sha1(owner.encode()).hexdigest()[:10]
 
 
-def location_tag(url: str) -> str:
-    """A short tag for a receive location (its URL)."""
-    return hashlib.sha1(url.encode()).hexdigest()[:6]
+def location_tag(where: str) -> str:
+    """A short tag for a receive location (its folder and mask)."""
+    return hashlib.sha1(where.encode()).hexdigest()[:6]
 
 
 def _folder_and_mask(url: str) -> tuple[Path, str | None, str]:
@@ -135,8 +135,8 @@ class FileReceive(ReceiveAdapter):
         if self.archive is not None:
             self.archive.mkdir(parents=True, exist_ok=True)
         self._box, self._owner, self._sink = box, owner, sink
-        self._tag = f"{owner_tag(owner)}-{location_tag(self.url)}"
-        self._loc = location_tag(self.url)
+        self._loc = location_tag(f"{self.folder.resolve()}|{self.mask}")
+        self._tag = f"{owner_tag(owner)}-{self._loc}"
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._loop, name=f"file-receive:{self.folder}", daemon=True

@@ -58,8 +58,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _answer(self, status: int, body: dict[str, Any], **headers: str) -> None:
+    def _answer(
+        self, status: int, body: dict[str, Any], *, close: bool = False, **headers: str
+    ) -> None:
+        """Answer with JSON; ``close`` for a request whose body was not read (the
+        connection cannot carry another request after unread bytes)."""
         data = json.dumps(body).encode()
+        if close:
+            self.close_connection = True
+            headers["Connection"] = "close"
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -71,24 +78,25 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         adapter = self.server.adapter
         if urlsplit(self.path).path.rstrip("/") != adapter.path.rstrip("/"):
-            self._answer(404, {"error": f"no receive location at {self.path}"})
+            self._answer(404, {"error": f"no receive location at {self.path}"}, close=True)
             return
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
-            self._answer(411, {"error": "a Content-Length header is required"})
-            self.close_connection = True
+            self._answer(411, {"error": "a Content-Length header is required"}, close=True)
             return
         size = int(length)
         if size > adapter.sink.max_bytes:
             self._answer(
-                413, {"error": f"the body is {size} bytes; at most {adapter.sink.max_bytes}"}
+                413,
+                {"error": f"the body is {size} bytes; at most {adapter.sink.max_bytes}"},
+                close=True,
             )
-            self.close_connection = True
             return
         body = self.rfile.read(size)
         if len(body) != size:
-            self._answer(400, {"error": f"the body ended after {len(body)} of {size} bytes"})
-            self.close_connection = True
+            self._answer(
+                400, {"error": f"the body ended after {len(body)} of {size} bytes"}, close=True
+            )
             return
         key = self.headers.get("Idempotency-Key")
         if key is not None and (not key or len(key) > MAX_KEY):
@@ -117,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(202, {"message_ids": ids, "duplicate": result.duplicate})
 
     def _refuse(self) -> None:
-        self._answer(405, {"error": "only POST is accepted"}, Allow="POST")
+        self._answer(405, {"error": "only POST is accepted"}, close=True, Allow="POST")
 
     do_GET = do_PUT = do_DELETE = do_PATCH = _refuse
 
