@@ -59,11 +59,17 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
     def _answer(
-        self, status: int, body: dict[str, Any], *, close: bool = False, **headers: str
+        self,
+        status: int,
+        body: dict[str, Any],
+        *,
+        close: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Answer with JSON; ``close`` for a request whose body was not read (the
         connection cannot carry another request after unread bytes)."""
         data = json.dumps(body).encode()
+        headers = dict(headers or {})
         if close:
             self.close_connection = True
             headers["Connection"] = "close"
@@ -112,11 +118,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(202, {"message_ids": exc.message_ids, "duplicate": True})
             return
         except Throttled as exc:
-            self._answer(503, {"error": str(exc)}, **{"Retry-After": "5"})
+            self._answer(503, {"error": str(exc)}, headers={"Retry-After": "5"})
             return
         except MessageBoxError as exc:
             log.error("%s: could not publish: %s", adapter.url, exc)
-            self._answer(503, {"error": f"not stored: {exc}"}, **{"Retry-After": "5"})
+            self._answer(503, {"error": f"not stored: {exc}"}, headers={"Retry-After": "5"})
             return
         ids = [str(i) for i in result.message_ids]
         if result.suspended:
@@ -125,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(202, {"message_ids": ids, "duplicate": result.duplicate})
 
     def _refuse(self) -> None:
-        self._answer(405, {"error": "only POST is accepted"}, close=True, Allow="POST")
+        self._answer(405, {"error": "only POST is accepted"}, close=True, headers={"Allow": "POST"})
 
     do_GET = do_PUT = do_DELETE = do_PATCH = _refuse
 
