@@ -57,26 +57,32 @@ class Store:
             else self.url.render_as_string(hide_password=True)
         )
         """Names this database within the process (in-process wake-ups)."""
-        with self.transaction(serial=True) as conn:
-            self.dialect.create_schema(conn, schema.metadata)
-            version = conn.execute(
-                sa.select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
-            ).scalar()
-            if version is None:
-                conn.execute(
-                    schema.meta.insert().values(key="schema_version", value=schema.SCHEMA_VERSION)
-                )
-            elif schema.UPGRADES.get(version) == schema.SCHEMA_VERSION:
-                conn.execute(  # create_schema made the missing tables
-                    schema.meta.update()
-                    .where(schema.meta.c.key == "schema_version")
-                    .values(value=schema.SCHEMA_VERSION)
-                )
-            elif version != schema.SCHEMA_VERSION:
-                raise StorageError(
-                    f"database schema version {version} is not the {schema.SCHEMA_VERSION} "
-                    "this messagebox uses"
-                )
+        try:
+            with self.transaction(serial=True) as conn:
+                self.dialect.create_schema(conn, schema.metadata)
+                version = conn.execute(
+                    sa.select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+                ).scalar()
+                if version is None:
+                    conn.execute(
+                        schema.meta.insert().values(
+                            key="schema_version", value=schema.SCHEMA_VERSION
+                        )
+                    )
+                elif schema.UPGRADES.get(version) == schema.SCHEMA_VERSION:
+                    conn.execute(  # create_schema made the missing tables
+                        schema.meta.update()
+                        .where(schema.meta.c.key == "schema_version")
+                        .values(value=schema.SCHEMA_VERSION)
+                    )
+                elif version != schema.SCHEMA_VERSION:
+                    raise StorageError(
+                        f"database schema version {version} is not the {schema.SCHEMA_VERSION} "
+                        "this messagebox uses"
+                    )
+        except BaseException:
+            self.engine.dispose()  # no pooled connection outlives a refused open
+            raise
 
     @contextmanager
     def transaction(self, *, serial: bool = False) -> Iterator[sa.Connection]:
