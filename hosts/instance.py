@@ -56,7 +56,23 @@ FINISH_TRIES = 5
 
 
 @dataclass
-class InstanceStats:
+class Counters:
+    """Thread-safe counters: subclasses declare them as ``int`` fields."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for key, n in counts.items():
+                setattr(self, key, getattr(self, key) + n)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+@dataclass
+class InstanceStats(Counters):
     """Counters of one host instance (read them any time; they only grow)."""
 
     claimed: int = 0
@@ -70,16 +86,6 @@ class InstanceStats:
     lost_leases: int = 0
     """Completions or failures that found the entry leased by another instance."""
     given_back: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for key, n in counts.items():
-                setattr(self, key, getattr(self, key) + n)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
 
 
 class _Permits:

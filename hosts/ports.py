@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import logging
 import socket
-import threading
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from adapters import Inbound, Outbound, Submitted, receive_adapter, send_adapter
+from hosts.instance import Counters
 from messagebox.errors import (
     MessageValidationError,
     PermanentFailure,
@@ -69,19 +69,25 @@ def _put(promoted: dict[str, object], written: dict[str, object], name: str, val
         promoted[name] = value
 
 
-class _Counters:
-    def __init__(self, *names: str) -> None:
-        self._lock = threading.Lock()
-        self.counts = dict.fromkeys(names, 0)
+@dataclass
+class LocationStats(Counters):
+    """What a receive location took in."""
 
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for k, v in counts.items():
-                self.counts[k] += v
+    inputs: int = 0
+    published: int = 0
+    suspended: int = 0
+    duplicates: int = 0
+    """Inputs whose receipt was recorded before (taken over after a crash)."""
 
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.counts)
+
+@dataclass
+class PortStats(Counters):
+    """What a send port sent."""
+
+    sent: int = 0
+    sent_backup: int = 0
+    retried: int = 0
+    suspended: int = 0
 
 
 class ReceiveLocation:
@@ -116,7 +122,7 @@ class ReceiveLocation:
         self.adapter = receive_adapter(url, **options)
         self.key = f"{port.name}/{name}"
         """Names this location's receipts."""
-        self.stats = _Counters("inputs", "published", "suspended", "duplicates")
+        self.stats = LocationStats()
         self._box: MessageBox | None = None
 
     # --- Receiver: run by a host instance ---
@@ -400,7 +406,7 @@ class SendPort:
         self.adapters = {"primary": send_adapter(self.primary.url, **dict(self.primary.options))}
         if self.backup is not None:
             self.adapters["backup"] = send_adapter(self.backup.url, **dict(self.backup.options))
-        self.stats = _Counters("sent", "sent_backup", "retried", "suspended")
+        self.stats = PortStats()
 
     def _which(self, attempt: int) -> tuple[str, Transport, int]:
         """The transport for delivery ``attempt`` and the attempt number on it."""
