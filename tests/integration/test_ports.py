@@ -6,6 +6,7 @@ backup transports; refused input suspended with its original bytes."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import threading
@@ -21,6 +22,8 @@ import httpx
 import pytest
 from lxml import etree
 
+from adapters import Inbound
+from adapters.file import FileReceive
 from adapters.http import HttpReceive
 from hosts import HostApp, HostInstance, SendPort
 from messagebox import Message, MessageBox
@@ -694,6 +697,60 @@ def test_bad_input_is_suspended_whole_and_the_location_goes_on(
     # and nothing of it was published: only the good file was sent
     assert sent(out / "eu") == [("good.xml", xml_records(good)[0])]
     assert files(out / "us") == {}
+
+
+class _Vanishing(io.RawIOBase):
+    """A file that gives its first 20 bytes, then is gone (deleted mid-read)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.given = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.given:
+            self.given = True
+            return self.path.read_bytes()[:20]
+        self.path.unlink()
+        raise FileNotFoundError(f"{self.path} vanished")
+
+
+def test_a_file_that_vanishes_mid_read_is_suspended_with_what_was_read(
+    backend_url: str, box: MessageBox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the order app, and files named vanish-* that disappear while they are read
+    real_inbound = FileReceive._inbound
+
+    def inbound(self: FileReceive, path: Path, name: str, token: str) -> Inbound:
+        found = real_inbound(self, path, name, token)
+        if name.startswith("vanish"):
+            found.open = lambda: _Vanishing(path)  # type: ignore[assignment,return-value]
+        return found
+
+    monkeypatch.setattr(FileReceive, "_inbound", inbound)
+    app = order_app(tmp_path)
+    inbound_dir, out = tmp_path / "in", tmp_path / "out"
+    data = xml_order(1, "EU")
+    with running(app, backend_url):
+        # When such a file is dropped, and a good one after it
+        drop(inbound_dir, "vanish.xml", data)
+        wait_for(lambda: box.suspended(), what="the suspension")
+        drop(inbound_dir, "good.xml", xml_order(9, "EU"))
+        wait_for(
+            lambda: files(out / "eu") and not any(inbound_dir.iterdir()) and drained(box)(),
+            what="the good file sent",
+        )
+    # Then it is suspended as read-failed, holding the bytes that could be read
+    [entry] = box.suspended()
+    assert entry.reason == RECEIVE_FAILURE
+    assert entry.report is not None
+    assert entry.report["code"] == "read-failed"
+    assert "vanished" in (entry.error or "")
+    assert box.read_message(entry.message_id).body == data[:20]
+    # and nothing of it was published; the location went on with the good file
+    assert [name for name, _ in sent(out / "eu")] == ["good.xml"]
 
 
 def test_recoverable_interchange_publishes_the_good_records_and_suspends_the_bad(
