@@ -5,11 +5,14 @@ them to services (DESIGN.md §8), and the ports that move messages in and out.
 - :class:`~hosts.app.HostApp` declares a host's services, subscriptions and ports in a
   module, for ``messagebox host run module:app``;
 - :class:`~hosts.service.Delivery` is what a service receives;
+- :class:`~hosts.orchestration.Orchestration`: long-running services with persisted
+  state, correlation, convoys and timeouts;
 - :mod:`hosts.ports`: receive ports and locations, send ports and send port groups.
 """
 
 from hosts.app import HostApp
 from hosts.instance import HostInstance, InstanceStats
+from hosts.orchestration import Orchestration, activate, receive, timeout
 from hosts.ports import ReceiveLocation, ReceivePort, SendPort, SendPortGroup, Transport
 from hosts.service import Delivery
 
@@ -18,9 +21,13 @@ __all__ = [
     "HostApp",
     "HostInstance",
     "InstanceStats",
+    "Orchestration",
     "ReceiveLocation",
     "ReceivePort",
     "SendPort",
     "SendPortGroup",
     "Transport",
+    "activate",
+    "receive",
+    "timeout",
 ]

@@ -17,6 +17,8 @@ Ports are declared the same way (see :mod:`hosts.ports`):
                   retry_interval=60, backup="file:///data/out/backup/%MessageID%.xml")
     app.send_port_group("all-large", filter=P("orders.Total") >= 10_000, ports=["eu", "us"])
 
+Orchestrations (see :mod:`hosts.orchestration`) with ``app.orchestration(Fulfilment)``.
+
 A host instance of the app runs its receive locations beside its dequeue threads; each
 send port is a service with a subscription named after the port.
 
@@ -36,6 +38,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from hosts.instance import HostInstance
+from hosts.orchestration import Orchestration, OrchestrationService
 from hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
 from messagebox.engine import MessageBox
 from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
@@ -84,6 +87,15 @@ class HostApp:
         Options are those of :meth:`MessageBox.subscribe`."""
         to_filter(filter)  # refuse a bad filter now, not at start
         self.declared.append({"service": service, "filter": filter, "name": name, **options})
+
+    def orchestration(self, cls: type[Orchestration[Any]]) -> type[Orchestration[Any]]:
+        """Run an orchestration class (see :mod:`hosts.orchestration`) in this host: a
+        service named ``cls.name`` with one activation subscription per ``@activate``
+        receive, named ``<name>.<receive>``. Usable as a class decorator."""
+        service = OrchestrationService(cls)
+        self.add_service(service.name, service)
+        self.declared.extend(service.activation_specs(self.host))
+        return cls
 
     def receive_port(self, name: str, *, route_failed: bool = False) -> ReceivePort:
         """Declare a receive port; add locations with ``port.location(name, url, ...)``."""

@@ -37,15 +37,23 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from hosts.orchestration import timer_channel
 from hosts.service import Delivery, Handler, MessageBatch, as_handler
-from messagebox import delivery, notify
+from messagebox import delivery, instances, notify
 from messagebox.delivery import Claim, Failure
 from messagebox.engine import MessageBox
-from messagebox.errors import MessageBoxError, PermanentFailure, RetryLater, ValidationError
+from messagebox.errors import (
+    InstanceCompleted,
+    MessageBoxError,
+    PermanentFailure,
+    RetryLater,
+    ValidationError,
+)
 from messagebox.models import (
     SUBSCRIPTION_REMOVED,
     HostSettings,
     InstanceInfo,
+    Kind,
     OnFailure,
     Subscription,
 )
@@ -53,6 +61,13 @@ from messagebox.models import (
 log = logging.getLogger("messagebox.hosts")
 
 FINISH_TRIES = 5
+
+
+class _Settled:
+    """A delivery the service completed itself (an orchestration step)."""
+
+
+SETTLED = _Settled()
 
 
 @dataclass
@@ -86,6 +101,9 @@ class InstanceStats(Counters):
     lost_leases: int = 0
     """Completions or failures that found the entry leased by another instance."""
     given_back: int = 0
+    zombies: int = 0
+    """Messages that reached a completed service instance (suspended, not resumable)."""
+    timers_fired: int = 0
 
 
 class _Permits:
@@ -157,6 +175,7 @@ class HostInstance:
         self.host = host
         self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
+        self._uses_instances = any(getattr(s, "uses_instances", False) for s in services.values())
         self.stats = InstanceStats()
         self._subs: dict[int, Subscription] = {}
         self._subs_lock = threading.Lock()
@@ -168,6 +187,8 @@ class HostInstance:
         self._threads: list[threading.Thread] = []
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None
+        self._unwatch_timers: Callable[[], None] | None = None
+        self._timer_wake = threading.Event()
         self._started = False
         self._last_cleanup = time.monotonic()
         self.receivers: list[Receiver] = list(receivers)
@@ -196,6 +217,13 @@ class HostInstance:
         if self.box.store.dialect.supports_notify:
             self._service_threads.append(
                 threading.Thread(target=self._listener, name=f"{self.host}-listener", daemon=True)
+            )
+        if self._uses_instances:
+            self._unwatch_timers = notify.watch(
+                self.box.store.key, timer_channel(self.host), self._wake_timers
+            )
+            self._service_threads.append(
+                threading.Thread(target=self._timers, name=f"{self.host}-timers", daemon=True)
             )
         for t in (*self._threads, *self._service_threads):
             t.start()
@@ -229,6 +257,7 @@ class HostInstance:
             except Exception as exc:
                 log.error("host instance %s: receiver %r failed to stop: %s", self.id, r, exc)
         self._stopping.set()
+        self._timer_wake.set()
         self.wake()
         for t in self._threads:
             t.join(max(deadline - time.monotonic(), 0))
@@ -237,6 +266,8 @@ class HostInstance:
             t.join(5.0)
         if self._unwatch is not None:
             self._unwatch()
+        if self._unwatch_timers is not None:
+            self._unwatch_timers()
         try:
             with self.box.store.transaction(serial=True) as conn:
                 released = delivery.unregister(conn, self.id)
@@ -329,6 +360,14 @@ class HostInstance:
         with self._subs_lock:
             return any(s.ordered for s in self._subs.values())
 
+    def _has_instances(self) -> bool:
+        """Whether entries of this host can be for a service instance (claimed one at
+        a time per instance)."""
+        if self._uses_instances:
+            return True
+        with self._subs_lock:
+            return any(s.kind is Kind.INSTANCE or s.correlation for s in self._subs.values())
+
     def _stop_on_failure(self) -> set[int]:
         with self._subs_lock:
             return {s.id for s in self._subs.values() if s.on_failure is OnFailure.STOP}
@@ -377,6 +416,7 @@ class HostInstance:
                 n=n,
                 lease_seconds=self.settings.lease_seconds,
                 ordered=self._has_ordered(),
+                instances=self._has_instances(),
             )
         if claims:
             self.stats.add(
@@ -397,13 +437,15 @@ class HostInstance:
             outcome = self._handle(c, batch)
             if outcome is None:
                 done.append(c)
+            elif outcome is SETTLED:
+                self.stats.add(completed=1)
             else:
                 failed.append(outcome)
                 if c.ordered:
                     blocked.add(c.sub)
         self._finish(done, failed, unstarted)
 
-    def _handle(self, c: Claim, batch: MessageBatch) -> Failure | None:
+    def _handle(self, c: Claim, batch: MessageBatch) -> Failure | _Settled | None:
         sub = self._subscription(c.sub)
         if sub is None:
             return Failure(
@@ -427,12 +469,16 @@ class HostInstance:
             attempt=c.attempts,
             host_instance=self.id,
             batch=batch,
+            instance_id=c.instance_id,
         )
         try:
             handler(d)
         except PermanentFailure as exc:
             self.stats.add(failed=1)
-            return Failure(c, f"PermanentFailure: {exc}", permanent=True)
+            if isinstance(exc, InstanceCompleted):
+                self.stats.add(zombies=1)
+                log.warning("host instance %s: zombie message %s: %s", self.id, c.msg, exc)
+            return Failure(c, f"{type(exc).__name__}: {exc}", permanent=True, reason=exc.reason)
         except RetryLater as exc:
             self.stats.add(failed=1)
             log.info(
@@ -456,7 +502,7 @@ class HostInstance:
                 exc,
             )
             return Failure(c, "".join(traceback.format_exception(exc)))
-        return None
+        return SETTLED if d.settled else None
 
     def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
         """Complete, fail and give back a batch in one transaction, retried on error.
@@ -547,6 +593,32 @@ class HostInstance:
             report = self.box.cleanup()
             if report.messages:
                 log.info("cleanup: %s", report)
+
+    def _wake_timers(self) -> None:
+        self._timer_wake.set()
+
+    def _timers(self) -> None:
+        """Fire the host's due timers (service instances' timeouts): sleep until the
+        next is due, at most ``poll_max_seconds`` (another process may set one), or
+        until a step in this process sets one."""
+        store = self.box.store
+        while not self._stopping.is_set():
+            wait = self.settings.poll_max_seconds
+            try:
+                with store.transaction(serial=True) as conn:
+                    hosts = instances.fire_timers(conn, store.dialect, self.host, datetime.now(UTC))
+                if hosts:
+                    self.stats.add(timers_fired=sum(hosts.values()))
+                    notify.signal(store.key, hosts)
+                    continue
+                with store.transaction() as conn:
+                    due = instances.next_due(conn, self.host)
+                if due is not None:
+                    wait = min(wait, due)
+            except MessageBoxError as exc:
+                log.error("host instance %s: firing timers failed: %s", self.id, exc)
+            self._timer_wake.wait(wait)
+            self._timer_wake.clear()
 
     def _listener(self) -> None:
         """Wake the workers on NOTIFY from any process (PostgreSQL)."""

@@ -40,6 +40,7 @@ class Delivery:
         attempt: int,
         host_instance: str,
         batch: MessageBatch | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self.box = box
         self._batch = batch
@@ -50,11 +51,16 @@ class Delivery:
         self.attempt = attempt
         """1 for the first delivery; more after a failure or a lost lease."""
         self.host_instance = host_instance
+        self._instance_id = instance_id
+        self.settled = False
+        """Set by a service that completed the queue entry itself, in its own
+        transaction (an orchestration step); the host instance then leaves it alone."""
 
     @property
     def instance_id(self) -> str | None:
-        """The service instance an instance subscription routed this to."""
-        return self.subscription.instance_id
+        """The service instance this was routed to: an instance subscription's, or the
+        convoy's for a correlated activation subscription."""
+        return self._instance_id or self.subscription.instance_id
 
     @cached_property
     def message(self) -> StoredMessage:

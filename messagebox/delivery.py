@@ -10,9 +10,10 @@ no-op, reported as a lost lease (the other instance delivers it again: at least 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,9 @@ from messagebox.models import (
     InstanceInfo,
     State,
 )
+
+NOT_RESUMABLE = frozenset({SUBSCRIPTION_REMOVED, INSTANCE_COMPLETED})
+"""Reasons whose suspended entries cannot go back on their queue."""
 
 MAX_BACKOFF_SECONDS = 3600.0
 MAX_ERROR_CHARS = 8000
@@ -93,13 +97,18 @@ def claim(
     n: int,
     lease_seconds: float,
     ordered: bool,
+    instances: bool = False,
 ) -> list[Claim]:
     """Lease up to ``n`` ready entries of ``host``: the heads of its ordered
-    subscriptions first (when ``ordered``), then the rest by priority and age."""
+    subscriptions first (when ``ordered``), then the heads of its service instances
+    (when ``instances``), then the rest by priority and age."""
     params = dialect.claim_params(host, owner, n, lease_seconds)
     claims: list[Claim] = []
     if ordered:
         claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_ordered_sql, params))
+    if instances and len(claims) < n:
+        params = dialect.claim_params(host, owner, n - len(claims), lease_seconds)
+        claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_instance_sql, params))
     if len(claims) < n:
         params = dialect.claim_params(host, owner, n - len(claims), lease_seconds)
         claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_sql, params))
@@ -107,7 +116,9 @@ def claim(
     return claims
 
 
-def _release_refs(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:
+def release(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:
+    """Log the release of one reference per message given (a message given twice
+    releases two)."""
     counts = Counter(msgs)
     if len(counts) == 1:  # one cached statement beats a bulk load for one row
         [(msg, n)] = counts.items()
@@ -129,6 +140,7 @@ def _suspend_rows(
     reason: str,
     resumable: bool,
     errors: dict[int, str] | None = None,
+    report: Mapping[str, Any] | None = None,
 ) -> None:
     """Insert suspended entries for deleted queue rows (same ids: resuming keeps order)."""
     if not rows:
@@ -146,7 +158,7 @@ def _suspend_rows(
             "resumable": [resumable] * len(rows),
             "reason": [reason] * len(rows),
             "error": [errors.get(r.id) for r in rows],
-            "report": [None] * len(rows),
+            "report": [None if report is None else json.dumps(report)] * len(rows),
             "attempts": [r.attempts for r in rows],
             "suspended_at": [now] * len(rows),
             "priority": [r.priority for r in rows],
@@ -198,7 +210,7 @@ def finish(
         ).all()
         result.completed = len(gone)
         result.lost += len(completed) - len(gone)
-        _release_refs(conn, dialect, (r.msg for r in gone))
+        release(conn, dialect, (r.msg for r in gone))
     to_suspend = [
         f
         for f in failed
@@ -236,10 +248,14 @@ def finish(
                 dialect,
                 group,
                 reason=reason,
-                resumable=reason != SUBSCRIPTION_REMOVED,
+                resumable=reason not in NOT_RESUMABLE,
                 errors=errors,
             )
         result.suspended = len(rows)
+        _suspend_instances(
+            conn,
+            [r.instance_id for r in rows if r.instance_id and reasons[r.id] == DELIVERY_FAILURE],
+        )
         result.lost += len(to_suspend) - len(rows)
         stop = sorted({r.sub for r in rows if r.ordered and r.sub in stop_on_failure})
         if stop:
@@ -302,6 +318,52 @@ def suspend_waiting(
         errors={r.id: _REASON_TEXT[reason] for r in rows},
     )
     return len(rows)
+
+
+def suspend_instance(
+    conn: sa.Connection,
+    dialect: Dialect,
+    instance_id: str,
+    reason: str,
+    report: Mapping[str, Any] | None = None,
+) -> int:
+    """Move every entry still queued for a service instance to the suspended queue (a
+    completing instance's unconsumed messages: not resumable)."""
+    q = schema.queue
+    rows = conn.execute(
+        q.delete().where(q.c.instance_id == instance_id).returning(*_queue_columns())
+    ).all()
+    _suspend_rows(
+        conn,
+        dialect,
+        rows,
+        reason=reason,
+        resumable=reason not in NOT_RESUMABLE,
+        errors={r.id: _REASON_TEXT[reason] for r in rows},
+        report=report,
+    )
+    return len(rows)
+
+
+def _suspend_instances(conn: sa.Connection, instance_ids: Sequence[str]) -> None:
+    """A step of these instances failed past its retries: hold their other messages
+    (the claim skips suspended instances) until the entry is resumed or terminated."""
+    if instance_ids:
+        si = schema.service_instance
+        conn.execute(
+            si.update()
+            .where(si.c.id.in_(sorted(set(instance_ids))), si.c.state == "running")
+            .values(state="suspended")
+        )
+
+
+def _unsuspend_instances(conn: sa.Connection, instance_ids: Iterable[str | None]) -> None:
+    ids = sorted({i for i in instance_ids if i})
+    if ids:
+        si = schema.service_instance
+        conn.execute(
+            si.update().where(si.c.id.in_(ids), si.c.state == "suspended").values(state="running")
+        )
 
 
 _REASON_TEXT = {
@@ -372,7 +434,7 @@ def resume(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list
             sub.c.host,
             sub.c.priority,
             sub.c.ordered,
-            sub.c.instance_id,
+            sa.func.coalesce(s.c.instance_id, sub.c.instance_id).label("instance_id"),
             sub.c.state,
         )
         .join(sub, sub.c.id == s.c.sub, isouter=True)
@@ -412,6 +474,7 @@ def resume(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list
             "ordered": [bool(r.ordered) for r in rows],
         },
     )
+    _unsuspend_instances(conn, (r.instance_id for r in rows))
     dialect.notify(conn, sorted({r.host for r in rows}))
     return [r.id for r in rows]
 
@@ -425,8 +488,11 @@ def terminate(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> l
     """Delete suspended entries and release their references."""
     s = schema.suspended
     _check_ids(conn, query.ids)
-    rows = conn.execute(s.delete().where(*query.where()).returning(s.c.id, s.c.msg)).all()
-    _release_refs(conn, dialect, (r.msg for r in rows))
+    rows = conn.execute(
+        s.delete().where(*query.where()).returning(s.c.id, s.c.msg, s.c.instance_id)
+    ).all()
+    release(conn, dialect, (r.msg for r in rows))
+    _unsuspend_instances(conn, (r.instance_id for r in rows))  # the instance goes on without it
     return sorted(r.id for r in rows)
 
 

@@ -23,6 +23,7 @@ from messagebox import delivery, notify, router, schema, spool, subscriptions
 from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
     AlreadyReceived,
+    Conflict,
     MessageValidationError,
     Throttled,
     UnknownHost,
@@ -47,12 +48,16 @@ from messagebox.models import (
     Subscription,
     SuspendedEntry,
 )
+from messagebox.properties import canonical_name
 from messagebox.store import Store
 from messagebox.throttle import Throttle as _Throttle
 from predicates import normalize_properties, to_filter
 
 if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
+
+
+PUBLISH_CONFLICT_RETRIES = 8
 
 
 def _now() -> datetime:
@@ -65,6 +70,31 @@ def _check_name(what: str, name: object) -> str:
             f"{what} name {name!r} must be a non-empty str of at most 256 characters"
         )
     return name
+
+
+def _correlation(index: int, service: str, kind: Kind, names: object) -> tuple[str, ...]:
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValidationError(
+            f"subscription {index} of {service!r}: correlation must be a list of property names"
+        )
+    if names and kind is not Kind.ACTIVATION:
+        raise ValidationError(
+            f"subscription {index} of {service!r}: only activation subscriptions take a "
+            "correlation (an instance subscription names its instance)"
+        )
+    checked = []
+    for name in names:
+        try:
+            checked.append(canonical_name(name))
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(
+                f"subscription {index} of {service!r}: correlation property {name!r}: {exc}"
+            ) from exc
+    if len(set(checked)) != len(checked):
+        raise ValidationError(
+            f"subscription {index} of {service!r}: a correlation property is given twice"
+        )
+    return tuple(checked)
 
 
 class MessageBox:
@@ -126,6 +156,7 @@ class MessageBox:
         state: State | str = State.STARTED,
         ordered: bool = False,
         on_failure: OnFailure | str = OnFailure.SUSPEND,
+        correlation: Sequence[str] = (),
     ) -> Subscription:
         """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
 
@@ -133,6 +164,9 @@ class MessageBox:
         or a :class:`~predicates.Filter`. Instance subscriptions need ``instance_id``.
         ``ordered`` delivers strictly in publish order, one at a time; ``on_failure``
         says what an ordered subscription does with a message that exhausts its retries.
+        ``correlation`` (activation subscriptions of long-running services) routes every
+        message with the same values of these properties to one running instance of the
+        service: the first such message creates it, the rest follow in order (a convoy).
         """
         [made] = self.subscribe_many(
             [
@@ -147,6 +181,7 @@ class MessageBox:
                     "state": state,
                     "ordered": ordered,
                     "on_failure": on_failure,
+                    "correlation": correlation,
                 }
             ]
         )
@@ -175,6 +210,7 @@ class MessageBox:
             "state",
             "ordered",
             "on_failure",
+            "correlation",
         }
         if unknown:
             raise ValidationError(f"subscription {index}: unknown field {sorted(unknown)[0]!r}")
@@ -199,6 +235,7 @@ class MessageBox:
         if type(priority) is not int or not -1000 <= priority <= 1000:
             raise ValidationError(f"subscription {index}: priority must be an int in -1000..1000")
         filt = to_filter(args.get("filter"))
+        correlation = _correlation(index, service, kind, args.get("correlation") or ())
         return subscriptions.SubscriptionSpec(
             service=service,
             host=host,
@@ -210,6 +247,7 @@ class MessageBox:
             state=state,
             ordered=bool(args.get("ordered", False)),
             on_failure=on_failure,
+            correlation=correlation,
         )
 
     def subscriptions(
@@ -337,6 +375,7 @@ class MessageBox:
         if not batch and not receipts:
             return []
         deadline = time.monotonic() + timeout
+        conflicts = 0
         while True:
             try:
                 with self.store.transaction() as conn:
@@ -357,6 +396,14 @@ class MessageBox:
                 if not block or time.monotonic() >= deadline:
                     raise
                 self._throttle.wait(self.store, exc.hosts, deadline)
+                continue
+            except Conflict:
+                # a concurrent publish created the same convoy instance first (DuckDB
+                # refuses the later commit); nothing was stored, so route again
+                conflicts += 1
+                if conflicts > PUBLISH_CONFLICT_RETRIES:
+                    raise
+                time.sleep(0.001 * 2**conflicts)
                 continue
             self._throttle.added(hosts)
             notify.signal(self.store.key, hosts)

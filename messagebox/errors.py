@@ -14,10 +14,12 @@ MessageBoxError
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
 ├── PermanentFailure                raised by a service: suspend the message, no retry
+│   └── InstanceCompleted           the message reached a completed service instance
 ├── RetryLater                      raised by a service: retry after its own delay
 ├── AlreadyReceived                 a receipt was recorded before: that input was published
 ├── PipelineError                   a pipeline component refused a message (names it)
 └── StorageError                    the database failed; the driver error is chained
+    ├── Conflict                    a concurrent write won; nothing was written, retry
     └── BackendUnavailable          cannot connect, or the file is owned by another process
 """
 
@@ -82,6 +84,18 @@ class Throttled(MessageBoxError):
 class PermanentFailure(MessageBoxError):
     """Raised by a service: the message can never succeed; suspend it without retrying."""
 
+    reason: str = "delivery-failure"
+    """The suspended entry's reason."""
+    resumable: bool = True
+
+
+class InstanceCompleted(PermanentFailure):
+    """A message reached a service instance that has completed: it is suspended, not
+    resumable, as "completed with discarded messages" (a zombie)."""
+
+    reason = "completed-with-discarded-messages"
+    resumable = False
+
 
 class RetryLater(MessageBoxError):
     """Raised by a service: fail this delivery and retry it after ``delay`` seconds.
@@ -127,6 +141,11 @@ class StorageError(MessageBoxError):
     def __init__(self, message: str | None = None, *, statement: str | None = None) -> None:
         super().__init__(message)
         self.statement = statement
+
+
+class Conflict(StorageError):
+    """Two transactions wrote the same row at once; the one that got this wrote nothing
+    and may be retried (a DuckDB commit conflict, a PostgreSQL deadlock)."""
 
 
 class BackendUnavailable(StorageError):

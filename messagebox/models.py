@@ -118,6 +118,9 @@ class Subscription:
     ordered: bool
     created_at: datetime
     on_failure: OnFailure = OnFailure.SUSPEND
+    correlation: tuple[str, ...] = ()
+    """Properties whose values pick the running instance this activation subscription
+    routes to (a convoy, DESIGN.md §9); empty for a plain subscription."""
 
 
 @dataclass(frozen=True)

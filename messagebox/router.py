@@ -57,14 +57,56 @@ def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:
 
 
 def route(
-    conn: sa.Connection, dialect: Dialect, promoted: Sequence[Mapping[str, Value]]
+    conn: sa.Connection,
+    dialect: Dialect,
+    promoted: Sequence[Mapping[str, Value]],
+    *,
+    now: datetime | None = None,
 ) -> list[list[RouteRow]]:
-    """The matching subscriptions of each message, in subscription-id order."""
+    """The matching subscriptions of each message, in subscription-id order.
+
+    With ``now`` (a publish), a match of an activation subscription with a correlation
+    is given the running instance of its convoy, created if there is none; a message
+    reaches one instance once, through the first subscription that routes it there.
+    """
     per_message: list[list[RouteRow]] = [[] for _ in promoted]
     if promoted:
         for row in dialect.route(conn, stage(promoted)):
             per_message[row[0]].append(row)
+    if now is not None:
+        _correlate(conn, per_message, promoted, now)
     return per_message
+
+
+def _correlate(
+    conn: sa.Connection,
+    per_message: list[list[RouteRow]],
+    promoted: Sequence[Mapping[str, Value]],
+    now: datetime,
+) -> None:
+    from messagebox.instances import correlation_key, resolve_convoys
+
+    keys: dict[tuple[int, int], tuple[str, str]] = {}
+    for i, rows in enumerate(per_message):
+        for row in rows:
+            if row[9]:
+                keys[(i, row[1])] = (row[8], correlation_key(json.loads(row[9]), promoted[i]))
+    if not keys:
+        return
+    instances = resolve_convoys(conn, list(keys.values()), now)
+    for i, rows in enumerate(per_message):
+        seen: set[str] = set()
+        kept: list[RouteRow] = []
+        for row in rows:
+            key = keys.get((i, row[1]))
+            if key is not None:
+                row = (*row[:6], instances[key], *row[7:])  # type: ignore[assignment]
+            if row[6] is not None:
+                if row[6] in seen:
+                    continue
+                seen.add(row[6])
+            kept.append(row)
+        rows[:] = kept
 
 
 @dataclass
@@ -113,7 +155,7 @@ class _Writes:
         )
 
     def enqueue(self, entry_id: int, msg_id: uuid.UUID, row: RouteRow, now: datetime) -> None:
-        _, sub, host, priority, state, _kind, instance_id, ordered = row
+        _, sub, host, priority, state, _kind, instance_id, ordered, _service, _corr = row
         q = self.queue
         q["id"].append(entry_id)
         q["msg"].append(msg_id)
@@ -208,6 +250,7 @@ def publish(
         conn,
         dialect,
         [{} if i in forced and not forced[i].route else m.promoted for i, m in enumerate(messages)],
+        now=now,
     )
     hosts = Counter(row[2] for rows in matches for row in rows)
     if before_write is not None and hosts:
@@ -275,7 +318,7 @@ def reroute(
     ).all()
     contexts = spool.read_context(conn, [r.msg for r in rows])
     promoted = [decode_context(contexts[r.msg].context)[0] for r in rows]
-    matches = route(conn, dialect, promoted)
+    matches = route(conn, dialect, promoted, now=now)
     writes = _Writes.empty()
     done: dict[int, tuple[int, ...]] = {}
     routed = [(r, m) for r, m in zip(rows, matches, strict=True) if m]
@@ -295,3 +338,25 @@ def reroute(
         dialect.insert(conn, schema.ref_release, releases)
         dialect.notify(conn, sorted({m[2] for _, ms in routed for m in ms}))
     return done
+
+
+def enqueue_direct(
+    conn: sa.Connection,
+    dialect: Dialect,
+    items: Sequence[tuple[uuid.UUID, Message, RouteRow]],
+    now: datetime,
+    publisher: str,
+) -> Counter[str]:
+    """Store messages and queue each for the one destination given, without routing
+    (a timeout for its service instance). Returns the entries queued per host."""
+    if not items:
+        return Counter()
+    writes = _Writes.empty()
+    for (msg_id, _, target), entry_id in zip(items, allocate(conn, len(items)), strict=True):
+        writes.enqueue(entry_id, msg_id, target, now)
+        writes.reference(msg_id, 1, now)
+    spool.write_messages(conn, dialect, [(m, msg) for m, msg, _ in items], now, publisher)
+    writes.flush(conn, dialect)
+    hosts = Counter(target[2] for _, _, target in items)
+    dialect.notify(conn, sorted(hosts))
+    return hosts

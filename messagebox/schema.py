@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 metadata = sa.MetaData()
 
@@ -65,6 +65,9 @@ subscription = sa.Table(
     sa.Column("on_failure", sa.Text, nullable=False),
     sa.Column("filter", sa.Text, nullable=False),
     sa.Column("created_at", Stamp, nullable=False),
+    # JSON list of property names: an activation subscription that routes each message
+    # to the running instance of its service for those properties' values (a convoy)
+    sa.Column("correlation", sa.Text),
 )
 sa.Index("mb_subscription_service", subscription.c.service)
 
@@ -206,6 +209,13 @@ sa.Index(
 sa.Index("mb_queue_lease", queue.c.lease_owner)
 sa.Index("mb_queue_msg", queue.c.msg)
 sa.Index("mb_queue_sub", queue.c.sub)
+sa.Index(
+    "mb_queue_instance",
+    queue.c.host,
+    queue.c.instance_id,
+    queue.c.id,
+    postgresql_where=queue.c.instance_id.is_not(None),
+)
 
 suspended = sa.Table(
     "mb_suspended",
@@ -265,12 +275,51 @@ service_instance = sa.Table(
     metadata,
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column("service", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
     sa.Column("state", sa.Text, nullable=False),
+    sa.Column("correlation", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
     sa.Column("created_at", Stamp, nullable=False),
+    sa.Column("updated_at", Stamp, nullable=False),
     sa.Column("completed_at", Stamp),
 )
-"""Instances of long-running services (orchestrations), which own instance subscriptions;
-cleanup purges the subscriptions of completed ones."""
+"""Instances of long-running services (orchestrations, DESIGN.md §9): their persisted
+state (``data``, JSON) and ``version``, bumped by each step that commits. ``state`` is
+``running``, ``suspended`` (a step failed past its retries: its messages wait) or
+``completed`` (kept for reporting until cleanup trims it)."""
+sa.Index("mb_service_instance_service", service_instance.c.service, service_instance.c.state)
+
+convoy = sa.Table(
+    "mb_convoy",
+    metadata,
+    sa.Column("service", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("instance_id", sa.Text, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+)
+"""The running instance of a correlated service per correlation value. Routing creates
+a row (or finds it) for every message an activation subscription with a correlation
+matches, in the publish's transaction, so concurrent first messages get one instance;
+completing the instance deletes it."""
+sa.Index("mb_convoy_instance", convoy.c.instance_id)
+
+timer = sa.Table(
+    "mb_timer",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("instance_id", sa.Text, nullable=False),
+    sa.Column("service", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("sub", sa.BigInteger, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("due_at", Stamp, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+)
+"""A service instance's pending timeout: when due, a host instance of ``host`` puts a
+timeout message on the instance's queue (and deletes the row)."""
+sa.Index("mb_timer_due", timer.c.host, timer.c.due_at)
+sa.Index("mb_timer_instance", timer.c.instance_id)
 
 receipt = sa.Table(
     "mb_receipt",
@@ -285,5 +334,16 @@ publish's transaction: a location that crashed after the commit finds the receip
 restart and does not publish the input again. Cleanup trims them past their retention."""
 sa.Index("mb_receipt_received_at", receipt.c.received_at)
 
-UPGRADES = {"2": "3"}
-"""Schema versions that upgrade by creating the tables they lack (additive changes)."""
+UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "2": ("3", ()),
+    "3": (
+        "4",
+        (
+            "ALTER TABLE mb_subscription ADD COLUMN correlation TEXT",
+            # version 3 never wrote this table; it is made again with its new columns
+            "DROP TABLE mb_service_instance",
+        ),
+    ),
+}
+"""How an older database is upgraded on open: version → (next version, statements run
+before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

@@ -69,20 +69,31 @@ class Store:
                             key="schema_version", value=schema.SCHEMA_VERSION
                         )
                     )
-                elif schema.UPGRADES.get(version) == schema.SCHEMA_VERSION:
-                    conn.execute(  # create_schema made the missing tables
-                        schema.meta.update()
-                        .where(schema.meta.c.key == "schema_version")
-                        .values(value=schema.SCHEMA_VERSION)
-                    )
                 elif version != schema.SCHEMA_VERSION:
-                    raise StorageError(
-                        f"database schema version {version} is not the {schema.SCHEMA_VERSION} "
-                        "this messagebox uses"
-                    )
+                    self._upgrade(conn, version)
         except BaseException:
             self.engine.dispose()  # no pooled connection outlives a refused open
             raise
+
+    def _upgrade(self, conn: sa.Connection, version: str) -> None:
+        """Upgrade a database of an older schema version in place, step by step."""
+        start = version
+        while version != schema.SCHEMA_VERSION:
+            step = schema.UPGRADES.get(version)
+            if step is None:
+                raise StorageError(
+                    f"database schema version {start} is not the {schema.SCHEMA_VERSION} "
+                    "this messagebox uses, and cannot be upgraded to it"
+                )
+            version, statements = step
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+            self.dialect.create_schema(conn, schema.metadata)
+        conn.execute(
+            schema.meta.update()
+            .where(schema.meta.c.key == "schema_version")
+            .values(value=schema.SCHEMA_VERSION)
+        )
 
     @contextmanager
     def transaction(self, *, serial: bool = False) -> Iterator[sa.Connection]:

@@ -7,6 +7,7 @@ predicate rows (what routing joins against). All of it in one transaction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,6 +44,7 @@ class SubscriptionSpec:
     state: State
     ordered: bool
     on_failure: OnFailure = OnFailure.SUSPEND
+    correlation: tuple[str, ...] = ()
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -165,6 +167,7 @@ def subscribe(
                 "on_failure": spec.on_failure.value,
                 "filter": spec.filter.to_json(),
                 "created_at": now,
+                "correlation": json.dumps(list(spec.correlation)) if spec.correlation else None,
             }
         )
         for group in spec.filter.groups:
@@ -203,6 +206,7 @@ def _subscription(row: Mapping[Any, Any], filt: Filter | None = None) -> Subscri
         ordered=bool(row["ordered"]),
         created_at=row["created_at"],
         on_failure=OnFailure(row["on_failure"]),
+        correlation=tuple(json.loads(row["correlation"])) if row.get("correlation") else (),
     )
 
 

@@ -135,7 +135,8 @@ matched AS (
     LEFT JOIN violated v ON v.msg = c.msg AND v.grp = c.grp
     WHERE coalesce(k.n, 0) = g.n_pos AND v.msg IS NULL
 )
-SELECT m.msg, s.id, s.host, s.priority, s.state, s.kind, s.instance_id, s.ordered
+SELECT m.msg, s.id, s.host, s.priority, s.state, s.kind, s.instance_id, s.ordered,
+       s.service, s.correlation
 FROM matched m
 JOIN mb_subscription s ON s.id = m.sub
 WHERE s.state <> 'unenlisted'

@@ -12,7 +12,7 @@ SET lease_owner = $owner,
     attempts = attempts + 1
 WHERE id IN (
     SELECT id FROM mb_queue
-    WHERE host = $host AND state = 'ready' AND NOT ordered
+    WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
       AND available_at <= now()
       AND (lease_expires IS NULL OR lease_expires < now())
     ORDER BY priority DESC, id
@@ -47,6 +47,34 @@ WHERE id IN (
     WHERE q.state = 'ready' AND q.available_at <= now()
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
     ORDER BY q.id
+    LIMIT $n
+)
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered
+
+-- name: claim_instance --
+-- A service instance handles one message at a time, in publish order: only the oldest
+-- entry of each instance is claimable, while it is free and the instance not suspended.
+UPDATE mb_queue
+SET lease_owner = $owner,
+    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
+    attempts = attempts + 1
+WHERE id IN (
+    WITH heads AS (
+        SELECT instance_id, min(id) AS id
+        FROM mb_queue
+        WHERE host = $host AND instance_id IS NOT NULL
+        GROUP BY instance_id
+    )
+    SELECT q.id
+    FROM heads h
+    JOIN mb_queue q ON q.id = h.id
+    WHERE q.state = 'ready' AND q.available_at <= now()
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+      AND NOT EXISTS (
+          SELECT 1 FROM mb_service_instance si
+          WHERE si.id = h.instance_id AND si.state = 'suspended'
+      )
+    ORDER BY q.priority DESC, q.id
     LIMIT $n
 )
 RETURNING id, msg, sub, attempts, priority, instance_id, ordered

@@ -30,7 +30,7 @@ FROM unnest(%(hosts)s::text[]) AS h
 -- SKIP LOCKED: concurrent claimers on any machine take disjoint entries, without waiting.
 WITH c AS MATERIALIZED (
     SELECT id FROM mb_queue
-    WHERE host = %(host)s AND state = 'ready' AND NOT ordered
+    WHERE host = %(host)s AND state = 'ready' AND NOT ordered AND instance_id IS NULL
       AND available_at <= now()
       AND (lease_expires IS NULL OR lease_expires < now())
     ORDER BY priority DESC, id
@@ -79,4 +79,37 @@ SET lease_owner = %(owner)s,
     attempts = q.attempts + 1
 FROM run
 WHERE q.id = run.id
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
+
+-- name: claim_instance --
+-- A service instance handles one message at a time, in publish order: only the oldest
+-- entry of each instance is claimable, while it is free and the instance not suspended.
+-- The head stays on the queue until its step commits, so no other claimer (on any
+-- machine) can take the instance's next message before that.
+WITH heads AS (
+    SELECT instance_id, min(id) AS id
+    FROM mb_queue
+    WHERE host = %(host)s AND instance_id IS NOT NULL
+    GROUP BY instance_id
+),
+free AS MATERIALIZED (
+    SELECT q.id
+    FROM mb_queue q
+    JOIN heads h ON q.id = h.id
+    WHERE q.state = 'ready' AND q.available_at <= now()
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+      AND NOT EXISTS (
+          SELECT 1 FROM mb_service_instance si
+          WHERE si.id = h.instance_id AND si.state = 'suspended'
+      )
+    ORDER BY q.priority DESC, q.id
+    LIMIT %(n)s
+    FOR UPDATE OF q SKIP LOCKED
+)
+UPDATE mb_queue q
+SET lease_owner = %(owner)s,
+    lease_expires = now() + make_interval(secs => %(lease)s),
+    attempts = q.attempts + 1
+FROM free
+WHERE q.id = free.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered

@@ -34,8 +34,10 @@ class StagedBatch:
     v_int: list[int | None] = field(default_factory=list)
 
 
-RouteRow = tuple[int, int, str, int, str, str, str | None, bool]
-"""(message number, subscription id, host, priority, state, kind, instance id, ordered)."""
+RouteRow = tuple[int, int, str, int, str, str, str | None, bool, str, str | None]
+"""(message number, subscription id, host, priority, state, kind, instance id, ordered,
+service, correlation): the instance id is the subscription's, or for an activation
+subscription with a correlation (JSON property names) the convoy's, set by the router."""
 
 
 class Dialect:
@@ -54,6 +56,7 @@ class Dialect:
         self.route_sql = "WITH " + sql.load(self.name, "staged") + ",\n" + route
         self.claim_sql = sql.load(self.name, "claim")
         self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
+        self.claim_instance_sql = sql.load(self.name, "claim_instance")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
-from messagebox.errors import AlreadyExists, BackendUnavailable, MessageBoxError
+from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -147,6 +147,8 @@ class DuckDBDialect(Dialect):
                 "file (run host instances as threads, or use PostgreSQL for several "
                 f"processes): {text.splitlines()[0]}"
             )
+        if "Failed to commit" in text or "Conflict on" in text:
+            return Conflict(f"duckdb: {text.strip().splitlines()[0]}")
         if "Duplicate key" in text:
             return AlreadyExists(f"duckdb: {text.strip().splitlines()[0]}")
         return super().translate(exc, statement)

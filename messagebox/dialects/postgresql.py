@@ -17,7 +17,7 @@ import sqlalchemy as sa
 import sql
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
-from messagebox.errors import AlreadyExists, BackendUnavailable, MessageBoxError
+from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 
 class PostgreSQLDialect(Dialect):
@@ -98,4 +98,6 @@ class PostgreSQLDialect(Dialect):
         orig = getattr(exc, "orig", None) or exc
         if isinstance(orig, psycopg.errors.UniqueViolation):
             return AlreadyExists(f"postgresql: {str(orig).strip().splitlines()[0]}")
+        if isinstance(orig, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure):
+            return Conflict(f"postgresql: {str(orig).strip().splitlines()[0]}")
         return super().translate(exc, statement)

@@ -1,0 +1,450 @@
+"""Orchestrations: long-running services with persisted state (DESIGN.md §9).
+
+An orchestration is a class. Its receives are methods: ``@activate`` ones create an
+instance, ``@receive`` ones feed a running instance through instance subscriptions made
+from the correlation properties. Its state is a pydantic model, saved after each
+message. BizTalk calls these orchestrations; NServiceBus calls them sagas.
+
+    class Order(BaseModel):
+        total: float = 0
+        paid: bool = False
+
+    class Fulfilment(Orchestration[Order]):
+        correlation = ("orders.OrderId",)
+
+        @activate(P("messagebox.MessageType") == "orders#order")
+        def order(self, msg: Delivery) -> None:
+            self.state.total = msg.properties["orders.Total"]
+            self.wait_for("payment", timeout=3600)   # or @timeout("payment") runs
+
+        @receive(P("messagebox.MessageType") == "orders#payment")
+        def payment(self, msg: Delivery) -> None:
+            self.state.paid = True
+            self.publish(Message(b"ship it", promoted={"orders.Step": "ship"}))
+            self.complete()
+
+        @timeout("payment")
+        def unpaid(self) -> None:
+            self.publish(Message(b"cancel", promoted={"orders.Step": "cancel"}))
+            self.complete()
+
+    app.orchestration(Fulfilment)
+
+Guarantees:
+- **One message at a time per instance**, in publish order, across every host instance
+  and process: only the oldest queued message of an instance can be claimed, and it
+  stays queued until its step commits.
+- **Convoys.** Every message an ``@activate`` receive matches goes to the running
+  instance for its correlation values; the first creates it. Routing finds or creates
+  that instance in the publish's transaction, so concurrent first messages (in one
+  batch, or from several processes) make exactly one instance. Several ``@activate``
+  receives make a parallel convoy (they may come in any order); repeated messages of
+  one receive make a sequential convoy.
+- **Steps are atomic.** A handler's effects (new state, published messages, timers,
+  completion) are committed in one transaction with the removal of the message from the
+  queue. A host killed mid-step commits nothing; the message is delivered again and the
+  step runs again from the saved state. Published message ids are derived from the
+  instance and its version, so a step can never store its messages twice. Side effects
+  outside the MessageBox belong in send ports, which the orchestration publishes to.
+- **Completion** (``self.complete()``) removes the instance's subscriptions, timers and
+  convoy. Messages queued for it that it never consumed are suspended, not resumable,
+  as ``completed-with-discarded-messages`` (zombies), with a report naming the instance.
+- **Failure.** A handler that raises is retried like any service; past the host's
+  ``max_attempts`` its message is suspended (resumable) and the instance is suspended
+  with it: its other messages wait until that entry is resumed or terminated.
+- **Timeouts.** ``wait_for(receive, timeout=s)`` starts a timer, stopped when a message
+  for that receive is handled; when it is due, a host instance queues a timeout message
+  for the instance and the ``@timeout(receive)`` method runs, in order with the
+  instance's other messages. Timers fire within ``poll_max_seconds`` of their due time
+  (sooner when set by the same process).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from hosts.service import Delivery
+from messagebox import instances, notify
+from messagebox.errors import (
+    Conflict,
+    InstanceCompleted,
+    MessageValidationError,
+    ValidationError,
+)
+from messagebox.message import Message
+from messagebox.models import Kind, OnFailure, State
+from messagebox.properties import Value, canonical_name
+from messagebox.subscriptions import SubscriptionSpec
+from predicates import Filter, P, to_filter
+
+log = logging.getLogger("messagebox.orchestration")
+
+S = TypeVar("S", bound=BaseModel)
+
+STEP_CONFLICT_RETRIES = 3
+
+
+class _Empty(BaseModel):
+    """The state of an orchestration that declares none."""
+
+
+@dataclass(frozen=True)
+class Receive:
+    """A receive of an orchestration: its name, filter and whether it activates."""
+
+    name: str
+    filter: Filter
+    activates: bool
+    method: Callable[..., Any]
+
+
+def activate(filter: object) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method as an activating receive: a message ``filter`` matches creates an
+    instance (or, with a correlation, goes to the running one for its values)."""
+    return _mark(filter, activates=True)
+
+
+def receive(filter: object) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method as a receive of a running instance: an instance subscription of
+    ``filter`` and the instance's correlation values, made when the instance starts."""
+    return _mark(filter, activates=False)
+
+
+def _mark(filter: object, *, activates: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    parsed = to_filter(filter)  # a bad filter fails at class definition
+
+    def mark(method: Callable[..., Any]) -> Callable[..., Any]:
+        method.__mb_receive__ = (parsed, activates)  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+def timeout(receive_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark the method that runs when ``wait_for(receive_name, ...)`` times out."""
+
+    def mark(method: Callable[..., Any]) -> Callable[..., Any]:
+        method.__mb_timeout__ = receive_name  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+class Orchestration(Generic[S]):
+    """Base class of orchestrations; see the module docstring.
+
+    Class attributes: ``name`` (the service name; the class name by default),
+    ``correlation`` (property names whose values identify an instance) and the state
+    model, given as the type argument (``Orchestration[MyState]``) or ``state_model``.
+    """
+
+    name: ClassVar[str] = ""
+    correlation: ClassVar[tuple[str, ...]] = ()
+    state_model: ClassVar[type[BaseModel]] = _Empty
+    receives: ClassVar[dict[str, Receive]] = {}
+    timeouts: ClassVar[dict[str, Callable[..., Any]]] = {}
+
+    state: S
+    instance_id: str
+    correlation_values: dict[str, Value]
+    created: bool
+    """True in the step that creates the instance."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = cls.__dict__.get("name") or cls.__name__
+        for base in getattr(cls, "__orig_bases__", ()):
+            args = typing.get_args(base)
+            if typing.get_origin(base) is Orchestration and args and isinstance(args[0], type):
+                cls.state_model = args[0]
+        if not (isinstance(cls.state_model, type) and issubclass(cls.state_model, BaseModel)):
+            raise ValidationError(f"orchestration {cls.name!r}: the state must be a pydantic model")
+        try:
+            cls.correlation = tuple(canonical_name(n) for n in cls.correlation)
+        except ValueError as exc:
+            raise ValidationError(f"orchestration {cls.name!r}: correlation: {exc}") from exc
+        receives: dict[str, Receive] = {}
+        timeouts: dict[str, Callable[..., Any]] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                marked = getattr(value, "__mb_receive__", None)
+                if marked is not None:
+                    receives[attr] = Receive(attr, marked[0], marked[1], value)
+                waited = getattr(value, "__mb_timeout__", None)
+                if waited is not None:
+                    timeouts[waited] = value
+        cls.receives, cls.timeouts = receives, timeouts
+        if not receives:
+            return  # an abstract base
+        if not any(r.activates for r in receives.values()):
+            raise ValidationError(f"orchestration {cls.name!r} has no @activate receive")
+        if not cls.correlation and any(not r.activates for r in receives.values()):
+            raise ValidationError(
+                f"orchestration {cls.name!r}: @receive needs a correlation (the properties "
+                "that tell which instance a message belongs to)"
+            )
+        unknown = sorted(set(timeouts) - set(receives))
+        if unknown:
+            raise ValidationError(
+                f"orchestration {cls.name!r}: @timeout({unknown[0]!r}) names no receive"
+            )
+
+    # --- what a handler may do ---
+
+    def publish(self, *messages: Message | Iterable[Message]) -> None:
+        """Publish messages when this step commits, with the correlation properties
+        promoted (unless the message promotes them itself)."""
+        for item in messages:
+            for message in [item] if isinstance(item, Message) else item:
+                if not isinstance(message, Message):
+                    raise MessageValidationError(
+                        f"{self.name}: publish takes Messages, got {type(message).__name__}"
+                    )
+                if message.reserved():
+                    raise MessageValidationError(
+                        f"{self.name}: property {message.reserved()[0]!r} is in the reserved "
+                        "namespace messagebox."
+                    )
+                extra = {k: v for k, v in self.correlation_values.items() if v is not None}
+                self._effects.publish.append(
+                    Message(
+                        parts=message.parts,
+                        promoted={**extra, **message.promoted},
+                        written=message.written,
+                        body_part=message.body_part,
+                    )
+                )
+
+    def wait_for(self, receive_name: str, *, timeout: float) -> None:
+        """Expect a message for ``receive_name`` within ``timeout`` seconds; if none is
+        handled by then, the ``@timeout(receive_name)`` method runs. Waiting again for
+        the same receive restarts the timer."""
+        if receive_name not in self.receives:
+            raise ValidationError(f"{self.name}: wait_for names no receive {receive_name!r}")
+        if receive_name not in self.timeouts:
+            raise ValidationError(
+                f"{self.name}: wait_for({receive_name!r}) needs a @timeout({receive_name!r}) method"
+            )
+        if not isinstance(timeout, int | float) or timeout < 0:
+            raise ValidationError(f"{self.name}: timeout must be a number of seconds >= 0")
+        due = self._now + timedelta(seconds=float(timeout))
+        self._pending[receive_name] = due.isoformat()
+        self._effects.cancel.append(receive_name)
+        self._effects.timers = [t for t in self._effects.timers if t.name != receive_name]
+        self._effects.timers.append(instances.TimerSpec(receive_name, due))
+
+    def cancel_wait(self, receive_name: str) -> None:
+        """Stop waiting for ``receive_name`` (its timeout will not run)."""
+        self._pending.pop(receive_name, None)
+        self._effects.cancel.append(receive_name)
+        self._effects.timers = [t for t in self._effects.timers if t.name != receive_name]
+
+    @property
+    def waiting_for(self) -> list[str]:
+        """The receives this instance waits for with a timeout."""
+        return sorted(self._pending)
+
+    def complete(self) -> None:
+        """Complete the instance when this step commits."""
+        self._effects.complete = True
+
+    # --- runtime binding ---
+
+    _effects: instances.Step
+    _pending: dict[str, str]
+    _now: datetime
+
+
+class OrchestrationService:
+    """The service that runs an orchestration class in a host instance (registered by
+    :meth:`HostApp.orchestration <hosts.app.HostApp.orchestration>`)."""
+
+    uses_instances = True
+    """Tells the host instance to claim per service instance and run timers."""
+
+    def __init__(self, cls: type[Orchestration[Any]]) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, Orchestration)) or not cls.receives:
+            raise ValidationError(
+                f"{cls!r} is not an orchestration: subclass Orchestration and declare "
+                "@activate receives"
+            )
+        self.cls = cls
+        self.name = cls.name
+
+    def activation_specs(self, host: str) -> list[dict[str, Any]]:
+        """The activation subscriptions of the orchestration (one per @activate)."""
+        specs = []
+        for r in self.cls.receives.values():
+            if not r.activates:
+                continue
+            filt = r.filter
+            for prop in self.cls.correlation:
+                filt = filt & P(prop).exists()
+            specs.append(
+                {
+                    "service": self.name,
+                    "filter": filt,
+                    "name": f"{self.name}.{r.name}",
+                    "correlation": self.cls.correlation,
+                }
+            )
+        return specs
+
+    def _instance_specs(
+        self, host: str, instance_id: str, values: Mapping[str, Value]
+    ) -> list[SubscriptionSpec]:
+        specs = []
+        for r in self.cls.receives.values():
+            if r.activates:
+                continue
+            filt = r.filter
+            for prop in self.cls.correlation:
+                filt = filt & (P(prop) == values[prop])
+            specs.append(
+                SubscriptionSpec(
+                    service=self.name,
+                    host=host,
+                    filter=to_filter(filt),
+                    name=f"{self.name}.{r.name}@{instance_id}",
+                    kind=Kind.INSTANCE,
+                    instance_id=instance_id,
+                    priority=0,
+                    state=State.STARTED,
+                    ordered=False,
+                    on_failure=OnFailure.SUSPEND,
+                )
+            )
+        return specs
+
+    def _receive_of(self, d: Delivery) -> Receive:
+        name = d.subscription.name
+        if d.subscription.kind is Kind.INSTANCE:
+            name = name.rpartition("@")[0]
+        receive_name = name[len(self.name) + 1 :] if name.startswith(self.name + ".") else ""
+        found = self.cls.receives.get(receive_name)
+        if found is None:
+            raise ValidationError(
+                f"orchestration {self.name!r}: subscription {d.subscription.name!r} names "
+                "no receive of the class"
+            )
+        return found
+
+    def handle(self, d: Delivery) -> None:
+        """Run one step of an instance for this delivery and commit it (the host
+        instance sees the delivery settled)."""
+        for attempt in range(1, STEP_CONFLICT_RETRIES + 1):
+            try:
+                self._step(d)
+                return
+            except Conflict:
+                if attempt == STEP_CONFLICT_RETRIES:
+                    raise
+                time.sleep(0.01 * attempt)
+
+    def _step(self, d: Delivery) -> None:
+        store = d.box.store
+        message = d.message
+        is_timeout = message.publisher == instances.TIMER_PUBLISHER
+        instance_id = d.instance_id
+        with store.transaction() as conn:
+            stored = instances.load(conn, instance_id) if instance_id else None
+            fresh = stored is None and (
+                instance_id is None or instances.in_convoy(conn, instance_id)
+            )
+        if stored is None and not fresh:
+            raise InstanceCompleted(
+                f"orchestration {self.name!r}: instance {instance_id} has completed (or was "
+                "purged); this message was never consumed"
+            )
+        if stored is not None and stored.state == instances.COMPLETED:
+            raise InstanceCompleted(
+                f"orchestration {self.name!r}: instance {instance_id} completed at "
+                f"{stored.completed_at}; this message was never consumed"
+            )
+        if instance_id is None:  # no correlation: each activation is an instance
+            instance_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mb-entry:{d.entry_id}"))
+        now = datetime.now(UTC)
+        values: dict[str, Value] = (
+            dict(stored.correlation)
+            if stored is not None
+            else {p: message.promoted.get(p) for p in self.cls.correlation}
+        )
+        data = stored.data if stored is not None else {}
+        pending: dict[str, str] = dict(data.get("timers", {}))
+        orch = self.cls.__new__(self.cls)
+        try:
+            orch.state = (
+                self.cls.state_model.model_validate(data["state"])
+                if stored is not None
+                else self.cls.state_model()
+            )
+        except Exception as exc:
+            raise ValidationError(
+                f"orchestration {self.name!r}: instance {instance_id}: the saved state does "
+                f"not fit {self.cls.state_model.__name__}: {exc}"
+            ) from exc
+        orch.instance_id = instance_id
+        orch.correlation_values = values
+        orch.created = stored is None
+        orch._pending = pending
+        orch._now = now
+        effects = orch._effects = instances.Step(
+            owner=d.host_instance,
+            entry_id=d.entry_id,
+            message_id=d.message_id,
+            instance_id=instance_id,
+            service=self.name,
+            host=d.subscription.host,
+            sub=d.subscription.id,
+            version=None if stored is None else stored.version,
+            data={},
+            correlation=values,
+        )
+        if is_timeout:
+            name = str(message.written.get("messagebox.TimerName", ""))
+            due = message.written.get("messagebox.TimerDue")
+            if pending.get(name) == due:
+                del pending[name]
+                self.cls.timeouts[name](orch)
+            else:
+                log.debug("instance %s: stale timeout %r ignored", instance_id, name)
+        else:
+            r = self._receive_of(d)
+            if r.name in pending:
+                del pending[r.name]
+                effects.cancel.append(r.name)
+            r.method(orch, d)
+        if stored is None:
+            effects.subscribe = self._instance_specs(d.subscription.host, instance_id, values)
+        effects.data = {"state": orch.state.model_dump(mode="json"), "timers": pending}
+        with store.transaction(serial=True) as conn:
+            hosts, discarded = instances.commit_step(
+                conn, store.dialect, effects, now, publisher=f"{self.name}/{instance_id}"
+            )
+        d.settled = True
+        if hosts:
+            notify.signal(store.key, hosts)
+        if effects.timers:
+            notify.signal(store.key, {timer_channel(d.subscription.host)})
+        if discarded:
+            log.warning(
+                "orchestration %s: instance %s completed with %d discarded messages "
+                "(suspended, reason completed-with-discarded-messages)",
+                self.name,
+                instance_id,
+                discarded,
+            )
+
+
+def timer_channel(host: str) -> str:
+    """The in-process wake-up name of a host's timer loop."""
+    return f"{host}#timers"
