@@ -90,11 +90,12 @@ class HostApp:
 
     def orchestration(self, cls: type[Orchestration[Any]]) -> type[Orchestration[Any]]:
         """Run an orchestration class (see :mod:`hosts.orchestration`) in this host: a
-        service named ``cls.name`` with one activation subscription per ``@activate``
-        receive, named ``<name>.<receive>``. Usable as a class decorator."""
+        service named ``cls.name`` with an activation subscription per ``@activate``
+        receive and an instance subscription per ``@receive``, named
+        ``<name>.<receive>``. Usable as a class decorator."""
         service = OrchestrationService(cls)
         self.add_service(service.name, service)
-        self.declared.extend(service.activation_specs(self.host))
+        self.declared.extend(service.subscription_specs())
         return cls
 
     def receive_port(self, name: str, *, route_failed: bool = False) -> ReceivePort:

@@ -176,6 +176,11 @@ class HostInstance:
         self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
         self._uses_instances = any(getattr(s, "uses_instances", False) for s in services.values())
+        self._batchers: dict[str, Callable[[list[Delivery]], list[Exception | None]]] = {
+            n: s.handle_many
+            for n, s in services.items()
+            if callable(getattr(s, "handle_many", None))
+        }
         self.stats = InstanceStats()
         self._subs: dict[int, Subscription] = {}
         self._subs_lock = threading.Lock()
@@ -430,11 +435,15 @@ class HostInstance:
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
         batch = MessageBatch(self.box, [c.msg for c in claims])
+        together = self._handle_together(claims, batch)
         for c in claims:
-            if self._stopping.is_set() or c.sub in blocked:
+            if c.id in together:
+                outcome = together[c.id]
+            elif self._stopping.is_set() or c.sub in blocked:
                 unstarted.append(c)
                 continue
-            outcome = self._handle(c, batch)
+            else:
+                outcome = self._handle(c, batch)
             if outcome is None:
                 done.append(c)
             elif outcome is SETTLED:
@@ -444,6 +453,41 @@ class HostInstance:
                 if c.ordered:
                     blocked.add(c.sub)
         self._finish(done, failed, unstarted)
+
+    def _handle_together(
+        self, claims: list[Claim], batch: MessageBatch
+    ) -> dict[int, Failure | _Settled | None]:
+        """Hand the claims of services that take a batch (``handle_many``, as
+        orchestrations do: their steps commit in one transaction) to them at once."""
+        if not self._batchers or self._stopping.is_set():
+            return {}
+        by_service: dict[str, list[tuple[Claim, Delivery]]] = {}
+        for c in claims:
+            sub = self._subscription(c.sub)
+            if sub is not None and sub.service in self._batchers:
+                d = self._delivery(c, sub, batch)
+                by_service.setdefault(sub.service, []).append((c, d))
+        outcomes: dict[int, Failure | _Settled | None] = {}
+        for service, pairs in by_service.items():
+            errors = self._batchers[service]([d for _, d in pairs])
+            for (c, d), exc in zip(pairs, errors, strict=True):
+                if exc is None:
+                    outcomes[c.id] = SETTLED if d.settled else None
+                else:
+                    outcomes[c.id] = self._failure(c, d.subscription, exc)
+        return outcomes
+
+    def _delivery(self, c: Claim, sub: Subscription, batch: MessageBatch) -> Delivery:
+        return Delivery(
+            self.box,
+            entry_id=c.id,
+            message_id=c.msg,
+            subscription=sub,
+            attempt=c.attempts,
+            host_instance=self.id,
+            batch=batch,
+            instance_id=c.instance_id,
+        )
 
     def _handle(self, c: Claim, batch: MessageBatch) -> Failure | _Settled | None:
         sub = self._subscription(c.sub)
@@ -461,26 +505,22 @@ class HostInstance:
                 f"service {sub.service!r} is not registered in host instance {self.id} "
                 f"(it runs: {', '.join(sorted(self.handlers)) or 'no service'})",
             )
-        d = Delivery(
-            self.box,
-            entry_id=c.id,
-            message_id=c.msg,
-            subscription=sub,
-            attempt=c.attempts,
-            host_instance=self.id,
-            batch=batch,
-            instance_id=c.instance_id,
-        )
+        d = self._delivery(c, sub, batch)
         try:
             handler(d)
-        except PermanentFailure as exc:
-            self.stats.add(failed=1)
+        except Exception as exc:
+            return self._failure(c, sub, exc)
+        return SETTLED if d.settled else None
+
+    def _failure(self, c: Claim, sub: Subscription, exc: Exception) -> Failure:
+        """What a service's exception means for its entry."""
+        self.stats.add(failed=1)
+        if isinstance(exc, PermanentFailure):
             if isinstance(exc, InstanceCompleted):
                 self.stats.add(zombies=1)
                 log.warning("host instance %s: zombie message %s: %s", self.id, c.msg, exc)
             return Failure(c, f"{type(exc).__name__}: {exc}", permanent=True, reason=exc.reason)
-        except RetryLater as exc:
-            self.stats.add(failed=1)
+        if isinstance(exc, RetryLater):
             log.info(
                 "host instance %s: service %r retries entry %d in %.3g s (attempt %d): %s",
                 self.id,
@@ -491,18 +531,15 @@ class HostInstance:
                 exc,
             )
             return Failure(c, f"RetryLater: {exc}", retry_after=exc.delay)
-        except Exception as exc:
-            self.stats.add(failed=1)
-            log.warning(
-                "host instance %s: service %r failed entry %d (attempt %d): %s",
-                self.id,
-                sub.service,
-                c.id,
-                c.attempts,
-                exc,
-            )
-            return Failure(c, "".join(traceback.format_exception(exc)))
-        return SETTLED if d.settled else None
+        log.warning(
+            "host instance %s: service %r failed entry %d (attempt %d): %s",
+            self.id,
+            sub.service,
+            c.id,
+            c.attempts,
+            exc,
+        )
+        return Failure(c, "".join(traceback.format_exception(exc)))
 
     def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
         """Complete, fail and give back a batch in one transaction, retried on error.

@@ -1,9 +1,9 @@
 """Orchestrations: long-running services with persisted state (DESIGN.md §9).
 
 An orchestration is a class. Its receives are methods: ``@activate`` ones create an
-instance, ``@receive`` ones feed a running instance through instance subscriptions made
-from the correlation properties. Its state is a pydantic model, saved after each
-message. BizTalk calls these orchestrations; NServiceBus calls them sagas.
+instance, ``@receive`` ones feed a running instance through instance subscriptions on
+the correlation properties. Its state is a pydantic model, saved after each message.
+BizTalk calls these orchestrations; NServiceBus calls them sagas.
 
     class Order(BaseModel):
         total: float = 0
@@ -34,21 +34,27 @@ Guarantees:
 - **One message at a time per instance**, in publish order, across every host instance
   and process: only the oldest queued message of an instance can be claimed, and it
   stays queued until its step commits.
-- **Convoys.** Every message an ``@activate`` receive matches goes to the running
-  instance for its correlation values; the first creates it. Routing finds or creates
-  that instance in the publish's transaction, so concurrent first messages (in one
-  batch, or from several processes) make exactly one instance. Several ``@activate``
-  receives make a parallel convoy (they may come in any order); repeated messages of
-  one receive make a sequential convoy.
+- **Correlation.** Each receive is one stored subscription with the correlation
+  properties. A message an ``@activate`` receive matches goes to the running instance
+  for its correlation values; the first creates it. Routing finds or creates that
+  instance in the publish's transaction, so concurrent first messages (in one batch, or
+  from several processes) make exactly one instance, and a message published after it
+  (even later in the same batch) can follow it. A message a ``@receive`` matches goes
+  to the running instance for its values; when none runs it does not route there (with
+  no other match, it is a routing failure: suspended, re-routable).
+- **Convoys.** Several ``@activate`` receives make a parallel convoy (the messages may
+  come in any order); repeated messages of one receive make a sequential convoy.
 - **Steps are atomic.** A handler's effects (new state, published messages, timers,
   completion) are committed in one transaction with the removal of the message from the
   queue. A host killed mid-step commits nothing; the message is delivered again and the
   step runs again from the saved state. Published message ids are derived from the
   instance and its version, so a step can never store its messages twice. Side effects
   outside the MessageBox belong in send ports, which the orchestration publishes to.
-- **Completion** (``self.complete()``) removes the instance's subscriptions, timers and
-  convoy. Messages queued for it that it never consumed are suspended, not resumable,
-  as ``completed-with-discarded-messages`` (zombies), with a report naming the instance.
+- **Completion** (``self.complete()``) ends the instance: its correlation values no
+  longer route to it (a later activating message starts a new instance), its timers
+  and any instance subscriptions naming it are removed. Messages queued for it that it
+  never consumed are suspended, not resumable, as ``completed-with-discarded-messages``
+  (zombies), with a report naming the instance.
 - **Failure.** A handler that raises is retried like any service; past the host's
   ``max_attempts`` its message is suspended (resumable) and the instance is suspended
   with it: its other messages wait until that entry is resumed or terminated.
@@ -65,7 +71,7 @@ import logging
 import time
 import typing
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
@@ -77,13 +83,13 @@ from messagebox import instances, notify
 from messagebox.errors import (
     Conflict,
     InstanceCompleted,
+    MessageBoxError,
     MessageValidationError,
     ValidationError,
 )
 from messagebox.message import Message
-from messagebox.models import Kind, OnFailure, State
+from messagebox.models import Kind
 from messagebox.properties import Value, canonical_name
-from messagebox.subscriptions import SubscriptionSpec
 from predicates import Filter, P, to_filter
 
 log = logging.getLogger("messagebox.orchestration")
@@ -280,12 +286,14 @@ class OrchestrationService:
         self.cls = cls
         self.name = cls.name
 
-    def activation_specs(self, host: str) -> list[dict[str, Any]]:
-        """The activation subscriptions of the orchestration (one per @activate)."""
+    def subscription_specs(self) -> list[dict[str, Any]]:
+        """The orchestration's subscriptions, one per receive, named
+        ``<name>.<receive>``: an ``@activate`` receive is an activation subscription
+        with the correlation (a convoy); a ``@receive`` one is an instance subscription
+        with the correlation, which follows the running instance for the message's
+        values. Each requires the correlation properties to be present."""
         specs = []
         for r in self.cls.receives.values():
-            if not r.activates:
-                continue
             filt = r.filter
             for prop in self.cls.correlation:
                 filt = filt & P(prop).exists()
@@ -294,41 +302,14 @@ class OrchestrationService:
                     "service": self.name,
                     "filter": filt,
                     "name": f"{self.name}.{r.name}",
+                    "kind": Kind.ACTIVATION if r.activates else Kind.INSTANCE,
                     "correlation": self.cls.correlation,
                 }
             )
         return specs
 
-    def _instance_specs(
-        self, host: str, instance_id: str, values: Mapping[str, Value]
-    ) -> list[SubscriptionSpec]:
-        specs = []
-        for r in self.cls.receives.values():
-            if r.activates:
-                continue
-            filt = r.filter
-            for prop in self.cls.correlation:
-                filt = filt & (P(prop) == values[prop])
-            specs.append(
-                SubscriptionSpec(
-                    service=self.name,
-                    host=host,
-                    filter=to_filter(filt),
-                    name=f"{self.name}.{r.name}@{instance_id}",
-                    kind=Kind.INSTANCE,
-                    instance_id=instance_id,
-                    priority=0,
-                    state=State.STARTED,
-                    ordered=False,
-                    on_failure=OnFailure.SUSPEND,
-                )
-            )
-        return specs
-
     def _receive_of(self, d: Delivery) -> Receive:
         name = d.subscription.name
-        if d.subscription.kind is Kind.INSTANCE:
-            name = name.rpartition("@")[0]
         receive_name = name[len(self.name) + 1 :] if name.startswith(self.name + ".") else ""
         found = self.cls.receives.get(receive_name)
         if found is None:
@@ -339,28 +320,74 @@ class OrchestrationService:
         return found
 
     def handle(self, d: Delivery) -> None:
-        """Run one step of an instance for this delivery and commit it (the host
-        instance sees the delivery settled)."""
-        for attempt in range(1, STEP_CONFLICT_RETRIES + 1):
-            try:
-                self._step(d)
-                return
-            except Conflict:
-                if attempt == STEP_CONFLICT_RETRIES:
-                    raise
-                time.sleep(0.01 * attempt)
+        """Run and commit one step (for a single delivery)."""
+        [error] = self.handle_many([d])
+        if error is not None:
+            raise error
 
-    def _step(self, d: Delivery) -> None:
-        store = d.box.store
+    def handle_many(self, deliveries: list[Delivery]) -> list[Exception | None]:
+        """Run one step per delivery (each of a different instance: the claim gives an
+        instance one message at a time) and commit them in one transaction; if that
+        fails, commit them one by one. A delivery whose step committed is settled; the
+        others get their error (and are retried or suspended by the host instance)."""
+        errors: list[Exception | None] = [None] * len(deliveries)
+        steps = self._prepare(deliveries, range(len(deliveries)), errors)
+        if len(steps) > 1:
+            try:
+                self._commit(deliveries, steps)
+                return errors
+            except MessageBoxError as exc:
+                log.info("orchestration %s: batch commit failed (%s); one by one", self.name, exc)
+        for i, step in steps.items():
+            for attempt in range(1, STEP_CONFLICT_RETRIES + 1):
+                try:
+                    self._commit(deliveries, {i: step})
+                    break
+                except Conflict as exc:  # another commit won: run the step again
+                    if attempt == STEP_CONFLICT_RETRIES:
+                        errors[i] = exc
+                        break
+                    time.sleep(0.01 * attempt)
+                    again = self._prepare(deliveries, [i], errors)
+                    if i not in again:
+                        break
+                    step = again[i]
+                except Exception as exc:
+                    errors[i] = exc
+                    break
+        return errors
+
+    def _prepare(
+        self, deliveries: list[Delivery], which: Iterable[int], errors: list[Exception | None]
+    ) -> dict[int, instances.Step]:
+        """Load the instances and run the handlers; a handler's error is recorded."""
+        which = list(which)
+        ids = [d.instance_id for d in (deliveries[i] for i in which) if d.instance_id]
+        store = deliveries[which[0]].box.store if which else None
+        stored: dict[str, instances.Stored] = {}
+        convoys: set[str] = set()
+        if ids and store is not None:
+            with store.transaction() as conn:
+                stored = instances.load(conn, ids)
+                missing = [i for i in ids if i not in stored]
+                convoys = instances.in_convoy(conn, missing) if missing else set()
+        steps: dict[int, instances.Step] = {}
+        for i in which:
+            d = deliveries[i]
+            try:
+                steps[i] = self._run(d, stored.get(d.instance_id or ""), convoys)
+                errors[i] = None
+            except Exception as exc:
+                errors[i] = exc
+        return steps
+
+    def _run(
+        self, d: Delivery, stored: instances.Stored | None, convoys: set[str]
+    ) -> instances.Step:
+        """Run the handler for one delivery on its instance's saved state."""
         message = d.message
-        is_timeout = message.publisher == instances.TIMER_PUBLISHER
         instance_id = d.instance_id
-        with store.transaction() as conn:
-            stored = instances.load(conn, instance_id) if instance_id else None
-            fresh = stored is None and (
-                instance_id is None or instances.in_convoy(conn, instance_id)
-            )
-        if stored is None and not fresh:
+        if stored is None and instance_id is not None and instance_id not in convoys:
             raise InstanceCompleted(
                 f"orchestration {self.name!r}: instance {instance_id} has completed (or was "
                 "purged); this message was never consumed"
@@ -397,10 +424,9 @@ class OrchestrationService:
         orch.created = stored is None
         orch._pending = pending
         orch._now = now
-        effects = orch._effects = instances.Step(
+        step = orch._effects = instances.Step(
             owner=d.host_instance,
             entry_id=d.entry_id,
-            message_id=d.message_id,
             instance_id=instance_id,
             service=self.name,
             host=d.subscription.host,
@@ -409,38 +435,44 @@ class OrchestrationService:
             data={},
             correlation=values,
         )
-        if is_timeout:
+        if message.publisher == instances.TIMER_PUBLISHER:
             name = str(message.written.get("messagebox.TimerName", ""))
-            due = message.written.get("messagebox.TimerDue")
-            if pending.get(name) == due:
+            if pending.get(name) == message.written.get("messagebox.TimerDue"):
                 del pending[name]
                 self.cls.timeouts[name](orch)
-            else:
+            else:  # stopped after it fired: nothing waits for it
                 log.debug("instance %s: stale timeout %r ignored", instance_id, name)
         else:
             r = self._receive_of(d)
             if r.name in pending:
                 del pending[r.name]
-                effects.cancel.append(r.name)
+                step.cancel.append(r.name)
             r.method(orch, d)
-        if stored is None:
-            effects.subscribe = self._instance_specs(d.subscription.host, instance_id, values)
-        effects.data = {"state": orch.state.model_dump(mode="json"), "timers": pending}
+        step.data = {"state": orch.state.model_dump(mode="json"), "timers": pending}
+        return step
+
+    def _commit(self, deliveries: list[Delivery], steps: dict[int, instances.Step]) -> None:
+        store = deliveries[next(iter(steps))].box.store
         with store.transaction(serial=True) as conn:
-            hosts, discarded = instances.commit_step(
-                conn, store.dialect, effects, now, publisher=f"{self.name}/{instance_id}"
+            hosts, discarded = instances.commit_steps(
+                conn,
+                store.dialect,
+                list(steps.values()),
+                datetime.now(UTC),
+                publisher=f"orchestration:{self.name}",
             )
-        d.settled = True
+        for i in steps:
+            deliveries[i].settled = True
         if hosts:
             notify.signal(store.key, hosts)
-        if effects.timers:
-            notify.signal(store.key, {timer_channel(d.subscription.host)})
+        timer_hosts = {s.host for s in steps.values() if s.timers}
+        if timer_hosts:
+            notify.signal(store.key, {timer_channel(h) for h in timer_hosts})
         if discarded:
             log.warning(
-                "orchestration %s: instance %s completed with %d discarded messages "
-                "(suspended, reason completed-with-discarded-messages)",
+                "orchestration %s: completed instances left %d discarded messages (suspended, "
+                "reason completed-with-discarded-messages)",
                 self.name,
-                instance_id,
                 discarded,
             )
 

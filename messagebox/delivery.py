@@ -132,19 +132,24 @@ def release(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) ->
         )
 
 
-def _suspend_rows(
+def suspend_rows(
     conn: sa.Connection,
     dialect: Dialect,
     rows: Sequence[Any],
     *,
     reason: str,
-    resumable: bool,
+    resumable: bool | None = None,
     errors: dict[int, str] | None = None,
     report: Mapping[str, Any] | None = None,
 ) -> None:
-    """Insert suspended entries for deleted queue rows (same ids: resuming keeps order)."""
+    """Insert suspended entries for deleted queue rows (same ids: resuming keeps order).
+    Resumable unless the reason says otherwise; the error defaults to the reason's text."""
     if not rows:
         return
+    if resumable is None:
+        resumable = reason not in NOT_RESUMABLE
+    if errors is None and reason in _REASON_TEXT:
+        errors = {r.id: _REASON_TEXT[reason] for r in rows}
     now = conn.execute(sa.select(sa.func.now())).scalar_one()
     errors = errors or {}
     dialect.insert(
@@ -169,7 +174,7 @@ def _suspend_rows(
     )
 
 
-def _queue_columns() -> list[sa.Column[Any]]:
+def queue_columns() -> list[sa.Column[Any]]:
     q = schema.queue
     return [
         q.c.id,
@@ -235,7 +240,7 @@ def finish(
         rows = conn.execute(
             q.delete()
             .where(q.c.id.in_([f.claim.id for f in to_suspend]), q.c.lease_owner == owner)
-            .returning(*_queue_columns())
+            .returning(*queue_columns())
         ).all()
         by_reason: dict[str, list[Any]] = {}
         reasons = {f.claim.id: f.reason for f in to_suspend}
@@ -243,7 +248,7 @@ def finish(
             by_reason.setdefault(reasons[r.id], []).append(r)
         errors = {f.claim.id: f.error[-MAX_ERROR_CHARS:] for f in to_suspend}
         for reason, group in by_reason.items():
-            _suspend_rows(
+            suspend_rows(
                 conn,
                 dialect,
                 group,
@@ -307,40 +312,15 @@ def suspend_waiting(
             q.c.sub.in_(list(sub_ids)),
             sa.or_(q.c.lease_expires.is_(None), q.c.lease_expires < sa.func.now()),
         )
-        .returning(*_queue_columns())
+        .returning(*queue_columns())
     ).all()
-    _suspend_rows(
+    suspend_rows(
         conn,
         dialect,
         rows,
         reason=reason,
         resumable=reason in (SERVICE_UNENLISTED,),
         errors={r.id: _REASON_TEXT[reason] for r in rows},
-    )
-    return len(rows)
-
-
-def suspend_instance(
-    conn: sa.Connection,
-    dialect: Dialect,
-    instance_id: str,
-    reason: str,
-    report: Mapping[str, Any] | None = None,
-) -> int:
-    """Move every entry still queued for a service instance to the suspended queue (a
-    completing instance's unconsumed messages: not resumable)."""
-    q = schema.queue
-    rows = conn.execute(
-        q.delete().where(q.c.instance_id == instance_id).returning(*_queue_columns())
-    ).all()
-    _suspend_rows(
-        conn,
-        dialect,
-        rows,
-        reason=reason,
-        resumable=reason not in NOT_RESUMABLE,
-        errors={r.id: _REASON_TEXT[reason] for r in rows},
-        report=report,
     )
     return len(rows)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import time
 import uuid
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
 
 
-PUBLISH_CONFLICT_RETRIES = 8
+PUBLISH_CONFLICT_RETRIES = 20
 
 
 def _now() -> datetime:
@@ -72,15 +73,12 @@ def _check_name(what: str, name: object) -> str:
     return name
 
 
-def _correlation(index: int, service: str, kind: Kind, names: object) -> tuple[str, ...]:
+def _correlation(
+    index: int, service: str, kind: Kind, instance_id: object, names: object
+) -> tuple[str, ...]:
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValidationError(
             f"subscription {index} of {service!r}: correlation must be a list of property names"
-        )
-    if names and kind is not Kind.ACTIVATION:
-        raise ValidationError(
-            f"subscription {index} of {service!r}: only activation subscriptions take a "
-            "correlation (an instance subscription names its instance)"
         )
     checked = []
     for name in names:
@@ -164,9 +162,12 @@ class MessageBox:
         or a :class:`~predicates.Filter`. Instance subscriptions need ``instance_id``.
         ``ordered`` delivers strictly in publish order, one at a time; ``on_failure``
         says what an ordered subscription does with a message that exhausts its retries.
-        ``correlation`` (activation subscriptions of long-running services) routes every
-        message with the same values of these properties to one running instance of the
-        service: the first such message creates it, the rest follow in order (a convoy).
+        ``correlation`` (long-running services) routes every message with the same
+        values of these properties to one running instance of the service. On an
+        activation subscription the first such message creates the instance and the
+        rest follow in order (a convoy); on an instance subscription (no
+        ``instance_id``) a message follows the running instance for its values, and
+        does not route there when none runs.
         """
         [made] = self.subscribe_many(
             [
@@ -227,15 +228,20 @@ class MessageBox:
             on_failure = OnFailure(args.get("on_failure", OnFailure.SUSPEND))
         except ValueError as exc:
             raise ValidationError(f"subscription {index}: {exc}") from exc
-        if (kind is Kind.INSTANCE) != (instance_id is not None):
+        correlation = _correlation(index, service, kind, instance_id, args.get("correlation") or ())
+        if kind is Kind.ACTIVATION and instance_id is not None:
             raise ValidationError(
-                f"subscription {index} of {service!r}: instance subscriptions need "
-                "instance_id, and only they take one"
+                f"subscription {index} of {service!r}: only instance subscriptions take an "
+                "instance_id"
+            )
+        if kind is Kind.INSTANCE and (instance_id is None) == (not correlation):
+            raise ValidationError(
+                f"subscription {index} of {service!r}: an instance subscription needs "
+                "either an instance_id or a correlation (not both)"
             )
         if type(priority) is not int or not -1000 <= priority <= 1000:
             raise ValidationError(f"subscription {index}: priority must be an int in -1000..1000")
         filt = to_filter(args.get("filter"))
-        correlation = _correlation(index, service, kind, args.get("correlation") or ())
         return subscriptions.SubscriptionSpec(
             service=service,
             host=host,
@@ -403,7 +409,7 @@ class MessageBox:
                 conflicts += 1
                 if conflicts > PUBLISH_CONFLICT_RETRIES:
                     raise
-                time.sleep(0.001 * 2**conflicts)
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(conflicts, 8)))
                 continue
             self._throttle.added(hosts)
             notify.signal(self.store.key, hosts)

@@ -23,19 +23,19 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from messagebox import delivery, router, schema, spool, subscriptions
+from messagebox import delivery, router, schema, subscriptions
 from messagebox.dialects import Dialect
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate, uuid7
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, Kind, RoutingPolicy
-from messagebox.properties import Value, family, sql_key
+from messagebox.properties import Value, decode_value, encode_value, family, sql_key
 
 RUNNING = "running"
 SUSPENDED = "suspended"
@@ -75,26 +75,57 @@ def resolve_convoys(
 ) -> dict[tuple[str, str], str]:
     """The running instance id for each (service, key), created when there is none.
 
-    One statement per chunk, ``INSERT … ON CONFLICT DO UPDATE … RETURNING``: on
-    PostgreSQL a concurrent publisher of the same key waits for this transaction and then
-    gets the same instance; on DuckDB the later commit fails with a conflict and the
-    publish is retried. Keys are taken in sorted order (no deadlock between publishers).
+    Existing rows are only read (publishers of one convoy do not write the same row).
+    Missing ones are inserted with ``ON CONFLICT DO NOTHING`` and read again: on
+    PostgreSQL a concurrent creator of the same key makes the insert wait for it, and
+    the second read sees its instance; on DuckDB the insert or the commit fails with
+    :class:`Conflict` and the publish is retried.
     """
     c = schema.convoy
-    found: dict[tuple[str, str], str] = {}
-    keys = sorted(set(wanted))
-    for start in range(0, len(keys), _CHUNK):
-        chunk = keys[start : start + _CHUNK]
-        stmt = pg_insert(c).values(
-            [
-                {"service": s, "key": k, "instance_id": str(uuid7()), "created_at": now}
-                for s, k in chunk
-            ]
+    found = find_convoys(conn, wanted)
+    missing = sorted(set(wanted) - set(found))
+    for start in range(0, len(missing), _CHUNK):
+        chunk = missing[start : start + _CHUNK]
+        stmt = (
+            pg_insert(c)
+            .values(
+                [
+                    {"service": s, "key": k, "instance_id": str(uuid7()), "created_at": now}
+                    for s, k in chunk
+                ]
+            )
+            .on_conflict_do_nothing(index_elements=[c.c.service, c.c.key])
         )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[c.c.service, c.c.key], set_={"service": stmt.excluded.service}
-        ).returning(c.c.service, c.c.key, c.c.instance_id)
-        found.update(((r.service, r.key), r.instance_id) for r in conn.execute(stmt))
+        try:
+            conn.execute(stmt)
+        except sa.exc.DBAPIError as exc:
+            # DuckDB: a concurrent transaction committed the same key after this one
+            # began, so ON CONFLICT cannot see it
+            if "Duplicate key" in str(exc.orig):
+                raise Conflict(f"duckdb: convoy created concurrently: {exc.orig}") from exc
+            raise
+        found.update(find_convoys(conn, chunk))
+    return found
+
+
+def find_convoys(
+    conn: sa.Connection, wanted: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """The running instance id of each (service, key) that has one."""
+    c = schema.convoy
+    found: dict[tuple[str, str], str] = {}
+    want = set(wanted)
+    keys = sorted({k for _, k in want})
+    services = sorted({s for s, _ in want})
+    for start in range(0, len(keys), _CHUNK):
+        rows = conn.execute(
+            sa.select(c.c.service, c.c.key, c.c.instance_id).where(
+                c.c.key.in_(keys[start : start + _CHUNK]), c.c.service.in_(services)
+            )
+        )
+        found.update(
+            ((r.service, r.key), r.instance_id) for r in rows if (r.service, r.key) in want
+        )
     return found
 
 
@@ -116,36 +147,43 @@ class Stored:
     completed_at: datetime | None
 
 
-def load(conn: sa.Connection, instance_id: str) -> Stored | None:
+def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
+    """The stored instances among ``instance_ids``."""
     si = schema.service_instance
-    row = conn.execute(sa.select(si).where(si.c.id == instance_id)).first()
-    if row is None:
-        return None
-    from messagebox.properties import decode_value
+    found: dict[str, Stored] = {}
+    ids = sorted(set(instance_ids))
+    for start in range(0, len(ids), _CHUNK):
+        for row in conn.execute(sa.select(si).where(si.c.id.in_(ids[start : start + _CHUNK]))):
+            found[row.id] = Stored(
+                id=row.id,
+                service=row.service,
+                host=row.host,
+                state=row.state,
+                correlation={k: decode_value(v) for k, v in json.loads(row.correlation).items()},
+                data=json.loads(row.data),
+                version=int(row.version),
+                created_at=row.created_at,
+                completed_at=row.completed_at,
+            )
+    return found
 
-    return Stored(
-        id=row.id,
-        service=row.service,
-        host=row.host,
-        state=row.state,
-        correlation={k: decode_value(v) for k, v in json.loads(row.correlation).items()},
-        data=json.loads(row.data),
-        version=int(row.version),
-        created_at=row.created_at,
-        completed_at=row.completed_at,
-    )
 
-
-def in_convoy(conn: sa.Connection, instance_id: str) -> bool:
-    """Whether routing made ``instance_id`` the running instance of some convoy (its
-    first step has not committed yet, or it is running)."""
+def in_convoy(conn: sa.Connection, instance_ids: Sequence[str]) -> set[str]:
+    """Those of ``instance_ids`` that routing made the running instance of a convoy
+    (their first step may not have committed yet)."""
     c = schema.convoy
-    return (
-        conn.execute(sa.select(c.c.key).where(c.c.instance_id == instance_id)).first() is not None
-    )
+    ids = sorted(set(instance_ids))
+    found: set[str] = set()
+    for start in range(0, len(ids), _CHUNK):
+        found.update(
+            conn.execute(
+                sa.select(c.c.instance_id).where(c.c.instance_id.in_(ids[start : start + _CHUNK]))
+            ).scalars()
+        )
+    return found
 
 
-# --- a step ---
+# --- steps ---
 
 
 @dataclass
@@ -160,7 +198,6 @@ class Step:
 
     owner: str
     entry_id: int
-    message_id: uuid.UUID
     instance_id: str
     service: str
     host: str
@@ -170,7 +207,6 @@ class Step:
     """The version the step started from; None for a new instance."""
     data: dict[str, Any]
     correlation: Mapping[str, Value] = field(default_factory=dict)
-    subscribe: list[subscriptions.SubscriptionSpec] = field(default_factory=list)
     timers: list[TimerSpec] = field(default_factory=list)
     cancel: list[str] = field(default_factory=list)
     publish: list[Message] = field(default_factory=list)
@@ -183,122 +219,153 @@ def message_ids(instance_id: str, version: int, n: int) -> list[uuid.UUID]:
     return [uuid.uuid5(uuid.NAMESPACE_URL, f"mb:{instance_id}:{version}:{i}") for i in range(n)]
 
 
-def commit_step(
-    conn: sa.Connection, dialect: Dialect, step: Step, now: datetime, publisher: str
+def commit_steps(
+    conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: datetime, publisher: str
 ) -> tuple[Counter[str], int]:
-    """Commit a step inside the caller's (serial) transaction. Raises :class:`LeaseLost`
-    when the entry is no longer this host instance's, :class:`Conflict` when another
-    step changed the instance first. Returns the entries queued per host (to wake them)
-    and, on completion, the number of messages discarded (suspended as zombies)."""
-    q, si = schema.queue, schema.service_instance
+    """Commit steps (of distinct instances, claimed by one owner) inside the caller's
+    serial transaction, set-based. Raises :class:`LeaseLost` when an entry is no longer
+    the owner's and :class:`Conflict` when another step changed an instance first;
+    nothing is then committed. Returns the entries queued per host (to wake them) and
+    the number of messages discarded by completions (suspended as zombies)."""
+    q, si, t = schema.queue, schema.service_instance, schema.timer
+    owner = steps[0].owner
+    entry_ids = [s.entry_id for s in steps]
     gone = conn.execute(
-        q.delete().where(q.c.id == step.entry_id, q.c.lease_owner == step.owner).returning(q.c.msg)
+        q.delete().where(q.c.id.in_(entry_ids), q.c.lease_owner == owner).returning(q.c.id, q.c.msg)
     ).all()
-    if not gone:
+    if len(gone) != len(steps):
+        lost = sorted(set(entry_ids) - {r.id for r in gone})
         raise LeaseLost(
-            f"queue entry {step.entry_id} of instance {step.instance_id} is no longer leased "
-            f"by {step.owner}; its step was not committed"
+            f"queue entry {lost[0]} is no longer leased by {owner}; its step was not committed"
         )
-    delivery.release(conn, dialect, [gone[0].msg])
-    version = 1 if step.version is None else step.version + 1
-    values = {
-        "data": json.dumps(step.data, ensure_ascii=False, default=str),
-        "version": version,
-        "updated_at": now,
-        "state": COMPLETED if step.complete else RUNNING,
-        "completed_at": now if step.complete else None,
-    }
-    if step.version is None:
-        from messagebox.properties import encode_value
-
-        conn.execute(
-            si.insert().values(
-                id=step.instance_id,
-                service=step.service,
-                host=step.host,
-                correlation=json.dumps(
-                    {k: encode_value(v) for k, v in step.correlation.items()}, ensure_ascii=False
-                ),
-                created_at=now,
-                **values,
-            )
+    delivery.release(conn, dialect, [r.msg for r in gone])
+    new = [s for s in steps if s.version is None]
+    if new:
+        dialect.insert(
+            conn,
+            si,
+            {
+                "id": [s.instance_id for s in new],
+                "service": [s.service for s in new],
+                "host": [s.host for s in new],
+                "state": [COMPLETED if s.complete else RUNNING for s in new],
+                "correlation": [
+                    json.dumps({k: encode_value(v) for k, v in s.correlation.items()}) for s in new
+                ],
+                "data": [_dump(s.data) for s in new],
+                "version": [1] * len(new),
+                "created_at": [now] * len(new),
+                "updated_at": [now] * len(new),
+                "completed_at": [now if s.complete else None for s in new],
+            },
         )
-    else:
+    for s in steps:
+        if s.version is None:
+            continue
         n = conn.execute(
             si.update()
-            .where(si.c.id == step.instance_id, si.c.version == step.version)
-            .values(**values)
+            .where(si.c.id == s.instance_id, si.c.version == s.version)
+            .values(
+                data=_dump(s.data),
+                version=s.version + 1,
+                updated_at=now,
+                state=COMPLETED if s.complete else RUNNING,
+                completed_at=now if s.complete else None,
+            )
         ).rowcount
         if n != 1:
             raise Conflict(
-                f"instance {step.instance_id} changed since version {step.version}; "
+                f"instance {s.instance_id} changed since version {s.version}; "
                 "its step was not committed"
             )
-    t = schema.timer
-    if step.cancel or step.complete:
-        query = t.delete().where(t.c.instance_id == step.instance_id)
-        if not step.complete:
-            query = query.where(t.c.name.in_(step.cancel))
-        conn.execute(query)
-    if step.timers and not step.complete:
-        ids = allocate(conn, len(step.timers))
-        conn.execute(
-            t.insert(),
-            [
-                {
-                    "id": timer_id,
-                    "instance_id": step.instance_id,
-                    "service": step.service,
-                    "host": step.host,
-                    "sub": step.sub,
-                    "name": timer.name,
-                    "due_at": timer.due_at,
-                    "created_at": now,
-                }
-                for timer_id, timer in zip(ids, step.timers, strict=True)
-            ],
+    for s in steps:
+        if s.cancel and not s.complete:
+            conn.execute(t.delete().where(t.c.instance_id == s.instance_id, t.c.name.in_(s.cancel)))
+    timers = [(s, timer) for s in steps if not s.complete for timer in s.timers]
+    if timers:
+        dialect.insert(
+            conn,
+            t,
+            {
+                "id": allocate(conn, len(timers)),
+                "instance_id": [s.instance_id for s, _ in timers],
+                "service": [s.service for s, _ in timers],
+                "host": [s.host for s, _ in timers],
+                "sub": [s.sub for s, _ in timers],
+                "name": [timer.name for _, timer in timers],
+                "due_at": [timer.due_at for _, timer in timers],
+                "created_at": [now] * len(timers),
+            },
         )
-    if step.subscribe and not step.complete:
-        subscriptions.subscribe(conn, dialect, step.subscribe, now)
     hosts: Counter[str] = Counter()
-    if step.publish:
+    messages = [m for s in steps for m in s.publish]
+    if messages:
+        ids = [
+            i
+            for s in steps
+            if s.publish
+            for i in message_ids(
+                s.instance_id, 1 if s.version is None else s.version + 1, len(s.publish)
+            )
+        ]
         _, hosts = router.publish(
             conn,
             dialect,
-            step.publish,
-            message_ids(step.instance_id, version, len(step.publish)),
+            messages,
+            ids,
             policy=RoutingPolicy.SUSPEND,
             publisher=publisher,
             now=now,
         )
-    discarded = complete(conn, dialect, step.instance_id, step.service, now) if step.complete else 0
+    done = [s for s in steps if s.complete]
+    discarded = complete(conn, dialect, done, now) if done else 0
     return hosts, discarded
 
 
-def complete(
-    conn: sa.Connection, dialect: Dialect, instance_id: str, service: str, now: datetime
-) -> int:
-    """Remove a completing instance's subscriptions, convoy and timers; suspend the
-    messages still queued for it (not resumable, "completed with discarded messages",
-    each with a report naming the instance). Fired timeouts it never consumed are just
-    dropped. Returns the number of messages suspended."""
+def _dump(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def complete(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: datetime) -> int:
+    """End completing instances: remove their convoys, timers and any instance
+    subscriptions naming them; suspend the messages still queued for them (not
+    resumable, "completed with discarded messages", with a report naming the instance).
+    Fired timeouts they never consumed are just dropped. Returns the messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
-    subs = list(conn.execute(sa.select(s.c.id).where(s.c.instance_id == instance_id)).scalars())
+    ids = [step.instance_id for step in steps]
+    subs = list(conn.execute(sa.select(s.c.id).where(s.c.instance_id.in_(ids))).scalars())
     if subs:
         subscriptions.unsubscribe(conn, dialect, subs)
-    conn.execute(schema.convoy.delete().where(schema.convoy.c.instance_id == instance_id))
-    conn.execute(schema.timer.delete().where(schema.timer.c.instance_id == instance_id))
-    timeouts = conn.execute(
-        q.delete()
-        .where(
-            q.c.instance_id == instance_id,
-            q.c.msg.in_(sa.select(sp.c.id).where(sp.c.publisher == TIMER_PUBLISHER)),
-        )
-        .returning(q.c.msg)
+    conn.execute(schema.convoy.delete().where(schema.convoy.c.instance_id.in_(ids)))
+    conn.execute(schema.timer.delete().where(schema.timer.c.instance_id.in_(ids)))
+    rows = conn.execute(
+        q.delete().where(q.c.instance_id.in_(ids)).returning(*delivery.queue_columns())
     ).all()
-    delivery.release(conn, dialect, [r.msg for r in timeouts])
-    report = {"service": service, "instance": instance_id, "completed_at": now.isoformat()}
-    return delivery.suspend_instance(conn, dialect, instance_id, INSTANCE_COMPLETED, report)
+    if not rows:
+        return 0
+    timeouts = set(
+        conn.execute(
+            sa.select(sp.c.id).where(
+                sp.c.id.in_([r.msg for r in rows]), sp.c.publisher == TIMER_PUBLISHER
+            )
+        ).scalars()
+    )
+    delivery.release(conn, dialect, [r.msg for r in rows if r.msg in timeouts])
+    zombies = [r for r in rows if r.msg not in timeouts]
+    service = {step.instance_id: step.service for step in steps}
+    for instance_id in sorted({r.instance_id for r in zombies}):
+        delivery.suspend_rows(
+            conn,
+            dialect,
+            [r for r in zombies if r.instance_id == instance_id],
+            reason=INSTANCE_COMPLETED,
+            report={
+                "service": service[instance_id],
+                "instance": instance_id,
+                "completed_at": now.isoformat(),
+            },
+        )
+    return len(zombies)
 
 
 # --- timers ---
@@ -367,12 +434,3 @@ def next_due(conn: sa.Connection, host: str) -> float | None:
     if due.tzinfo is None:
         due = due.replace(tzinfo=UTC)
     return max((due - datetime.now(UTC)).total_seconds(), 0.0)
-
-
-def due_in(seconds: float, now: datetime) -> datetime:
-    return now + timedelta(seconds=seconds)
-
-
-def read_stored(conn: sa.Connection, message_id: uuid.UUID) -> Any:
-    """The spool row's publisher and context (to tell timeouts apart)."""
-    return spool.read_context(conn, [message_id]).get(message_id)

@@ -84,23 +84,40 @@ def _correlate(
     promoted: Sequence[Mapping[str, Value]],
     now: datetime,
 ) -> None:
-    from messagebox.instances import correlation_key, resolve_convoys
+    """Give correlated matches their instance: an activation subscription's convoy is
+    found or created; an instance subscription with a correlation follows a running
+    instance only (one that existed before the batch, or that an earlier message of the
+    batch created), and is dropped when there is none."""
+    from messagebox.instances import correlation_key, find_convoys, resolve_convoys
 
     keys: dict[tuple[int, int], tuple[str, str]] = {}
+    first: dict[tuple[str, str], int] = {}
     for i, rows in enumerate(per_message):
         for row in rows:
             if row[9]:
-                keys[(i, row[1])] = (row[8], correlation_key(json.loads(row[9]), promoted[i]))
+                key = (row[8], correlation_key(json.loads(row[9]), promoted[i]))
+                keys[(i, row[1])] = key
+                if row[5] == "activation":
+                    first.setdefault(key, i)
     if not keys:
         return
-    instances = resolve_convoys(conn, list(keys.values()), now)
+    existing = find_convoys(conn, sorted(set(keys.values()) - set(first)))
+    made = resolve_convoys(conn, list(first), now) if first else {}
     for i, rows in enumerate(per_message):
         seen: set[str] = set()
         kept: list[RouteRow] = []
         for row in rows:
             key = keys.get((i, row[1]))
             if key is not None:
-                row = (*row[:6], instances[key], *row[7:])  # type: ignore[assignment]
+                if row[5] == "activation":
+                    instance: str | None = made[key]
+                elif key in first:
+                    instance = made[key] if first[key] < i else None
+                else:
+                    instance = existing.get(key)
+                if instance is None:
+                    continue  # no running instance to follow
+                row = (*row[:6], instance, *row[7:])  # type: ignore[assignment]
             if row[6] is not None:
                 if row[6] in seen:
                     continue

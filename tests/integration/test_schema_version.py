@@ -6,14 +6,33 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox
+from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.errors import StorageError
+from predicates import P
 
 
-def set_version(box: MessageBox, version: str, *, drop_receipts: bool = False) -> None:
+def make_version_3(conn: sa.Connection) -> None:
+    """Turn a fresh database into what version 3 made: no correlation column, no
+    convoys or timers, and the old service-instance table."""
+    conn.execute(sa.text("DROP TABLE mb_convoy"))
+    conn.execute(sa.text("DROP TABLE mb_timer"))
+    conn.execute(sa.text("DROP TABLE mb_service_instance"))
+    conn.execute(
+        sa.text(
+            "CREATE TABLE mb_service_instance (id TEXT PRIMARY KEY, service TEXT NOT NULL, "
+            "state TEXT NOT NULL, created_at TIMESTAMP WITH TIME ZONE NOT NULL, "
+            "completed_at TIMESTAMP WITH TIME ZONE)"
+        )
+    )
+    conn.execute(sa.text("ALTER TABLE mb_subscription DROP COLUMN correlation"))
+
+
+def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if drop_receipts:
+        if old_tables and version in ("2", "3"):
+            make_version_3(conn)
+        if old_tables and version == "2":
             conn.execute(sa.text("DROP TABLE mb_receipt"))
         conn.execute(
             mb_schema.meta.update()
@@ -29,17 +48,24 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-def test_a_version_2_database_is_upgraded_in_place_on_open(backend_url: str):
-    # Given a database as version 2 left it: no receipts table
+@pytest.mark.parametrize("old", ["2", "3"])
+def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
+    # Given a database as version 2 (no receipts) or 3 (no convoys) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
-        set_version(box, "2", drop_receipts=True)
+        box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
+        set_version(box, old, old_tables=True)
     # When it is opened again
     with MessageBox(backend_url) as box:
-        # Then it is version 3, with the receipts table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "3"
+        # Then it is the current version, with every table, and its data is kept
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "4"
         assert box.receipts("port/location", ["k"]) == {}
         assert [h.name for h in box.hosts()] == ["kept"]
+        [sub] = box.subscriptions()
+        assert sub.name == "sub" and sub.correlation == ()
+        box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
+        routed = box.publish([Message(b"x", promoted={"a.B": 2, "a.C": "k"})])
+        assert routed[0].subscriptions
 
 
 def test_an_unknown_version_is_refused(backend_url: str):
@@ -47,5 +73,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 3"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 4"):
         MessageBox(backend_url)

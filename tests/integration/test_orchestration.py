@@ -1,0 +1,573 @@
+"""Orchestrations (issue 5, DESIGN.md §9), on both backends: correlation, convoys,
+parallel convoys, timeouts, completion with zombies, one message at a time per instance,
+failure and resume."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import pytest
+import sqlalchemy as sa
+from pydantic import BaseModel
+
+from hosts import Delivery, HostApp, HostInstance, Orchestration, activate, receive, timeout
+from messagebox import Message, MessageBox
+from messagebox import schema as mb_schema
+from messagebox.errors import UnknownSuspendedEntry, ValidationError
+from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE, Kind
+from predicates import P
+
+FAST = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.1,
+    "heartbeat_seconds": 0.2,
+    "dead_after_seconds": 2.0,
+    "retry_backoff_seconds": 0.05,
+    "cleanup_interval_seconds": 0,
+}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.02)
+
+
+def msg(kind: str, order: object, **props: object) -> Message:
+    return Message(
+        f"{kind}:{order}".encode(), promoted={"t.Kind": kind, "t.OrderId": order, **props}
+    )
+
+
+class Sink:
+    """A plain service recording what the orchestrations publish."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, object, bytes]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, d: Delivery) -> None:
+        with self.lock:
+            self.got.append((str(d.properties["t.Kind"]), d.properties.get("t.OrderId"), d.body))
+
+    def kinds(self, kind: str) -> list[tuple[object, bytes]]:
+        with self.lock:
+            return [(o, b) for k, o, b in self.got if k == kind]
+
+
+def make_app(
+    *orchestrations: type[Orchestration], sink_kinds: tuple[str, ...] = ()
+) -> tuple[HostApp, Sink]:
+    app = HostApp("orch", dequeue_threads=4, **FAST)
+    for cls in orchestrations:
+        app.orchestration(cls)
+    sink = Sink()
+    if sink_kinds:
+        app.add_service("sink", sink)
+        app.subscribe("sink", filter=P("t.Kind").in_(list(sink_kinds)), name="sink")
+    return app, sink
+
+
+@pytest.fixture
+def running(backend_url: str) -> Iterator[Callable[..., HostInstance]]:
+    started: list[HostInstance] = []
+
+    def start(app: HostApp, **settings: object) -> HostInstance:
+        inst = app.instance(backend_url, **settings)
+        inst.start()
+        started.append(inst)
+        return inst
+
+    yield start
+    for inst in reversed(started):
+        inst.stop(5.0)
+
+
+def instance_rows(box: MessageBox) -> list[sa.Row]:
+    si = mb_schema.service_instance
+    with box.store.transaction() as conn:
+        return list(conn.execute(sa.select(si).order_by(si.c.created_at)))
+
+
+# --- orchestrations under test ---
+
+
+class Conversation(BaseModel):
+    seen: list[str] = []
+
+
+class Fulfilment(Orchestration[Conversation]):
+    """order → payment → complete, publishing what it saw."""
+
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.state.seen.append(f"order:{d.properties['t.OrderId']}:{d.body.decode()}")
+
+    @receive(P("t.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.state.seen.append(f"payment:{d.properties['t.OrderId']}:{d.body.decode()}")
+        self.publish(Message(json.dumps(self.state.seen), promoted={"t.Kind": "confirm"}))
+        self.complete()
+
+
+def test_interleaved_conversations_never_cross(box: MessageBox, running):
+    # Given the fulfilment orchestration on a host with 4 dequeue threads
+    app, sink = make_app(Fulfilment, sink_kinds=("confirm",))
+    box_ids = list(range(1000))
+    running(app)
+    # When 1,000 conversations' orders and payments are published interleaved, in
+    # batches that mix conversations (each payment after its own order)
+    rng = random.Random(5)
+    events: list[Message] = []
+    pending_payment: list[int] = []
+    orders = box_ids[:]
+    rng.shuffle(orders)
+    while orders or pending_payment:
+        if orders and (not pending_payment or rng.random() < 0.5):
+            o = orders.pop()
+            events.append(msg("order", o))
+            pending_payment.append(o)
+        else:
+            o = pending_payment.pop(rng.randrange(len(pending_payment)))
+            events.append(msg("payment", o))
+    for start in range(0, len(events), 97):
+        box.publish(events[start : start + 97])
+    # Then every conversation confirms once, having seen exactly its own two messages
+    wait_until(lambda: len(sink.kinds("confirm")) >= 1000, 120, "1,000 confirms")
+    confirms = sink.kinds("confirm")
+    assert len(confirms) == 1000
+    by_order = {o: json.loads(body) for o, body in confirms}
+    assert sorted(by_order) == box_ids
+    for o, seen in by_order.items():
+        assert seen == [f"order:{o}:order:{o}", f"payment:{o}:payment:{o}"]
+    # and nothing is left behind: instances completed, their convoys gone, only the
+    # declared subscriptions remain
+    rows = instance_rows(box)
+    assert len(rows) == 1000
+    assert {r.state for r in rows} == {"completed"}
+    assert [s.name for s in box.subscriptions() if s.kind is Kind.INSTANCE] == [
+        "Fulfilment.payment"
+    ]
+    with box.store.transaction() as conn:
+        assert not conn.execute(sa.select(mb_schema.convoy)).first()
+    assert box.suspended() == []
+
+
+class Sequence_(BaseModel):
+    items: list[int] = []
+
+
+class Sequential(Orchestration[Sequence_]):
+    """A sequential convoy: every 'item' of one batch id goes to one instance."""
+
+    name = "sequential"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "item")
+    def item(self, d: Delivery) -> None:
+        self.state.items.append(int(d.properties["t.Seq"]))  # type: ignore[arg-type]
+        time.sleep(0.002)  # widen any window in which two could run at once
+        if len(self.state.items) == 60:
+            self.publish(Message(json.dumps(self.state.items), promoted={"t.Kind": "done"}))
+            self.complete()
+
+
+def test_sequential_convoy_goes_to_one_instance_in_publish_order(box: MessageBox, running):
+    # Given a sequential convoy on a host with 4 dequeue threads
+    app, sink = make_app(Sequential, sink_kinds=("done",))
+    running(app)
+    # When 60 items of two conversations are published: some one by one, some many in
+    # one batch (so several first messages of a conversation arrive in one batch)
+    for seq in range(10):
+        box.publish([msg("item", "A", **{"t.Seq": seq}), msg("item", "B", **{"t.Seq": seq})])
+    box.publish([msg("item", o, **{"t.Seq": seq}) for seq in range(10, 60) for o in ("A", "B")])
+    # Then each conversation had one instance, which saw its items in publish order
+    wait_until(lambda: len(sink.kinds("done")) == 2, 60, "two completed convoys")
+    for _, body in sink.kinds("done"):
+        assert json.loads(body) == list(range(60))
+    assert len(instance_rows(box)) == 2
+
+
+def test_first_messages_in_one_batch_create_one_instance(box: MessageBox, running):
+    # Given the subscriptions of the convoy, and no host running yet
+    app, sink = make_app(Sequential, sink_kinds=("done",))
+    app.setup(box)
+    # When 60 first messages for one value arrive in one batch
+    routed = box.publish([msg("item", "Z", **{"t.Seq": seq}) for seq in range(60)])
+    # Then routing gave them all one instance
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        ids = set(conn.execute(sa.select(q.c.instance_id)).scalars())
+    assert len(ids) == 1
+    assert None not in ids
+    assert all(len(r.subscriptions) == 1 for r in routed)
+    # and it handles them in order once a host runs
+    running(app)
+    wait_until(lambda: len(sink.kinds("done")) == 1, 60, "the convoy to complete")
+    assert json.loads(sink.kinds("done")[0][1]) == list(range(60))
+    assert [r.id for r in instance_rows(box)] == list(ids)
+
+
+def test_concurrent_publishers_of_one_value_make_one_instance(box: MessageBox, running):
+    # Given the convoy's subscriptions
+    app, sink = make_app(Sequential, sink_kinds=("done",))
+    app.setup(box)
+    # When 6 threads publish first messages for the same values at the same moment
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def publisher(n: int) -> None:
+        try:
+            barrier.wait()
+            for seq in range(10):
+                box.publish([msg("item", o, **{"t.Seq": n * 10 + seq}) for o in ("P", "Q")])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=publisher, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    running(app)
+    # Then each value had exactly one instance, which got all 60 of its messages
+    wait_until(lambda: len(sink.kinds("done")) == 2, 60, "both convoys to complete")
+    for _, body in sink.kinds("done"):
+        assert sorted(json.loads(body)) == list(range(60))
+    assert len(instance_rows(box)) == 2
+
+
+class Pair(BaseModel):
+    order: bool = False
+    payment: bool = False
+    arrivals: list[str] = []
+
+
+class ParallelConvoy(Orchestration[Pair]):
+    """Waits for an order and a payment, in either order, then ships."""
+
+    name = "parallel"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.state.order = True
+        self.state.arrivals.append("order")
+        self._maybe_ship()
+
+    @activate(P("t.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.state.payment = True
+        self.state.arrivals.append("payment")
+        self._maybe_ship()
+
+    def _maybe_ship(self) -> None:
+        if self.state.order and self.state.payment:
+            self.publish(Message(",".join(self.state.arrivals), promoted={"t.Kind": "ship"}))
+            self.complete()
+
+
+def test_parallel_convoy_waits_for_both_messages_in_either_order(box: MessageBox, running):
+    # Given a parallel convoy
+    app, sink = make_app(ParallelConvoy, sink_kinds=("ship",))
+    running(app)
+    # When some conversations send the order first, others the payment first
+    box.publish([msg("order", 1), msg("payment", 2)])
+    time.sleep(0.3)
+    assert sink.kinds("ship") == []  # nothing ships on half a pair
+    box.publish([msg("payment", 1), msg("order", 2), msg("payment", 3), msg("order", 3)])
+    # Then each ships exactly once, after both arrived, in the order they arrived
+    wait_until(lambda: len(sink.kinds("ship")) == 3, 30, "three shipments")
+    assert sorted(sink.kinds("ship")) == [
+        (1, b"order,payment"),
+        (2, b"payment,order"),
+        (3, b"payment,order"),
+    ]
+    assert len(instance_rows(box)) == 3
+
+
+class Waiting(BaseModel):
+    paid: bool = False
+
+
+class PaymentTimeout(Orchestration[Waiting]):
+    """order → wait for payment (0.5 s) → ship, or cancel on the timeout."""
+
+    name = "timeouts"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.wait_for("payment", timeout=float(d.properties.get("t.Wait", 0.5)))  # type: ignore[arg-type]
+
+    @receive(P("t.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.state.paid = True
+        self.publish(Message(b"ship", promoted={"t.Kind": "ship"}))
+        self.complete()
+
+    @timeout("payment")
+    def unpaid(self) -> None:
+        self.publish(Message(b"cancel", promoted={"t.Kind": "cancel"}))
+        self.complete()
+
+
+def test_a_missing_payment_times_out_into_a_compensating_message(box: MessageBox, running):
+    # Given an orchestration that waits 0.5 s for a payment
+    app, sink = make_app(PaymentTimeout, sink_kinds=("ship", "cancel"))
+    running(app)
+    # When order 1 is paid in time and order 2 never is
+    box.publish([msg("order", 1), msg("order", 2)])
+    time.sleep(0.1)
+    box.publish([msg("payment", 1)])
+    # Then order 1 ships, order 2 is cancelled by its timeout, each exactly once
+    wait_until(lambda: len(sink.got) == 2, 30, "ship and cancel")
+    time.sleep(0.8)  # order 1's timer was stopped: no cancel comes for it later
+    assert sorted((k, o) for k, o, _ in sink.got) == [("cancel", 2), ("ship", 1)]
+    with box.store.transaction() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(mb_schema.timer)).scalar() == 0
+    # and a payment after the timeout finds no instance: a routing failure, not lost
+    box.publish([msg("payment", 2)])
+    [failure] = box.suspended(reason=ROUTING_FAILURE)
+    assert failure.report is not None
+
+
+def test_timers_survive_a_restart_of_the_host(box: MessageBox, running):
+    # Given an order waiting 1 s for its payment, whose host stops right away
+    app, sink = make_app(PaymentTimeout, sink_kinds=("ship", "cancel"))
+    first = running(app)
+    box.publish([msg("order", 7, **{"t.Wait": 1.0})])
+    wait_until(lambda: len(instance_rows(box)) == 1, 10, "the instance")
+    first.stop(5.0)
+    # When a new host instance starts after the due time
+    time.sleep(1.2)
+    running(app)
+    # Then the timeout fires from the stored timer
+    wait_until(lambda: len(sink.got) == 1, 20, "the cancel")
+    assert sink.got[0][:2] == ("cancel", 7)
+
+
+class Short(Orchestration[Conversation]):
+    """Completes on its first message, leaving later ones unconsumed."""
+
+    name = "short"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.complete()
+
+    @receive(P("t.Kind") == "note")
+    def note(self, d: Delivery) -> None:
+        self.state.seen.append("note")
+
+
+def test_messages_queued_for_a_completed_instance_are_suspended_as_zombies(
+    box: MessageBox, running
+):
+    # Given, before any host runs, an order that creates an instance, then two more
+    # orders (the convoy) and a note (the instance subscription), all queued for it
+    app, _ = make_app(Short)
+    app.setup(box)
+    box.publish([msg("order", 10), msg("order", 10, **{"t.N": 2}), msg("note", 10)])
+    box.publish([msg("order", 10, **{"t.N": 3})])
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        assert len(set(conn.execute(sa.select(q.c.instance_id)).scalars())) == 1
+    # When a host runs it: the first message completes the instance
+    running(app)
+    # Then the three it never consumed are suspended, not resumable, with a report
+    # naming the instance
+    wait_until(lambda: len(box.suspended(reason=INSTANCE_COMPLETED)) == 3, 20, "three zombies")
+    [instance] = instance_rows(box)
+    assert instance.state == "completed"
+    for z in box.suspended(reason=INSTANCE_COMPLETED):
+        assert not z.resumable
+        assert z.report is not None
+        assert z.report["service"] == "short"
+        assert z.report["instance"] == instance.id
+    with pytest.raises(UnknownSuspendedEntry, match="not resumable"):
+        box.resume(box.suspended(reason=INSTANCE_COMPLETED)[0].id)
+    # and afterwards a note finds no instance (a routing failure, re-routable), while an
+    # order starts a new instance
+    [routed] = box.publish([msg("note", 10)])
+    assert routed.subscriptions == ()
+    assert len(box.suspended(reason=ROUTING_FAILURE)) == 1
+    box.publish([msg("order", 10, **{"t.N": 4})])
+    wait_until(lambda: len(instance_rows(box)) == 2, 20, "a new instance")
+
+
+class Flaky(Orchestration[Conversation]):
+    """Fails on a 'bad' message until it is told to stop failing."""
+
+    name = "flaky"
+    correlation = ("t.OrderId",)
+    fail = True
+
+    @activate(P("t.Kind") == "item")
+    def item(self, d: Delivery) -> None:
+        if d.properties.get("t.Bad") and Flaky.fail:
+            raise RuntimeError("cannot handle this one yet")
+        self.state.seen.append(str(d.properties["t.Seq"]))
+        self.publish(Message(",".join(self.state.seen), promoted={"t.Kind": "progress"}))
+
+
+def test_a_failing_step_suspends_the_instance_until_resumed(box: MessageBox, running):
+    # Given an instance whose second message fails every attempt
+    Flaky.fail = True
+    app, sink = make_app(Flaky, sink_kinds=("progress",))
+    running(app, max_attempts=2)
+    box.publish([msg("item", 1, **{"t.Seq": 0})])
+    box.publish([msg("item", 1, **{"t.Seq": 1, "t.Bad": True})])
+    box.publish([msg("item", 1, **{"t.Seq": 2}), msg("item", 2, **{"t.Seq": 0})])
+    # Then the failing message is suspended (resumable), its later message waits, and
+    # other instances go on
+    wait_until(lambda: len(box.suspended()) == 1, 20, "the suspension")
+    wait_until(lambda: (2, b"0") in sink.kinds("progress"), 20, "the other instance")
+    time.sleep(0.3)
+    assert [b for o, b in sink.kinds("progress") if o == 1] == [b"0"]
+    assert sorted(r.state for r in instance_rows(box)) == ["running", "suspended"]
+    # When the cause is fixed and the message resumed
+    Flaky.fail = False
+    [entry] = box.suspended()
+    assert entry.resumable
+    box.resume(entry.id)
+    # Then the instance goes on, in order
+    wait_until(lambda: len([1 for o, _ in sink.kinds("progress") if o == 1]) == 3, 20, "resume")
+    assert [b for o, b in sink.kinds("progress") if o == 1] == [b"0", b"0,1", b"0,1,2"]
+
+
+class Counting(BaseModel):
+    n: int = 0
+
+
+class OneAtATime(Orchestration[Counting]):
+    """Detects two steps of one instance running at once."""
+
+    name = "exclusive"
+    correlation = ("t.OrderId",)
+    active: ClassVar[Counter[str]] = Counter()
+    overlaps: ClassVar[int] = 0
+    guard: ClassVar[threading.Lock] = threading.Lock()
+
+    @activate(P("t.Kind") == "tick")
+    def tick(self, d: Delivery) -> None:
+        with OneAtATime.guard:
+            OneAtATime.active[self.instance_id] += 1
+            if OneAtATime.active[self.instance_id] > 1:
+                OneAtATime.overlaps += 1
+        time.sleep(0.003)
+        self.state.n += 1
+        with OneAtATime.guard:
+            OneAtATime.active[self.instance_id] -= 1
+        if self.state.n == 40:
+            self.publish(Message(b"", promoted={"t.Kind": "counted"}))
+
+
+def test_an_instance_handles_one_message_at_a_time_across_host_instances(box: MessageBox, running):
+    # Given two host instances with 4 dequeue threads each
+    app, sink = make_app(OneAtATime, sink_kinds=("counted",))
+    running(app)
+    running(app)
+    # When 40 messages for each of 3 instances are queued at once
+    box.publish([msg("tick", o) for _ in range(40) for o in ("a", "b", "c")])
+    # Then each instance counted 40 with no two steps overlapping
+    wait_until(lambda: len(sink.kinds("counted")) == 3, 60, "three counts")
+    assert OneAtATime.overlaps == 0
+    assert sorted(o for o, _ in sink.kinds("counted")) == ["a", "b", "c"]
+
+
+def test_an_uncorrelated_orchestration_makes_an_instance_per_message(box: MessageBox, running):
+    class Each(Orchestration[Counting]):
+        name = "each"
+
+        @activate(P("t.Kind") == "job")
+        def job(self, d: Delivery) -> None:
+            self.publish(Message(self.instance_id, promoted={"t.Kind": "job-done"}))
+            self.complete()
+
+    app, sink = make_app(Each, sink_kinds=("job-done",))
+    running(app)
+    box.publish([msg("job", n) for n in range(5)])
+    wait_until(lambda: len(sink.kinds("job-done")) == 5, 20, "five jobs")
+    assert len({b for _, b in sink.kinds("job-done")}) == 5
+
+
+# --- declaring orchestrations: clear errors ---
+
+
+def test_bad_orchestration_classes_are_refused_with_the_culprit_named():
+    with pytest.raises(ValidationError, match="no @activate receive"):
+
+        class NoActivate(Orchestration[Counting]):
+            correlation = ("t.OrderId",)
+
+            @receive(P("t.Kind") == "x")
+            def x(self, d: Delivery) -> None: ...
+
+    with pytest.raises(ValidationError, match="@receive needs a correlation"):
+
+        class NoCorrelation(Orchestration[Counting]):
+            @activate(P("t.Kind") == "x")
+            def x(self, d: Delivery) -> None: ...
+
+            @receive(P("t.Kind") == "y")
+            def y(self, d: Delivery) -> None: ...
+
+    with pytest.raises(ValidationError, match=r"@timeout\('nope'\) names no receive"):
+
+        class BadTimeout(Orchestration[Counting]):
+            @activate(P("t.Kind") == "x")
+            def x(self, d: Delivery) -> None: ...
+
+            @timeout("nope")
+            def late(self) -> None: ...
+
+    with pytest.raises(ValidationError, match="correlation"):
+
+        class BadName(Orchestration[Counting]):
+            correlation = ("no dots",)
+
+            @activate(P("t.Kind") == "x")
+            def x(self, d: Delivery) -> None: ...
+
+    app = HostApp("h")
+    app.orchestration(PaymentTimeout)
+    with pytest.raises(Exception, match="twice"):
+        app.orchestration(PaymentTimeout)
+
+
+def test_a_step_that_breaks_the_rules_fails_and_stores_nothing(box: MessageBox, running):
+    class Rude(Orchestration[Counting]):
+        name = "rude"
+        correlation = ("t.OrderId",)
+
+        @activate(P("t.Kind") == "order")
+        def order(self, d: Delivery) -> None:
+            self.publish(Message(b"x", promoted={"t.Kind": "sent"}))
+            if d.properties["t.OrderId"] == 1:
+                self.wait_for("order", timeout=1)  # no @timeout("order") method
+            else:
+                self.publish(Message(b"y", promoted={"messagebox.MessageType": "forged"}))
+
+    app, sink = make_app(Rude, sink_kinds=("sent",))
+    running(app, max_attempts=1)
+    box.publish([msg("order", 1), msg("order", 2)])
+    wait_until(lambda: len(box.suspended()) == 2, 20, "both suspended")
+    errors = sorted(e.error or "" for e in box.suspended())
+    assert "needs a @timeout('order') method" in errors[0] + errors[1]
+    assert "reserved" in errors[0] + errors[1]
+    assert sink.got == []  # the step's publication was not committed
+    rows = instance_rows(box)
+    assert rows == []  # nor was the instance
