@@ -177,7 +177,7 @@ class HostInstance:
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
         self._uses_instances = any(getattr(s, "uses_instances", False) for s in services.values())
         self._batchers: dict[str, Callable[[list[Delivery]], list[Exception | None]]] = {
-            n: s.handle_many
+            n: getattr(s, "handle_many")  # noqa: B009
             for n, s in services.items()
             if callable(getattr(s, "handle_many", None))
         }
@@ -446,7 +446,7 @@ class HostInstance:
                 outcome = self._handle(c, batch)
             if outcome is None:
                 done.append(c)
-            elif outcome is SETTLED:
+            elif isinstance(outcome, _Settled):
                 self.stats.add(completed=1)
             else:
                 failed.append(outcome)

@@ -403,7 +403,7 @@ class OrchestrationService:
         values: dict[str, Value] = (
             dict(stored.correlation)
             if stored is not None
-            else {p: message.promoted.get(p) for p in self.cls.correlation}
+            else {p: message.promoted[p] for p in self.cls.correlation if p in message.promoted}
         )
         data = stored.data if stored is not None else {}
         pending: dict[str, str] = dict(data.get("timers", {}))

@@ -2,8 +2,9 @@
 
 1. Host instances whose heartbeat is stale are unregistered and every lease held by an
    instance that is not alive is released, so another instance delivers the entry.
-2. Completed service instances lose their instance subscriptions; messages still waiting
-   for them are suspended (not resumable: "completed with discarded messages").
+2. Completed service instances are deleted once past their retention (a day); any
+   message still queued for one is suspended (not resumable: "completed with discarded
+   messages"), as completing it did for those queued at the time.
 3. The reference logs are summed per message. A message whose references sum to zero,
    and that no queue or suspended entry names, is deleted with its log rows; a part is
    deleted when no message uses it any more.
@@ -21,11 +22,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from messagebox import delivery, schema, subscriptions
-from messagebox.models import INSTANCE_COMPLETED
+from messagebox import delivery, instances, schema, subscriptions
 from messagebox.store import Store
 
 
@@ -39,6 +40,8 @@ class CleanupReport:
     dead_instances: int = 0
     released_leases: int = 0
     purged_subscriptions: int = 0
+    purged_instances: int = 0
+    """Completed service instances past their retention, deleted."""
     discarded_messages: int = 0
     receipts: int = 0
     """Receive-location receipts older than the retention, trimmed."""
@@ -90,19 +93,31 @@ def _delete_messages(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, i
     return int(deleted), int(n_parts), int(refs)
 
 
-def _purge_completed(conn: sa.Connection, store: Store, report: CleanupReport) -> None:
-    si, sub = schema.service_instance, schema.subscription
-    done = list(conn.execute(sa.select(si.c.id).where(si.c.state == "completed")).scalars())
+def _purge_completed(
+    conn: sa.Connection, store: Store, report: CleanupReport, retention: float
+) -> None:
+    si = schema.service_instance
+    done = {
+        r.id: r.service
+        for r in conn.execute(
+            sa.select(si.c.id, si.c.service).where(
+                si.c.state == instances.COMPLETED,
+                si.c.completed_at < store.dialect.now_plus(-retention),
+            )
+        )
+    }
     if not done:
         return
-    subs = list(conn.execute(sa.select(sub.c.id).where(sub.c.instance_id.in_(done))).scalars())
-    report.discarded_messages += delivery.suspend_waiting(
-        conn, store.dialect, subs, INSTANCE_COMPLETED
-    )
-    if subs:
-        report.purged_subscriptions += subscriptions.unsubscribe(conn, store.dialect, subs)
-    conn.execute(si.delete().where(si.c.id.in_(done)))
+    # completion removed these already; a message routed as the instance completed
+    # (another process's publish) is caught here at the latest
+    report.discarded_messages += instances.complete(conn, store.dialect, done, datetime.now(UTC))
+    conn.execute(si.delete().where(si.c.id.in_(list(done))))
+    report.purged_instances += len(done)
 
+
+INSTANCE_RETENTION_SECONDS = 24 * 3600.0
+"""How long a completed service instance is kept (its state, for reporting and to name
+it in a zombie's report) before cleanup deletes it."""
 
 RECEIPT_RETENTION_SECONDS = 7 * 24 * 3600.0
 """How long a receive location's receipts are kept: a location that crashed after a
@@ -115,6 +130,7 @@ def run(
     batch: int = 10_000,
     progress: Callable[[str], None] | None = None,
     receipt_retention_seconds: float = RECEIPT_RETENTION_SECONDS,
+    instance_retention_seconds: float = INSTANCE_RETENTION_SECONDS,
 ) -> CleanupReport:
     """Run every cleanup step once; deletes in chunks of ``batch`` messages."""
     started = time.monotonic()
@@ -131,7 +147,7 @@ def run(
             )
             report.dead_instances += len(dead)
             report.released_leases += released
-        _purge_completed(conn, store, report)
+        _purge_completed(conn, store, report, instance_retention_seconds)
         r = schema.receipt
         report.receipts = conn.execute(
             r.delete().where(r.c.received_at < store.dialect.now_plus(-receipt_retention_seconds))

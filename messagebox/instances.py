@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from messagebox import delivery, router, schema, subscriptions
-from messagebox.dialects import Dialect
+from messagebox.dialects import Dialect, RouteRow
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate, uuid7
 from messagebox.message import Message
@@ -317,7 +317,7 @@ def commit_steps(
             publisher=publisher,
             now=now,
         )
-    done = [s for s in steps if s.complete]
+    done = {s.instance_id: s.service for s in steps if s.complete}
     discarded = complete(conn, dialect, done, now) if done else 0
     return hosts, discarded
 
@@ -326,13 +326,16 @@ def _dump(data: Mapping[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def complete(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: datetime) -> int:
+def complete(
+    conn: sa.Connection, dialect: Dialect, services: Mapping[str, str], now: datetime
+) -> int:
     """End completing instances: remove their convoys, timers and any instance
     subscriptions naming them; suspend the messages still queued for them (not
     resumable, "completed with discarded messages", with a report naming the instance).
+    ``services`` maps each instance id to its service.
     Fired timeouts they never consumed are just dropped. Returns the messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
-    ids = [step.instance_id for step in steps]
+    ids = sorted(services)
     subs = list(conn.execute(sa.select(s.c.id).where(s.c.instance_id.in_(ids))).scalars())
     if subs:
         subscriptions.unsubscribe(conn, dialect, subs)
@@ -352,7 +355,6 @@ def complete(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: 
     )
     delivery.release(conn, dialect, [r.msg for r in rows if r.msg in timeouts])
     zombies = [r for r in rows if r.msg not in timeouts]
-    service = {step.instance_id: step.service for step in steps}
     for instance_id in sorted({r.instance_id for r in zombies}):
         delivery.suspend_rows(
             conn,
@@ -360,7 +362,7 @@ def complete(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: 
             [r for r in zombies if r.instance_id == instance_id],
             reason=INSTANCE_COMPLETED,
             report={
-                "service": service[instance_id],
+                "service": services[instance_id],
                 "instance": instance_id,
                 "completed_at": now.isoformat(),
             },
@@ -404,7 +406,7 @@ def fire_timers(
             )
         )
     }
-    items: list[tuple[uuid.UUID, Message, router.RouteRow]] = []
+    items: list[tuple[uuid.UUID, Message, RouteRow]] = []
     for r in rows:
         sub = subs.get(r.sub)
         if sub is None:  # the instance completed meanwhile: nothing waits for it
@@ -433,4 +435,4 @@ def next_due(conn: sa.Connection, host: str) -> float | None:
         return None
     if due.tzinfo is None:
         due = due.replace(tzinfo=UTC)
-    return max((due - datetime.now(UTC)).total_seconds(), 0.0)
+    return max(float((due - datetime.now(UTC)).total_seconds()), 0.0)

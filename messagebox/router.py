@@ -107,8 +107,9 @@ def _correlate(
         seen: set[str] = set()
         kept: list[RouteRow] = []
         for row in rows:
-            key = keys.get((i, row[1]))
-            if key is not None:
+            found = keys.get((i, row[1]))
+            if found is not None:
+                key = found
                 if row[5] == "activation":
                     instance: str | None = made[key]
                 elif key in first:
@@ -117,7 +118,7 @@ def _correlate(
                     instance = existing.get(key)
                 if instance is None:
                     continue  # no running instance to follow
-                row = (*row[:6], instance, *row[7:])  # type: ignore[assignment]
+                row = (*row[:6], instance, *row[7:])
             if row[6] is not None:
                 if row[6] in seen:
                     continue

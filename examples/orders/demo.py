@@ -2,15 +2,20 @@
 
 ``make demo`` runs it on DuckDB with no set-up. It
 
-1. declares the integration in Python (:mod:`routing`: a host, a receive port with an
-   XML and a JSON location, seven send ports and a send port group);
-2. starts a host instance (the receive locations and the send ports run in it);
+1. declares the integration in Python (:mod:`routing`: a host, a receive port with XML,
+   JSON and payment locations, ten send ports, a send port group, and the order
+   fulfilment orchestration of :mod:`fulfilment`);
+2. starts a host instance (the receive locations, the send ports and the orchestration
+   run in it);
 3. drops a day of generated orders (thousands; single XML orders, XML batches, JSON
-   arrays, and a few bad files) into the inbound folder;
+   arrays from the web shop, and a few bad files) into the inbound folder, then the
+   web shop's payments (some in two parts, some never) into the payments folder;
 4. shows progress while the orders are received, routed and written to the outbound
-   folders;
-5. checks every outbound folder against the reference evaluator's prediction and ends
-   with a summary table: routed per port, suspended, throughput.
+   folders, and while each web order is paid, shipped and confirmed, or cancelled when
+   its payment times out;
+5. checks every outbound folder against the reference evaluator's prediction (and the
+   fulfilment against the generated payments) and ends with a summary table: routed
+   per port, suspended, throughput.
 
     python examples/orders/demo.py [URL] [--orders N] [--workdir DIR] [--no-fsync]
 """
@@ -53,6 +58,11 @@ class Day:
     files: list[tuple[str, bytes]] = field(default_factory=list)
     orders: list[dict[str, object]] = field(default_factory=list)
     bad_files: int = 0
+    web_orders: list[str] = field(default_factory=list)
+    """Orders from the web shop (the JSON files): each starts a fulfilment."""
+    payment_files: list[tuple[str, bytes]] = field(default_factory=list)
+    unpaid: set[str] = field(default_factory=set)
+    """Web orders that get no payment: the fulfilment cancels them on its timeout."""
 
 
 def _order(rng: random.Random, n: int, when: datetime) -> dict[str, object]:
@@ -103,6 +113,7 @@ def generate(n_orders: int, seed: int = 7) -> Day:
             day.files.append((f"batch-{n:06d}.xml", (body + "</Batch>").encode()))
         else:
             day.files.append((f"orders-{n:06d}.json", json.dumps(batch).encode()))
+            day.web_orders.extend(str(o["id"]) for o in batch)
     bad = [
         ("broken-1.xml", b'<Order xmlns="urn:orders"><Id>X</Id><Region>EU'),  # truncated
         ("broken-2.json", b'[{"id": "SO-X", "region": "EU", '),  # truncated
@@ -112,6 +123,22 @@ def generate(n_orders: int, seed: int = 7) -> Day:
     day.files.extend(bad)
     day.bad_files = len(bad)
     rng.shuffle(day.files)
+    totals = {str(o["id"]): float(o["total"]) for o in day.orders}  # type: ignore[arg-type]
+    payments: list[dict[str, object]] = []
+    for order_id in day.web_orders:
+        if rng.random() < 0.08:
+            day.unpaid.add(order_id)
+            continue
+        total = totals[order_id]
+        if rng.random() < 0.15:  # paid in two parts
+            first = round(total * 0.4, 2)
+            payments.append({"orderId": order_id, "amount": first})
+            payments.append({"orderId": order_id, "amount": round(total - first, 2)})
+        else:
+            payments.append({"orderId": order_id, "amount": total})
+    for start in range(0, len(payments), 25):
+        chunk = payments[start : start + 25]
+        day.payment_files.append((f"payments-{start:06d}.json", json.dumps(chunk).encode()))
     return day
 
 
@@ -134,7 +161,23 @@ def expected(day: Day, app: HostApp) -> Counter[str]:
             if f is not None and f.matches(props):
                 want[name] += 1
     want["errors"] = day.bad_files
+    paid = len(day.web_orders) - len(day.unpaid)
+    want["warehouse"] = want["confirmations"] = paid
+    want["cancellations"] = len(day.unpaid)
     return want
+
+
+def box_instances(box: MessageBox) -> list[str]:
+    """The state of every fulfilment instance."""
+    import sqlalchemy as sa
+
+    from messagebox import schema
+
+    si = schema.service_instance
+    with box.store.transaction() as conn:
+        return list(
+            conn.execute(sa.select(si.c.state).where(si.c.service == "fulfilment")).scalars()
+        )
 
 
 def drop(folder: Path, files: list[tuple[str, bytes]]) -> None:
@@ -179,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     total_deliveries = sum(want.values())
     console.print(
         f"\nGenerated {len(day.orders):,} orders in {len(day.files):,} files "
-        f"({day.bad_files} of them bad); expecting {total_deliveries:,} deliveries.\n"
+        f"({day.bad_files} of them bad), {len(day.web_orders):,} of them from the web shop "
+        f"({len(day.unpaid):,} will never be paid); expecting {total_deliveries:,} "
+        "deliveries.\n"
     )
 
     instance.start()
@@ -194,19 +239,27 @@ def main(argv: list[str] | None = None) -> int:
             TimeElapsedColumn(),
             console=console,
         ) as progress:
-            received = progress.add_task("received", total=len(day.files))
+            n_files = len(day.files) + len(day.payment_files)
+            received = progress.add_task("received", total=n_files)
             delivered = progress.add_task("delivered", total=total_deliveries)
+            fulfilled = progress.add_task("fulfilled", total=len(day.web_orders))
             drop(root / "in", day.files)
+            paying = False
             deadline = time.monotonic() + args.timeout
             while time.monotonic() < deadline:
                 inputs = sum(loc.stats.snapshot()["inputs"] for loc in locations)
-                sent = sum(
-                    s["sent"] + s["sent_backup"]
-                    for s in (p.stats.snapshot() for p in app.send_ports.values())
-                )
+                stats = {n: p.stats.snapshot() for n, p in app.send_ports.items()}
+                sent = sum(s["sent"] + s["sent_backup"] for s in stats.values())
+                done = sum(stats[n]["sent"] for n in ("confirmations", "cancellations"))
                 progress.update(received, completed=inputs)
                 progress.update(delivered, completed=sent)
-                if inputs >= len(day.files) and sent >= total_deliveries:
+                progress.update(fulfilled, completed=done)
+                if not paying and inputs >= len(day.files):
+                    # the orders are in (each web order's instance exists from the
+                    # moment it is routed): the payments may come
+                    drop(root / "payments", day.payment_files)
+                    paying = True
+                if inputs >= n_files and sent >= total_deliveries:
                     finished = True
                     break
                 time.sleep(0.1)
@@ -216,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with MessageBox(url, publisher="demo") as box:
         suspended = Counter(e.reason for e in box.suspended())
+        fulfilment = Counter(box_instances(box))
         cleanup = box.cleanup()
 
     table = Table(title="Summary", title_justify="left")
@@ -247,6 +301,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(day.orders) / elapsed:,.0f} orders/s received and routed; "
         f"{total_deliveries / elapsed:,.0f} deliveries/s written to the outbound folders"
     )
+    console.print(
+        f"fulfilment: {fulfilment.get('completed', 0):,} instances completed, "
+        f"{fulfilment.get('running', 0):,} running, {fulfilment.get('suspended', 0):,} suspended"
+        f" ({len(day.web_orders) - len(day.unpaid):,} shipped and confirmed, "
+        f"{len(day.unpaid):,} cancelled for want of payment)"
+    )
+    if fulfilment.get("completed", 0) != len(day.web_orders):
+        ok = False
     console.print(f"cleanup: deleted {cleanup.messages:,} delivered messages")
     if suspended.get("receive-failure", 0) != day.bad_files:
         ok = False

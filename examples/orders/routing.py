@@ -6,6 +6,11 @@ priority) to send ports, each writing to its own outbound folder. Inputs the pip
 refuse are suspended with their original bytes, and routed as error reports to the
 ``errors`` port.
 
+The web shop's orders (the JSON ones) also start the fulfilment orchestration
+(:mod:`fulfilment`): it waits for their payment, which arrives as JSON in a payments
+folder, then has them shipped (``warehouse``) and confirmed (``confirmations``), or
+cancels them (``cancellations``) when no payment comes in time.
+
 Run it as a service with ``messagebox --url … host run routing:app`` (with this folder
 on ``PYTHONPATH`` and ``ORDERS_ROOT`` naming the working folder), or through
 ``demo.py``.
@@ -16,6 +21,8 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+
+from fulfilment import Fulfilment
 
 from hosts import HostApp, Transport
 from pipelines import Field, JsonReceive, PropertySchema, XmlReceive
@@ -61,6 +68,11 @@ ORDER_JSON_SCHEMA = {
     },
 }
 
+PAYMENT_JSON = PropertySchema(
+    "urn:orders#Payment",
+    {"orders.OrderId": "$.orderId", "orders.Amount": Field("$.amount", float)},
+)
+
 PORTS = {
     "ship-eu": P("orders.Region") == "EU",
     "ship-americas": P("orders.Region").in_(["US", "LATAM"]),
@@ -69,8 +81,11 @@ PORTS = {
     "audit": (P("orders.Region") == "APAC") & (P("orders.Total") > 5_000),
     "finance": None,  # only through the large-orders group
     "errors": P("ErrorReport.ErrorType") == "FailedMessage",
+    "warehouse": P("orders.Step") == "ship",
+    "confirmations": P("orders.Step") == "confirm",
+    "cancellations": P("orders.Step") == "cancel",
 }
-"""Each send port's own filter."""
+"""Each send port's own filter (the last three get what the fulfilment publishes)."""
 
 LARGE_ORDERS = P("orders.Total") >= 10_000
 """The large-orders send port group's filter: finance and audit both get them."""
@@ -80,6 +95,8 @@ def build(root: Path, *, fsync: bool = True) -> HostApp:
     """The host app, with its folders under ``root`` (created if missing)."""
     inbound = root / "in"
     inbound.mkdir(parents=True, exist_ok=True)
+    payments = root / "payments"
+    payments.mkdir(parents=True, exist_ok=True)
     app = HostApp(
         "orders",
         dequeue_threads=4,
@@ -103,6 +120,12 @@ def build(root: Path, *, fsync: bool = True) -> HostApp:
             json_schema={"urn:orders#Order": ORDER_JSON_SCHEMA},
         ),
     )
+    port.location(
+        "payments-drop",
+        f"file://{payments}?mask=*.json&interval=0.1",
+        pipeline=JsonReceive([PAYMENT_JSON], message_type="urn:orders#Payment"),
+    )
+    app.orchestration(Fulfilment)
     options = (("fsync", fsync),)
     for name, filt in PORTS.items():
         app.send_port(

@@ -571,3 +571,19 @@ def test_a_step_that_breaks_the_rules_fails_and_stores_nothing(box: MessageBox, 
     assert sink.got == []  # the step's publication was not committed
     rows = instance_rows(box)
     assert rows == []  # nor was the instance
+
+
+def test_cleanup_deletes_completed_instances_past_their_retention(box: MessageBox, running):
+    from messagebox.cleanup import run
+
+    # Given a completed instance
+    app, _ = make_app(Short)
+    running(app)
+    box.publish([msg("order", 77)])
+    wait_until(lambda: [r.state for r in instance_rows(box)] == ["completed"], 20, "completion")
+    # When cleanup runs with the default retention (a day), it is kept for reporting
+    assert run(box.store).purged_instances == 0
+    assert len(instance_rows(box)) == 1
+    # and past its retention it is deleted
+    assert run(box.store, instance_retention_seconds=0).purged_instances == 1
+    assert instance_rows(box) == []

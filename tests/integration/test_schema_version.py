@@ -62,7 +62,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert box.receipts("port/location", ["k"]) == {}
         assert [h.name for h in box.hosts()] == ["kept"]
         [sub] = box.subscriptions()
-        assert sub.name == "sub" and sub.correlation == ()
+        assert sub.name == "sub"
+        assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
         routed = box.publish([Message(b"x", promoted={"a.B": 2, "a.C": "k"})])
         assert routed[0].subscriptions
