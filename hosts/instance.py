@@ -656,6 +656,8 @@ class HostInstance:
                 log.error("host instance %s: firing timers failed: %s", self.id, exc)
             self._timer_wake.wait(wait)
             self._timer_wake.clear()
+            # steps that set timers wake this loop; look again at most this often
+            self._stopping.wait(self.settings.poll_min_seconds)
 
     def _listener(self) -> None:
         """Wake the workers on NOTIFY from any process (PostgreSQL)."""

@@ -101,17 +101,24 @@ def claim(
 ) -> list[Claim]:
     """Lease up to ``n`` ready entries of ``host``: the heads of its ordered
     subscriptions first (when ``ordered``), then the heads of its service instances
-    (when ``instances``), then the rest by priority and age."""
-    params = dialect.claim_params(host, owner, n, lease_seconds)
+    (when ``instances``; at most half the batch while other entries wait, so neither
+    kind starves the other), then the rest by priority and age."""
+
+    def take(sql: str, most: int) -> int:
+        params = dialect.claim_params(host, owner, most, lease_seconds)
+        got = [_claim(r) for r in conn.exec_driver_sql(sql, params)]
+        claims.extend(got)
+        return len(got)
+
     claims: list[Claim] = []
     if ordered:
-        claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_ordered_sql, params))
-    if instances and len(claims) < n:
-        params = dialect.claim_params(host, owner, n - len(claims), lease_seconds)
-        claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_instance_sql, params))
+        take(dialect.claim_ordered_sql, n)
+    share = max((n - len(claims)) // 2, 1)
+    heads = take(dialect.claim_instance_sql, share) if instances and len(claims) < n else 0
     if len(claims) < n:
-        params = dialect.claim_params(host, owner, n - len(claims), lease_seconds)
-        claims.extend(_claim(r) for r in conn.exec_driver_sql(dialect.claim_sql, params))
+        take(dialect.claim_sql, n - len(claims))
+    if instances and heads == share and len(claims) < n:
+        take(dialect.claim_instance_sql, n - len(claims))
     claims.sort(key=lambda c: (-c.priority, c.id))
     return claims
 

@@ -259,28 +259,46 @@ def commit_steps(
                 "completed_at": [now if s.complete else None for s in new],
             },
         )
-    for s in steps:
-        if s.version is None:
-            continue
+    old = [s for s in steps if s.version is not None]
+    if old:
+        v = sa.values(
+            sa.column("id", sa.Text),
+            sa.column("version", sa.Integer),
+            sa.column("data", sa.Text),
+            sa.column("state", sa.Text),
+            name="v",
+        ).data(
+            [
+                (s.instance_id, s.version, _dump(s.data), COMPLETED if s.complete else RUNNING)
+                for s in old
+            ]
+        )
         n = conn.execute(
             si.update()
-            .where(si.c.id == s.instance_id, si.c.version == s.version)
+            .where(si.c.id == v.c.id, si.c.version == v.c.version)
             .values(
-                data=_dump(s.data),
-                version=s.version + 1,
+                data=v.c.data,
+                version=si.c.version + 1,
                 updated_at=now,
-                state=COMPLETED if s.complete else RUNNING,
-                completed_at=now if s.complete else None,
+                state=v.c.state,
+                completed_at=sa.case((v.c.state == COMPLETED, now), else_=None),
             )
         ).rowcount
-        if n != 1:
+        if n != len(old):
             raise Conflict(
-                f"instance {s.instance_id} changed since version {s.version}; "
-                "its step was not committed"
+                f"{len(old) - n} of {len(old)} instances changed since their step began; "
+                "the steps were not committed"
             )
-    for s in steps:
-        if s.cancel and not s.complete:
-            conn.execute(t.delete().where(t.c.instance_id == s.instance_id, t.c.name.in_(s.cancel)))
+    cancels = {(s.instance_id, name) for s in steps if not s.complete for name in s.cancel}
+    if cancels:
+        found = conn.execute(
+            sa.select(t.c.id, t.c.instance_id, t.c.name).where(
+                t.c.instance_id.in_(sorted({i for i, _ in cancels}))
+            )
+        ).all()
+        gone_timers = [r.id for r in found if (r.instance_id, r.name) in cancels]
+        if gone_timers:
+            conn.execute(t.delete().where(t.c.id.in_(gone_timers)))
     timers = [(s, timer) for s in steps if not s.complete for timer in s.timers]
     if timers:
         dialect.insert(

@@ -57,6 +57,8 @@ class Store:
             else self.url.render_as_string(hide_password=True)
         )
         """Names this database within the process (in-process wake-ups)."""
+        if self._current():
+            return  # no DDL: its table locks would contend with running hosts
         try:
             with self.transaction(serial=True) as conn:
                 self.dialect.create_schema(conn, schema.metadata)
@@ -74,6 +76,19 @@ class Store:
         except BaseException:
             self.engine.dispose()  # no pooled connection outlives a refused open
             raise
+
+    def _current(self) -> bool:
+        """Whether the database already has this schema version (read only; any error
+        means "no", and the full open path reports it)."""
+        try:
+            with self.engine.connect() as conn:
+                version = conn.execute(
+                    sa.select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+                ).scalar()
+                conn.rollback()
+        except DRIVER_ERRORS:
+            return False
+        return version == schema.SCHEMA_VERSION
 
     def _upgrade(self, conn: sa.Connection, version: str) -> None:
         """Upgrade a database of an older schema version in place, step by step."""

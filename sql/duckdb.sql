@@ -30,14 +30,15 @@ SET lease_owner = $owner,
     attempts = attempts + 1
 WHERE id IN (
     WITH heads AS (
-        SELECT sub, min(id) AS id FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
+        SELECT sub, min(id) AS id,
+               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
+        FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
     ),
     free AS (
         SELECT h.sub
         FROM heads h
         JOIN mb_queue q ON q.id = h.id
-        WHERE q.state = 'ready' AND q.available_at <= now()
-          AND (q.lease_expires IS NULL OR q.lease_expires < now())
+        WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
         ORDER BY q.priority DESC, q.id
         LIMIT 1
     )
@@ -53,14 +54,17 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
--- entry of each instance is claimable, while it is free and the instance not suspended.
+-- entry of each instance is claimable, while none of its entries is leased (one that
+-- committed late with an older id waits for the running step) and the instance is not
+-- suspended.
 UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
     attempts = attempts + 1
 WHERE id IN (
     WITH heads AS (
-        SELECT instance_id, min(id) AS id
+        SELECT instance_id, min(id) AS id,
+               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
         FROM mb_queue
         WHERE host = $host AND instance_id IS NOT NULL
         GROUP BY instance_id
@@ -68,8 +72,7 @@ WHERE id IN (
     SELECT q.id
     FROM heads h
     JOIN mb_queue q ON q.id = h.id
-    WHERE q.state = 'ready' AND q.available_at <= now()
-      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+    WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
       AND NOT EXISTS (
           SELECT 1 FROM mb_service_instance si
           WHERE si.id = h.instance_id AND si.state = 'suspended'

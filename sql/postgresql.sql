@@ -51,14 +51,15 @@ RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
 -- skipped, never waited for). Its claimer handles the run in id order (strictly publish
 -- order, one at a time) and gives back the rest on a failure.
 WITH heads AS (
-    SELECT sub, min(id) AS id FROM mb_queue WHERE host = %(host)s AND ordered GROUP BY sub
+    SELECT sub, min(id) AS id,
+           max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
+    FROM mb_queue WHERE host = %(host)s AND ordered GROUP BY sub
 ),
 free AS MATERIALIZED (
     SELECT q.sub
     FROM mb_queue q
     JOIN heads h ON q.id = h.id
-    WHERE q.state = 'ready' AND q.available_at <= now()
-      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+    WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
     ORDER BY q.priority DESC, q.id
     LIMIT 1
     FOR UPDATE OF q SKIP LOCKED
@@ -83,27 +84,36 @@ RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
--- entry of each instance is claimable, while it is free and the instance not suspended.
--- The head stays on the queue until its step commits, so no other claimer (on any
--- machine) can take the instance's next message before that.
+-- entry of each instance is claimable, while none of its entries is leased (one that
+-- committed late with an older id waits for the running step) and the instance is not
+-- suspended. The head stays on the queue until its step commits. Two claims in flight
+-- at once cannot both take an instance: each takes the instance's advisory lock for its
+-- own short transaction (try, never wait), besides SKIP LOCKED on the head.
 WITH heads AS (
-    SELECT instance_id, min(id) AS id
+    SELECT instance_id, min(id) AS id,
+           max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
     FROM mb_queue
     WHERE host = %(host)s AND instance_id IS NOT NULL
     GROUP BY instance_id
 ),
-free AS MATERIALIZED (
-    SELECT q.id
+candidates AS MATERIALIZED (
+    SELECT q.id, h.instance_id, q.priority
     FROM mb_queue q
     JOIN heads h ON q.id = h.id
-    WHERE q.state = 'ready' AND q.available_at <= now()
-      AND (q.lease_expires IS NULL OR q.lease_expires < now())
+    WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
       AND NOT EXISTS (
           SELECT 1 FROM mb_service_instance si
           WHERE si.id = h.instance_id AND si.state = 'suspended'
       )
     ORDER BY q.priority DESC, q.id
     LIMIT %(n)s
+),
+free AS MATERIALIZED (
+    SELECT q.id
+    FROM mb_queue q
+    JOIN candidates c ON q.id = c.id
+    WHERE pg_try_advisory_xact_lock(724011, hashtext(c.instance_id))
+    ORDER BY c.priority DESC, c.id
     FOR UPDATE OF q SKIP LOCKED
 )
 UPDATE mb_queue q

@@ -1,0 +1,188 @@
+"""Orchestrations: steps per second of correlated, stateful instances, beside stateless
+services doing the same publishing, in the same run.
+
+What it measures
+    N conversations of two messages each (an ``order`` that starts an instance, then a
+    ``payment`` that makes it publish a confirmation and complete) are published before
+    the clock starts. One host instance (4 dequeue threads, claim batch 50) then handles
+    them; the clock stops when the N-th confirmation reaches a counting service in the
+    same host. The figure is conversation messages handled per second (2N / time).
+
+    - ``orchestration``: :class:`~hosts.orchestration.Orchestration` with persisted state,
+      one message at a time per instance, each step committed atomically with its
+      publication.
+    - ``stateless`` (the baseline): plain services with the same filters, no state, no
+      correlation; the payment handler publishes the confirmation with
+      ``Delivery.publish`` (its own transaction) and the entry completes after.
+
+    The ratio is the price of persisted state, per-instance ordering and atomic steps.
+
+Run it from the project root::
+
+    python -m bench.orchestrate              # 2,000 conversations per backend
+    python -m bench.orchestrate --quick      # 300
+    python -m bench.orchestrate --conversations 5000 --backends duckdb
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from pydantic import BaseModel
+
+from hosts import Delivery, HostApp, Orchestration, activate, receive
+from messagebox import Message, MessageBox
+from predicates import P
+
+PG_URL = os.environ.get(
+    "MESSAGEBOX_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+class Conversation(BaseModel):
+    amount: float = 0.0
+
+
+class Fulfil(Orchestration[Conversation]):
+    name = "bench-fulfil"
+    correlation = ("b.Id",)
+
+    @activate(P("b.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.state.amount = float(d.properties["b.Total"])  # type: ignore[arg-type]
+
+    @receive(P("b.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.publish(Message(b"confirmed", promoted={"b.Kind": "confirm"}))
+        self.complete()
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, _d: Delivery) -> None:
+        with self.lock:
+            self.n += 1
+
+
+def _app(system: str, counter: Counter) -> HostApp:
+    app = HostApp(
+        "bench",
+        dequeue_threads=4,
+        claim_batch=50,
+        poll_min_seconds=0.005,
+        poll_max_seconds=0.1,
+        cleanup_interval_seconds=0,
+    )
+    if system == "orchestration":
+        app.orchestration(Fulfil)
+    else:
+
+        def order(_d: Delivery) -> None:
+            pass
+
+        def payment(d: Delivery) -> None:
+            d.publish([Message(b"confirmed", promoted={"b.Kind": "confirm"})])
+
+        app.add_service("order", order)
+        app.add_service("payment", payment)
+        app.subscribe("order", filter=P("b.Kind") == "order", name="order")
+        app.subscribe("payment", filter=P("b.Kind") == "payment", name="payment")
+    app.add_service("count", counter)
+    app.subscribe("count", filter=P("b.Kind") == "confirm", name="count")
+    return app
+
+
+def run_one(url: str, system: str, n: int) -> float:
+    """Messages per second for one system on one fresh store."""
+    counter = Counter()
+    app = _app(system, counter)
+    with MessageBox(url) as box:
+        app.setup(box)
+        for start in range(0, n, 500):
+            ids = range(start, min(start + 500, n))
+            box.publish(
+                [
+                    Message(b"order", promoted={"b.Kind": "order", "b.Id": i, "b.Total": 10.0})
+                    for i in ids
+                ]
+            )
+        for start in range(0, n, 500):
+            ids = range(start, min(start + 500, n))
+            box.publish([Message(b"pay", promoted={"b.Kind": "payment", "b.Id": i}) for i in ids])
+    instance = app.instance(url)
+    started = time.perf_counter()
+    instance.start()
+    try:
+        while counter.n < n:
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - started
+    finally:
+        instance.stop(10.0)
+    return 2 * n / elapsed
+
+
+def _backends(names: list[str]) -> list[tuple[str, Callable[[], str], Callable[[], None]]]:
+    out: list[tuple[str, Callable[[], str], Callable[[], None]]] = []
+    tmp = tempfile.mkdtemp(prefix="bench-orchestrate-")
+    if "duckdb" in names:
+        out.append(("duckdb", lambda: f"duckdb:///{tmp}/{uuid.uuid4().hex}.duckdb", lambda: None))
+    if "postgresql" in names:
+        try:
+            engine = sa.create_engine(PG_URL)
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:
+            print(f"(PostgreSQL skipped: {exc})")
+            return out
+        schemas: list[str] = []
+
+        def make() -> str:
+            name = f"bench_orch_{uuid.uuid4().hex[:8]}"
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+            schemas.append(name)
+            return f"{PG_URL}?options=-csearch_path%3D{name}"
+
+        def drop() -> None:
+            with engine.begin() as conn:
+                for name in schemas:
+                    conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            engine.dispose()
+
+        out.append(("postgresql", make, drop))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--conversations", type=int, default=2000)
+    ap.add_argument("--quick", action="store_true", help="300 conversations")
+    ap.add_argument("--backends", default="duckdb,postgresql")
+    args = ap.parse_args(argv)
+    n = 300 if args.quick else args.conversations
+    rows = []
+    for backend, make_url, drop in _backends(args.backends.split(",")):
+        try:
+            base = run_one(make_url(), "stateless", n)
+            orch = run_one(make_url(), "orchestration", n)
+        finally:
+            drop()
+        rows.append((backend, base, orch))
+    print(f"\n{n:,} conversations (2 messages each), 4 dequeue threads, claim batch 50")
+    print(f"{'backend':<12}{'stateless msgs/s':>18}{'orchestration msgs/s':>22}{'ratio':>8}")
+    for backend, base, orch in rows:
+        print(f"{backend:<12}{base:>18,.0f}{orch:>22,.0f}{orch / base:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
