@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, delivery, router, schema
