@@ -1,0 +1,55 @@
+"""Correlation keys (DESIGN.md §9): two messages reach one convoy instance exactly when
+routing finds their correlation values equal."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from messagebox.instances import correlation_key, message_ids
+from messagebox.properties import normalize_value, values_equal
+
+values = st.one_of(
+    st.text(max_size=20),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.datetimes(
+        min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+    ),
+)
+
+
+@given(values, values)
+def test_equal_keys_exactly_when_routing_finds_the_values_equal(a: object, b: object):
+    va, vb = normalize_value(a), normalize_value(b)
+    same_key = correlation_key(["x.Id"], {"x.Id": va}) == correlation_key(["x.Id"], {"x.Id": vb})
+    assert same_key == values_equal(va, vb)
+
+
+def test_numbers_of_both_types_share_a_key_and_families_never_do():
+    key = correlation_key
+    assert key(["x.Id"], {"x.Id": 42}) == key(["x.Id"], {"x.Id": 42.0})
+    assert key(["x.Id"], {"x.Id": 42}) != key(["x.Id"], {"x.Id": "42"})
+    assert key(["x.Id"], {"x.Id": True}) != key(["x.Id"], {"x.Id": 1})
+    moment = datetime(2026, 11, 23, 12, tzinfo=UTC)
+    same_instant = normalize_value(moment.astimezone(timezone(timedelta(hours=2))))
+    assert key(["x.Id"], {"x.Id": moment}) == key(["x.Id"], {"x.Id": same_instant})
+    assert key(["x.Id"], {"x.Id": moment}) != key(
+        ["x.Id"], {"x.Id": moment + timedelta(microseconds=1)}
+    )
+
+
+def test_a_key_covers_every_correlation_property_in_order():
+    props = {"a.X": "1", "a.Y": 2}
+    assert correlation_key(["a.X", "a.Y"], props) != correlation_key(["a.Y", "a.X"], props)
+    assert correlation_key(["a.X", "a.Z"], props) != correlation_key(["a.X"], props)
+
+
+def test_a_step_run_again_gets_the_same_message_ids():
+    assert message_ids("i-1", 3, 2) == message_ids("i-1", 3, 2)
+    assert len(set(message_ids("i-1", 3, 5))) == 5
+    assert set(message_ids("i-1", 3, 2)).isdisjoint(message_ids("i-1", 4, 2))
+    assert set(message_ids("i-1", 3, 2)).isdisjoint(message_ids("i-2", 3, 2))
