@@ -60,6 +60,7 @@ free AS MATERIALIZED (
     FROM mb_queue q
     JOIN heads h ON q.id = h.id
     WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
     ORDER BY q.priority DESC, q.id
     LIMIT 1
     FOR UPDATE OF q SKIP LOCKED
@@ -112,7 +113,9 @@ free AS MATERIALIZED (
     SELECT q.id
     FROM mb_queue q
     JOIN candidates c ON q.id = c.id
-    WHERE pg_try_advisory_xact_lock(724011, hashtext(c.instance_id))
+    -- on q itself, so that a row another claim leased meanwhile is re-checked
+    WHERE q.state = 'ready' AND (q.lease_expires IS NULL OR q.lease_expires < now())
+      AND pg_try_advisory_xact_lock(724011, hashtext(c.instance_id))
     ORDER BY c.priority DESC, c.id
     FOR UPDATE OF q SKIP LOCKED
 )

@@ -124,7 +124,7 @@ def test_interleaved_conversations_never_cross(box: MessageBox, running):
     # Given the fulfilment orchestration on a host with 4 dequeue threads
     app, sink = make_app(Fulfilment, sink_kinds=("confirm",))
     box_ids = list(range(1000))
-    running(app)
+    host = running(app)
     # When 1,000 conversations' orders and payments are published interleaved, in
     # batches that mix conversations (each payment after its own order)
     rng = random.Random(5)
@@ -150,6 +150,11 @@ def test_interleaved_conversations_never_cross(box: MessageBox, running):
     assert sorted(by_order) == box_ids
     for o, seen in by_order.items():
         assert seen == [f"order:{o}:order:{o}", f"payment:{o}:payment:{o}"]
+    # with no entry claimed twice (by concurrent claims of the host's threads)
+    stats = host.stats.snapshot()
+    assert stats["redelivered"] == 0
+    assert stats["lost_leases"] == 0
+    assert stats["failed"] == 0
     # and nothing is left behind: instances completed, their convoys gone, only the
     # declared subscriptions remain
     rows = instance_rows(box)
