@@ -237,6 +237,11 @@ suspended = sa.Table(
     sa.Column("enqueued_at", Stamp),
 )
 sa.Index("mb_suspended_msg", suspended.c.msg)
+sa.Index(
+    "mb_suspended_instance",
+    suspended.c.instance_id,
+    postgresql_where=suspended.c.instance_id.is_not(None),
+)
 
 ref_add = sa.Table(
     "mb_ref_add",

@@ -55,8 +55,8 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
 -- entry of each instance is claimable, while none of its entries is leased (one that
--- committed late with an older id waits for the running step) and the instance is not
--- suspended.
+-- committed late with an older id waits for the running step) and no entry of the
+-- instance is suspended (resumable): a failed step holds the rest until resumed.
 UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
@@ -73,9 +73,9 @@ WHERE id IN (
     FROM heads h
     JOIN mb_queue q ON q.id = h.id
     WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
-      AND NOT EXISTS (
-          SELECT 1 FROM mb_service_instance si
-          WHERE si.id = h.instance_id AND si.state = 'suspended'
+      AND NOT EXISTS (  -- a suspended step holds its instance's later messages
+          SELECT 1 FROM mb_suspended s
+          WHERE s.instance_id = h.instance_id AND s.resumable
       )
     ORDER BY q.priority DESC, q.id
     LIMIT $n

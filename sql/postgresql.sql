@@ -86,8 +86,9 @@ RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
 -- entry of each instance is claimable, while none of its entries is leased (one that
--- committed late with an older id waits for the running step) and the instance is not
--- suspended. The head stays on the queue until its step commits. Two claims in flight
+-- committed late with an older id waits for the running step) and no entry of the
+-- instance is suspended (resumable): a failed step holds the rest until resumed. The
+-- head stays on the queue until its step commits. Two claims in flight
 -- at once cannot both take an instance: each takes the instance's advisory lock for its
 -- own short transaction (try, never wait), besides SKIP LOCKED on the head.
 WITH heads AS (
@@ -102,9 +103,9 @@ candidates AS MATERIALIZED (
     FROM mb_queue q
     JOIN heads h ON q.id = h.id
     WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
-      AND NOT EXISTS (
-          SELECT 1 FROM mb_service_instance si
-          WHERE si.id = h.instance_id AND si.state = 'suspended'
+      AND NOT EXISTS (  -- a suspended step holds its instance's later messages
+          SELECT 1 FROM mb_suspended s
+          WHERE s.instance_id = h.instance_id AND s.resumable
       )
     ORDER BY q.priority DESC, q.id
     LIMIT %(n)s

@@ -592,3 +592,21 @@ def test_cleanup_deletes_completed_instances_past_their_retention(box: MessageBo
     # and past its retention it is deleted
     assert run(box.store, instance_retention_seconds=0).purged_instances == 1
     assert instance_rows(box) == []
+
+
+def test_a_failing_first_step_holds_the_rest_of_its_convoy(box: MessageBox, running):
+    # Given a convoy whose first message fails every attempt (no instance exists yet)
+    Flaky.fail = True
+    app, sink = make_app(Flaky, sink_kinds=("progress",))
+    running(app, max_attempts=2)
+    box.publish([msg("item", 5, **{"t.Seq": 0, "t.Bad": True})])
+    box.publish([msg("item", 5, **{"t.Seq": 1}), msg("item", 5, **{"t.Seq": 2})])
+    # Then it is suspended and the convoy's later messages wait for it
+    wait_until(lambda: len(box.suspended()) == 1, 20, "the suspension")
+    time.sleep(0.4)
+    assert sink.kinds("progress") == []
+    # When it is resumed once the cause is fixed, the convoy goes on in order
+    Flaky.fail = False
+    box.resume(box.suspended()[0].id)
+    wait_until(lambda: len(sink.kinds("progress")) == 3, 20, "the convoy")
+    assert [b for _, b in sink.kinds("progress")] == [b"0", b"0,1", b"0,1,2"]
