@@ -469,12 +469,15 @@ class HostInstance:
                 by_service.setdefault(sub.service, []).append((c, d))
         outcomes: dict[int, Failure | _Settled | None] = {}
         for service, pairs in by_service.items():
-            errors = self._batchers[service]([d for _, d in pairs])
-            for (c, d), exc in zip(pairs, errors, strict=True):
-                if exc is None:
+            try:
+                errors = self._batchers[service]([d for _, d in pairs])
+            except Exception as exc:  # never lose the thread (and strand its claims)
+                errors = [exc] * len(pairs)
+            for (c, d), error in zip(pairs, errors, strict=True):
+                if error is None:
                     outcomes[c.id] = SETTLED if d.settled else None
                 else:
-                    outcomes[c.id] = self._failure(c, d.subscription, exc)
+                    outcomes[c.id] = self._failure(c, d.subscription, error)
         return outcomes
 
     def _delivery(self, c: Claim, sub: Subscription, batch: MessageBatch) -> Delivery:

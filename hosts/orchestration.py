@@ -97,6 +97,7 @@ log = logging.getLogger("messagebox.orchestration")
 S = TypeVar("S", bound=BaseModel)
 
 STEP_CONFLICT_RETRIES = 3
+MAX_TIMEOUT_SECONDS = 10 * 365 * 86_400.0
 
 
 class _Empty(BaseModel):
@@ -240,8 +241,15 @@ class Orchestration(Generic[S]):
             raise ValidationError(
                 f"{self.name}: wait_for({receive_name!r}) needs a @timeout({receive_name!r}) method"
             )
-        if not isinstance(timeout, int | float) or timeout < 0:
-            raise ValidationError(f"{self.name}: timeout must be a number of seconds >= 0")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout <= MAX_TIMEOUT_SECONDS
+        ):
+            raise ValidationError(
+                f"{self.name}: wait_for({receive_name!r}): timeout must be a number of seconds "
+                f"from 0 to {MAX_TIMEOUT_SECONDS:g}, not {timeout!r}"
+            )
         due = self._now + timedelta(seconds=float(timeout))
         self._pending[receive_name] = due.isoformat()
         self._effects.cancel.append(receive_name)
@@ -367,10 +375,15 @@ class OrchestrationService:
         stored: dict[str, instances.Stored] = {}
         convoys: set[str] = set()
         if ids and store is not None:
-            with store.transaction() as conn:
-                stored = instances.load(conn, ids)
-                missing = [i for i in ids if i not in stored]
-                convoys = instances.in_convoy(conn, missing) if missing else set()
+            try:
+                with store.transaction() as conn:
+                    stored = instances.load(conn, ids)
+                    missing = [i for i in ids if i not in stored]
+                    convoys = instances.in_convoy(conn, missing) if missing else set()
+            except Exception as exc:  # the store failed: every step fails (and is retried)
+                for i in which:
+                    errors[i] = exc
+                return {}
         steps: dict[int, instances.Step] = {}
         for i in which:
             d = deliveries[i]
@@ -437,7 +450,7 @@ class OrchestrationService:
         )
         if message.publisher == instances.TIMER_PUBLISHER:
             name = str(message.written.get("messagebox.TimerName", ""))
-            if pending.get(name) == message.written.get("messagebox.TimerDue"):
+            if _same_instant(pending.get(name), message.written.get("messagebox.TimerDue")):
                 del pending[name]
                 self.cls.timeouts[name](orch)
             else:  # stopped after it fired: nothing waits for it
@@ -475,6 +488,16 @@ class OrchestrationService:
                 self.name,
                 discarded,
             )
+
+
+def _same_instant(a: object, b: object) -> bool:
+    """Whether two ISO timestamps (any UTC offsets) name the same instant."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    try:
+        return datetime.fromisoformat(a) == datetime.fromisoformat(b)
+    except ValueError:
+        return False
 
 
 def timer_channel(host: str) -> str:

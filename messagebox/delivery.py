@@ -10,6 +10,7 @@ no-op, reported as a lost lease (the other instance delivers it again: at least 
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections import Counter
@@ -113,14 +114,19 @@ def claim(
     claims: list[Claim] = []
     if ordered:
         take(dialect.claim_ordered_sql, n)
-    share = max((n - len(claims)) // 2, 1)
-    heads = take(dialect.claim_instance_sql, share) if instances and len(claims) < n else 0
+    room = n - len(claims)
+    # half each; a claim of one entry alternates between the kinds
+    share = room // 2 if room > 1 else (next(_turns) % 2 if room == 1 else 0)
+    heads = take(dialect.claim_instance_sql, share) if instances and share else 0
     if len(claims) < n:
         take(dialect.claim_sql, n - len(claims))
     if instances and heads == share and len(claims) < n:
         take(dialect.claim_instance_sql, n - len(claims))
     claims.sort(key=lambda c: (-c.priority, c.id))
     return claims
+
+
+_turns = itertools.count()
 
 
 def release(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:

@@ -19,6 +19,7 @@ value create one instance; completing the instance deletes it.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,8 @@ TIMEOUT_TYPE = "messagebox#timeout"
 """``messagebox.MessageType`` of a timeout message."""
 
 _CHUNK = 1000
+
+log = logging.getLogger("messagebox.instances")
 
 
 class LeaseLost(MessageBoxError):
@@ -315,6 +318,10 @@ def commit_steps(
                 "created_at": [now] * len(timers),
             },
         )
+    # completions first: a step's own publications then find its convoy gone (an
+    # activating one starts the next instance instead of queueing for this one)
+    done = {s.instance_id: s.service for s in steps if s.complete}
+    discarded = complete(conn, dialect, done, now) if done else 0
     hosts: Counter[str] = Counter()
     messages = [m for s in steps for m in s.publish]
     if messages:
@@ -335,8 +342,6 @@ def commit_steps(
             publisher=publisher,
             now=now,
         )
-    done = {s.instance_id: s.service for s in steps if s.complete}
-    discarded = complete(conn, dialect, done, now) if done else 0
     return hosts, discarded
 
 
@@ -427,9 +432,16 @@ def fire_timers(
     items: list[tuple[uuid.UUID, Message, RouteRow]] = []
     for r in rows:
         sub = subs.get(r.sub)
-        if sub is None:  # the instance completed meanwhile: nothing waits for it
+        if sub is None:
+            log.warning(
+                "timer %r of instance %s (service %s) dropped: its subscription %d was removed",
+                r.name,
+                r.instance_id,
+                r.service,
+                r.sub,
+            )
             continue
-        due_at = r.due_at if r.due_at.tzinfo else r.due_at.replace(tzinfo=UTC)
+        due_at = (r.due_at if r.due_at.tzinfo else r.due_at.replace(tzinfo=UTC)).astimezone(UTC)
         message = Message(
             json.dumps({"timer": r.name, "instance": r.instance_id, "due_at": due_at.isoformat()}),
             promoted={"messagebox.MessageType": TIMEOUT_TYPE},

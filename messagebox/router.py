@@ -101,8 +101,8 @@ def _correlate(
                     first.setdefault(key, i)
     if not keys:
         return
-    existing = find_convoys(conn, sorted(set(keys.values()) - set(first)))
-    made = resolve_convoys(conn, list(first), now) if first else {}
+    existing = find_convoys(conn, sorted(set(keys.values())))
+    made = resolve_convoys(conn, [k for k in first if k not in existing], now)
     for i, rows in enumerate(per_message):
         seen: set[str] = set()
         kept: list[RouteRow] = []
@@ -110,12 +110,13 @@ def _correlate(
             found = keys.get((i, row[1]))
             if found is not None:
                 key = found
-                if row[5] == "activation":
-                    instance: str | None = made[key]
-                elif key in first:
-                    instance = made[key] if first[key] < i else None
-                else:
-                    instance = existing.get(key)
+                instance: str | None
+                if key in existing:  # running before the batch: everyone follows it
+                    instance = existing[key]
+                elif row[5] == "activation":
+                    instance = made[key]
+                else:  # created by this batch: only messages after the first follow it
+                    instance = made[key] if first.get(key, i) < i else None
                 if instance is None:
                     continue  # no running instance to follow
                 row = (*row[:6], instance, *row[7:])

@@ -1,0 +1,322 @@
+"""Regression tests for bugs a review of orchestrations found (all fixed).
+
+Each runs on both backends (``backend_url``) unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+from pydantic import BaseModel
+
+from hosts import Delivery, HostApp, HostInstance, Orchestration, activate, receive, timeout
+from messagebox import Message, MessageBox, delivery, instances
+from messagebox import schema as mb_schema
+from messagebox.errors import BackendUnavailable
+from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE
+from predicates import P
+
+FAST = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.1,
+    "heartbeat_seconds": 0.2,
+    "dead_after_seconds": 2.0,
+    "retry_backoff_seconds": 0.05,
+    "cleanup_interval_seconds": 0,
+}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def msg(kind: str, order: object, **props: object) -> Message:
+    return Message(
+        f"{kind}:{order}".encode(), promoted={"t.Kind": kind, "t.OrderId": order, **props}
+    )
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, object]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, d: Delivery) -> None:
+        with self.lock:
+            self.got.append((str(d.properties["t.Kind"]), d.properties.get("t.OrderId")))
+
+    def kinds(self, kind: str) -> list[object]:
+        with self.lock:
+            return [o for k, o in self.got if k == kind]
+
+
+def make_app(
+    cls: type[Orchestration], *sink_kinds: str, **settings: object
+) -> tuple[HostApp, Sink]:
+    app = HostApp("orch", **{"dequeue_threads": 2, **FAST, **settings})  # type: ignore[arg-type]
+    app.orchestration(cls)
+    sink = Sink()
+    if sink_kinds:
+        app.add_service("sink", sink)
+        app.subscribe("sink", filter=P("t.Kind").in_(list(sink_kinds)), name="sink")
+    return app, sink
+
+
+@pytest.fixture
+def running(backend_url: str) -> Iterator[Callable[..., HostInstance]]:
+    started: list[HostInstance] = []
+
+    def start(app: HostApp, **settings: object) -> HostInstance:
+        inst = app.instance(backend_url, **settings)
+        inst.start()
+        started.append(inst)
+        return inst
+
+    yield start
+    for inst in reversed(started):
+        inst.stop(5.0)
+
+
+def instance_rows(box: MessageBox) -> list[sa.Row]:
+    si = mb_schema.service_instance
+    with box.store.transaction() as conn:
+        return list(conn.execute(sa.select(si).order_by(si.c.created_at)))
+
+
+class Conversation(BaseModel):
+    seen: list[str] = []
+
+
+# --- 1. a worker thread dies on an error outside the handler; its leases are kept ---
+
+
+class Plain(Orchestration[Conversation]):
+    name = "plain"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.state.seen.append("order")
+        self.publish(Message(b"ok", promoted={"t.Kind": "handled"}))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_transient_store_error_while_loading_instances_does_not_strand_the_batch(
+    backend_url: str, running, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a host instance with one dequeue thread, and a store that fails once while
+    # a step loads its instance (a dropped connection, a failover)
+    app, sink = make_app(Plain, "handled", dequeue_threads=1)
+    real_load = instances.load
+    calls = {"n": 0}
+
+    def flaky_load(conn, ids):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise BackendUnavailable("cannot reach the database (simulated)")
+        return real_load(conn, ids)
+
+    monkeypatch.setattr(instances, "load", flaky_load)
+    host = running(app)
+    box = MessageBox(backend_url, publisher="tests")
+    try:
+        # When an order is published (and a second one later)
+        box.publish([msg("order", 1)])
+        wait_until(lambda: calls["n"] >= 1)
+        box.publish([msg("order", 2)])
+        # Then both are handled: the failed attempt is retried like any failure
+        handled = wait_until(lambda: len(sink.kinds("handled")) == 2, 4.0)
+        alive = [t.is_alive() for t in host._threads]
+        assert handled, f"handled {sink.kinds('handled')}; dequeue threads alive: {alive}"
+    finally:
+        box.close()
+
+
+# --- 2. timeouts are ignored when the database session's time zone is not UTC ---
+
+
+class Waiting(BaseModel):
+    paid: bool = False
+
+
+class PaymentTimeout(Orchestration[Waiting]):
+    name = "timeouts"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.wait_for("payment", timeout=0.2)
+
+    @receive(P("t.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.complete()
+
+    @timeout("payment")
+    def unpaid(self) -> None:
+        self.publish(Message(b"cancel", promoted={"t.Kind": "cancel"}))
+        self.complete()
+
+
+@pytest.fixture
+def paris(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run as a machine in Paris: DuckDB takes TZ, libpq takes PGTZ (as a PostgreSQL
+    server set up by initdb on such a machine would by default)."""
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    monkeypatch.setenv("PGTZ", "Europe/Paris")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_timeouts_fire_when_the_database_session_is_not_in_utc(paris: None, backend_url: str):
+    # Given an orchestration waiting 0.2 s for a payment, on a database session whose
+    # time zone is Europe/Paris
+    app, sink = make_app(PaymentTimeout, "cancel")
+    host = app.instance(backend_url)
+    host.start()
+    box = MessageBox(backend_url, publisher="tests")
+    try:
+        # When an order is never paid
+        box.publish([msg("order", 1)])
+        # Then its timeout runs and cancels it
+        assert wait_until(lambda: host.stats.snapshot()["timers_fired"] == 1, 4.0)
+        assert wait_until(lambda: sink.kinds("cancel") == [1], 3.0), (
+            f"the timer fired but the @timeout method never ran; instance states: "
+            f"{[r.state for r in instance_rows(box)]}"
+        )
+    finally:
+        host.stop(5.0)
+        box.close()
+
+
+# --- 3. a @receive message before an activating one in a batch loses its instance ---
+
+
+class Fulfilment(Orchestration[Conversation]):
+    name = "fulfilment"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.state.seen.append("order")
+
+    @receive(P("t.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.state.seen.append("payment")
+
+
+def test_a_receive_before_an_activation_in_one_batch_reaches_the_running_instance(
+    backend_url: str,
+):
+    # Given a running instance for order 1 (routing made it with the first order)
+    app, _ = make_app(Fulfilment)
+    box = MessageBox(backend_url, publisher="tests")
+    try:
+        app.setup(box)
+        [first] = box.publish([msg("order", 1)])
+        assert len(first.subscriptions) == 1
+        # When a batch carries a payment for order 1, then another order for it
+        payment, _ = box.publish([msg("payment", 1), msg("order", 1, **{"t.N": 2})])
+        # Then the payment goes to the running instance, like a payment published alone
+        failures = box.suspended(reason=ROUTING_FAILURE)
+        assert payment.subscriptions != (), f"routing failures: {failures}"
+        assert failures == []
+    finally:
+        box.close()
+
+
+# --- 4. a completing step's own activating publication is discarded as a zombie ---
+
+
+class Round(BaseModel):
+    pass
+
+
+class Cycle(Orchestration[Round]):
+    """Continue-as-new: each instance handles one round, then completes and publishes
+    the next round for the same correlation value (a new instance)."""
+
+    name = "cycle"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "round")
+    def round(self, d: Delivery) -> None:
+        n = int(d.properties["t.Round"])  # type: ignore[arg-type]
+        self.publish(Message(b"", promoted={"t.Kind": "done", "t.Round": n}))
+        if n < 3:
+            self.publish(Message(b"", promoted={"t.Kind": "round", "t.Round": n + 1}))
+        self.complete()
+
+
+def test_a_completing_step_can_start_the_next_instance_of_its_correlation(
+    backend_url: str, running
+):
+    # Given an orchestration that completes each round and publishes the next one
+    app, sink = make_app(Cycle, "done")
+    running(app)
+    box = MessageBox(backend_url, publisher="tests")
+    try:
+        # When round 1 of order 9 is published
+        box.publish([msg("round", 9, **{"t.Round": 1})])
+        # Then rounds 1, 2 and 3 run, each in its own instance, and nothing is discarded
+        wait_until(lambda: len(sink.kinds("done")) == 3, 3.0)
+        zombies = box.suspended(reason=INSTANCE_COMPLETED)
+        assert zombies == [], f"{len(zombies)} zombie(s): {zombies[0].error}"
+        assert len(sink.kinds("done")) == 3
+        assert len(instance_rows(box)) == 3
+    finally:
+        box.close()
+
+
+# --- 5. with a claim of one entry, instance heads always win ---
+
+
+class Ticks(Orchestration[Conversation]):
+    name = "ticks"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "tick")
+    def tick(self, d: Delivery) -> None: ...
+
+
+def test_a_single_entry_claim_does_not_starve_plain_entries(backend_url: str):
+    # Given a host with an orchestration and a plain service, an older plain entry and
+    # five instance heads
+    app, _ = make_app(Ticks, "plain")
+    box = MessageBox(backend_url, publisher="tests")
+    try:
+        app.setup(box)
+        box.publish([Message(b"p", promoted={"t.Kind": "plain"})])
+        box.publish([msg("tick", n) for n in range(5)])
+        settings = box.host("orch").settings
+        dialect = box.store.dialect
+        # When the host claims one entry at a time, finishing each
+        order: list[str] = []
+        for _ in range(6):
+            with box.store.transaction(serial=True) as conn:
+                [c] = delivery.claim(
+                    conn,
+                    dialect,
+                    host="orch",
+                    owner="me",
+                    n=1,
+                    lease_seconds=30,
+                    ordered=False,
+                    instances=True,
+                )
+                delivery.finish(conn, dialect, "me", [c], [], settings, set())
+            order.append("instance" if c.instance_id else "plain")
+        # Then the plain entry (the oldest) is not served last
+        assert order.index("plain") <= 1, order
+    finally:
+        box.close()
