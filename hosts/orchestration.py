@@ -51,8 +51,9 @@ Guarantees:
   instance and its version, so a step can never store its messages twice. Side effects
   outside the MessageBox belong in send ports, which the orchestration publishes to.
 - **Completion** (``self.complete()``) ends the instance: its correlation values no
-  longer route to it (a later activating message starts a new instance), its timers
-  and any instance subscriptions naming it are removed. Messages queued for it that it
+  longer route to it (a later activating message starts a new instance, even one the
+  completing step publishes itself), its timers and any instance subscriptions naming it
+  are removed. Messages queued for it that it
   never consumed are suspended, not resumable, as ``completed-with-discarded-messages``
   (zombies), with a report naming the instance.
 - **Failure.** A handler that raises is retried like any service; past the host's
@@ -67,6 +68,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import typing
@@ -186,6 +188,9 @@ class Orchestration(Generic[S]):
                 marked = getattr(value, "__mb_receive__", None)
                 if marked is not None:
                     receives[attr] = Receive(attr, marked[0], marked[1], value)
+                elif attr in receives and callable(value):
+                    # overridden without the decorator: the same receive, the new body
+                    receives[attr] = dataclasses.replace(receives[attr], method=value)
                 waited = getattr(value, "__mb_timeout__", None)
                 if waited is not None:
                     timeouts[waited] = value

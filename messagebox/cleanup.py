@@ -41,7 +41,8 @@ class CleanupReport:
     released_leases: int = 0
     purged_subscriptions: int = 0
     purged_instances: int = 0
-    """Completed service instances past their retention, deleted."""
+    """Completed service instances past their retention (and convoys of instances that
+    never started), deleted."""
     discarded_messages: int = 0
     receipts: int = 0
     """Receive-location receipts older than the retention, trimmed."""
@@ -96,21 +97,34 @@ def _delete_messages(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, i
 def _purge_completed(
     conn: sa.Connection, store: Store, report: CleanupReport, retention: float
 ) -> None:
-    si = schema.service_instance
-    done = {
-        r.id: r.service
-        for r in conn.execute(
-            sa.select(si.c.id, si.c.service).where(
-                si.c.state == instances.COMPLETED,
-                si.c.completed_at < store.dialect.now_plus(-retention),
-            )
+    si, c, q, sp = schema.service_instance, schema.convoy, schema.queue, schema.suspended
+    # a convoy whose first message was terminated before any step committed names an
+    # instance that will never exist; nothing waits for it
+    orphans = conn.execute(
+        c.delete()
+        .where(
+            c.c.created_at < store.dialect.now_plus(-retention),
+            ~sa.exists().where(si.c.id == c.c.instance_id),
+            ~sa.exists().where(q.c.instance_id == c.c.instance_id),
+            ~sa.exists().where(sp.c.instance_id == c.c.instance_id),
         )
-    }
-    if not done:
+        .returning(c.c.instance_id)
+    ).all()
+    report.purged_instances += len(orphans)
+    rows = conn.execute(
+        sa.select(si.c.id, si.c.service, si.c.completed_at).where(
+            si.c.state == instances.COMPLETED,
+            si.c.completed_at < store.dialect.now_plus(-retention),
+        )
+    ).all()
+    if not rows:
         return
+    done = {r.id: r.service for r in rows}
     # completion removed these already; a message routed as the instance completed
     # (another process's publish) is caught here at the latest
-    report.discarded_messages += instances.complete(conn, store.dialect, done, datetime.now(UTC))
+    report.discarded_messages += instances.complete(
+        conn, store.dialect, done, datetime.now(UTC), {r.id: r.completed_at for r in rows}
+    )
     conn.execute(si.delete().where(si.c.id.in_(list(done))))
     report.purged_instances += len(done)
 

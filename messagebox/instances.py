@@ -350,12 +350,17 @@ def _dump(data: Mapping[str, Any]) -> str:
 
 
 def complete(
-    conn: sa.Connection, dialect: Dialect, services: Mapping[str, str], now: datetime
+    conn: sa.Connection,
+    dialect: Dialect,
+    services: Mapping[str, str],
+    now: datetime,
+    completed_at: Mapping[str, datetime] | None = None,
 ) -> int:
     """End completing instances: remove their convoys, timers and any instance
     subscriptions naming them; suspend the messages still queued for them (not
     resumable, "completed with discarded messages", with a report naming the instance).
-    ``services`` maps each instance id to its service.
+    ``services`` maps each instance id to its service; ``completed_at`` gives when each
+    completed (now, by default).
     Fired timeouts they never consumed are just dropped. Returns the messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
     ids = sorted(services)
@@ -387,7 +392,7 @@ def complete(
             report={
                 "service": services[instance_id],
                 "instance": instance_id,
-                "completed_at": now.isoformat(),
+                "completed_at": (completed_at or {}).get(instance_id, now).isoformat(),
             },
         )
     return len(zombies)

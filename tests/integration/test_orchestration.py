@@ -547,6 +547,15 @@ def test_bad_orchestration_classes_are_refused_with_the_culprit_named():
             @activate(P("t.Kind") == "x")
             def x(self, d: Delivery) -> None: ...
 
+    class Overridden(PaymentTimeout):  # a subclass overrides a receive's body only
+        name = "overridden"
+
+        def payment(self, d: Delivery) -> None:
+            self.complete()
+
+    assert Overridden.receives["payment"].method is Overridden.payment
+    assert Overridden.receives["payment"].filter == PaymentTimeout.receives["payment"].filter
+
     app = HostApp("h")
     app.orchestration(PaymentTimeout)
     with pytest.raises(Exception, match="twice"):
@@ -592,6 +601,21 @@ def test_cleanup_deletes_completed_instances_past_their_retention(box: MessageBo
     # and past its retention it is deleted
     assert run(box.store, instance_retention_seconds=0).purged_instances == 1
     assert instance_rows(box) == []
+
+
+def test_cleanup_deletes_the_convoy_of_an_instance_that_never_started(box: MessageBox):
+    from messagebox.cleanup import run
+
+    # Given a convoy whose only message was terminated before any host handled it
+    app, _ = make_app(Short)
+    app.setup(box)
+    box.publish([msg("order", 78)])
+    box.set_service_state("short", "unenlisted")
+    box.terminate(*[e.id for e in box.suspended()])
+    # When cleanup runs past the retention, the convoy row goes too
+    assert run(box.store, instance_retention_seconds=0).purged_instances == 1
+    with box.store.transaction() as conn:
+        assert conn.execute(sa.select(mb_schema.convoy)).first() is None
 
 
 def test_a_failing_first_step_holds_the_rest_of_its_convoy(box: MessageBox, running):
