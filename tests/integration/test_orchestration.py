@@ -9,93 +9,19 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import pytest
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from hosts import Delivery, HostApp, HostInstance, Orchestration, activate, receive, timeout
+from hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE, Kind
 from predicates import P
-
-FAST = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.1,
-    "heartbeat_seconds": 0.2,
-    "dead_after_seconds": 2.0,
-    "retry_backoff_seconds": 0.05,
-    "cleanup_interval_seconds": 0,
-}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.02)
-
-
-def msg(kind: str, order: object, **props: object) -> Message:
-    return Message(
-        f"{kind}:{order}".encode(), promoted={"t.Kind": kind, "t.OrderId": order, **props}
-    )
-
-
-class Sink:
-    """A plain service recording what the orchestrations publish."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[str, object, bytes]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, d: Delivery) -> None:
-        with self.lock:
-            self.got.append((str(d.properties["t.Kind"]), d.properties.get("t.OrderId"), d.body))
-
-    def kinds(self, kind: str) -> list[tuple[object, bytes]]:
-        with self.lock:
-            return [(o, b) for k, o, b in self.got if k == kind]
-
-
-def make_app(
-    *orchestrations: type[Orchestration], sink_kinds: tuple[str, ...] = ()
-) -> tuple[HostApp, Sink]:
-    app = HostApp("orch", dequeue_threads=4, **FAST)
-    for cls in orchestrations:
-        app.orchestration(cls)
-    sink = Sink()
-    if sink_kinds:
-        app.add_service("sink", sink)
-        app.subscribe("sink", filter=P("t.Kind").in_(list(sink_kinds)), name="sink")
-    return app, sink
-
-
-@pytest.fixture
-def running(backend_url: str) -> Iterator[Callable[..., HostInstance]]:
-    started: list[HostInstance] = []
-
-    def start(app: HostApp, **settings: object) -> HostInstance:
-        inst = app.instance(backend_url, **settings)
-        inst.start()
-        started.append(inst)
-        return inst
-
-    yield start
-    for inst in reversed(started):
-        inst.stop(5.0)
-
-
-def instance_rows(box: MessageBox) -> list[sa.Row]:
-    si = mb_schema.service_instance
-    with box.store.transaction() as conn:
-        return list(conn.execute(sa.select(si).order_by(si.c.created_at)))
-
+from tests.integration.orchestration_support import instance_rows, make_app, msg, wait_until
 
 # --- orchestrations under test ---
 

@@ -5,91 +5,19 @@ Each runs on both backends (``backend_url``) unless it says otherwise.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
-import sqlalchemy as sa
 from pydantic import BaseModel
 
-from hosts import Delivery, HostApp, HostInstance, Orchestration, activate, receive, timeout
+from hosts import Delivery, Orchestration, activate, receive, timeout
 from messagebox import Message, MessageBox, delivery, instances
-from messagebox import schema as mb_schema
 from messagebox.errors import BackendUnavailable
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE
 from predicates import P
-
-FAST = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.1,
-    "heartbeat_seconds": 0.2,
-    "dead_after_seconds": 2.0,
-    "retry_backoff_seconds": 0.05,
-    "cleanup_interval_seconds": 0,
-}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def msg(kind: str, order: object, **props: object) -> Message:
-    return Message(
-        f"{kind}:{order}".encode(), promoted={"t.Kind": kind, "t.OrderId": order, **props}
-    )
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.got: list[tuple[str, object]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, d: Delivery) -> None:
-        with self.lock:
-            self.got.append((str(d.properties["t.Kind"]), d.properties.get("t.OrderId")))
-
-    def kinds(self, kind: str) -> list[object]:
-        with self.lock:
-            return [o for k, o in self.got if k == kind]
-
-
-def make_app(
-    cls: type[Orchestration], *sink_kinds: str, **settings: object
-) -> tuple[HostApp, Sink]:
-    app = HostApp("orch", **{"dequeue_threads": 2, **FAST, **settings})  # type: ignore[arg-type]
-    app.orchestration(cls)
-    sink = Sink()
-    if sink_kinds:
-        app.add_service("sink", sink)
-        app.subscribe("sink", filter=P("t.Kind").in_(list(sink_kinds)), name="sink")
-    return app, sink
-
-
-@pytest.fixture
-def running(backend_url: str) -> Iterator[Callable[..., HostInstance]]:
-    started: list[HostInstance] = []
-
-    def start(app: HostApp, **settings: object) -> HostInstance:
-        inst = app.instance(backend_url, **settings)
-        inst.start()
-        started.append(inst)
-        return inst
-
-    yield start
-    for inst in reversed(started):
-        inst.stop(5.0)
-
-
-def instance_rows(box: MessageBox) -> list[sa.Row]:
-    si = mb_schema.service_instance
-    with box.store.transaction() as conn:
-        return list(conn.execute(sa.select(si).order_by(si.c.created_at)))
+from tests.integration.orchestration_support import eventually as wait_until
+from tests.integration.orchestration_support import instance_rows, make_app, msg
 
 
 class Conversation(BaseModel):
@@ -115,7 +43,7 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
 ):
     # Given a host instance with one dequeue thread, and a store that fails once while
     # a step loads its instance (a dropped connection, a failover)
-    app, sink = make_app(Plain, "handled", dequeue_threads=1)
+    app, sink = make_app(Plain, sink_kinds=("handled",), dequeue_threads=1)
     real_load = instances.load
     calls = {"n": 0}
 
@@ -134,9 +62,9 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
         wait_until(lambda: calls["n"] >= 1)
         box.publish([msg("order", 2)])
         # Then both are handled: the failed attempt is retried like any failure
-        handled = wait_until(lambda: len(sink.kinds("handled")) == 2, 4.0)
+        handled = wait_until(lambda: len(sink.orders("handled")) == 2, 4.0)
         alive = [t.is_alive() for t in host._threads]
-        assert handled, f"handled {sink.kinds('handled')}; dequeue threads alive: {alive}"
+        assert handled, f"handled {sink.orders('handled')}; dequeue threads alive: {alive}"
     finally:
         box.close()
 
@@ -181,7 +109,7 @@ def paris(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_timeouts_fire_when_the_database_session_is_not_in_utc(paris: None, backend_url: str):
     # Given an orchestration waiting 0.2 s for a payment, on a database session whose
     # time zone is Europe/Paris
-    app, sink = make_app(PaymentTimeout, "cancel")
+    app, sink = make_app(PaymentTimeout, sink_kinds=("cancel",), dequeue_threads=2)
     host = app.instance(backend_url)
     host.start()
     box = MessageBox(backend_url, publisher="tests")
@@ -190,7 +118,7 @@ def test_timeouts_fire_when_the_database_session_is_not_in_utc(paris: None, back
         box.publish([msg("order", 1)])
         # Then its timeout runs and cancels it
         assert wait_until(lambda: host.stats.snapshot()["timers_fired"] == 1, 4.0)
-        assert wait_until(lambda: sink.kinds("cancel") == [1], 3.0), (
+        assert wait_until(lambda: sink.orders("cancel") == [1], 3.0), (
             f"the timer fired but the @timeout method never ran; instance states: "
             f"{[r.state for r in instance_rows(box)]}"
         )
@@ -219,7 +147,7 @@ def test_a_receive_before_an_activation_in_one_batch_reaches_the_running_instanc
     backend_url: str,
 ):
     # Given a running instance for order 1 (routing made it with the first order)
-    app, _ = make_app(Fulfilment)
+    app, _ = make_app(Fulfilment, dequeue_threads=2)
     box = MessageBox(backend_url, publisher="tests")
     try:
         app.setup(box)
@@ -262,17 +190,17 @@ def test_a_completing_step_can_start_the_next_instance_of_its_correlation(
     backend_url: str, running
 ):
     # Given an orchestration that completes each round and publishes the next one
-    app, sink = make_app(Cycle, "done")
+    app, sink = make_app(Cycle, sink_kinds=("done",), dequeue_threads=2)
     running(app)
     box = MessageBox(backend_url, publisher="tests")
     try:
         # When round 1 of order 9 is published
         box.publish([msg("round", 9, **{"t.Round": 1})])
         # Then rounds 1, 2 and 3 run, each in its own instance, and nothing is discarded
-        wait_until(lambda: len(sink.kinds("done")) == 3, 3.0)
+        wait_until(lambda: len(sink.orders("done")) == 3, 3.0)
         zombies = box.suspended(reason=INSTANCE_COMPLETED)
         assert zombies == [], f"{len(zombies)} zombie(s): {zombies[0].error}"
-        assert len(sink.kinds("done")) == 3
+        assert len(sink.orders("done")) == 3
         assert len(instance_rows(box)) == 3
     finally:
         box.close()
@@ -292,7 +220,7 @@ class Ticks(Orchestration[Conversation]):
 def test_a_single_entry_claim_does_not_starve_plain_entries(backend_url: str):
     # Given a host with an orchestration and a plain service, an older plain entry and
     # five instance heads
-    app, _ = make_app(Ticks, "plain")
+    app, _ = make_app(Ticks, sink_kinds=("plain",), dequeue_threads=2)
     box = MessageBox(backend_url, publisher="tests")
     try:
         app.setup(box)
