@@ -48,7 +48,8 @@ Guarantees:
   completion) are committed in one transaction with the removal of the message from the
   queue. A host killed mid-step commits nothing; the message is delivered again and the
   step runs again from the saved state. Published message ids are derived from the
-  instance and its version, so a step can never store its messages twice. Side effects
+  instance and its version, so a step can never store its messages twice
+  (``Delivery.publish``, which would not, is refused inside a step). Side effects
   outside the MessageBox belong in send ports, which the orchestration publishes to.
 - **Completion** (``self.complete()``) ends the instance: its correlation values no
   longer route to it (a later activating message starts a new instance, even one the
@@ -465,7 +466,11 @@ class OrchestrationService:
             if r.name in pending:
                 del pending[r.name]
                 step.cancel.append(r.name)
-            r.method(orch, d)
+            d.in_step = True
+            try:
+                r.method(orch, d)
+            finally:
+                d.in_step = False
         step.data = {"state": orch.state.model_dump(mode="json"), "timers": pending}
         return step
 

@@ -53,6 +53,8 @@ class Delivery:
         self.host_instance = host_instance
         self._instance_id = instance_id
         self.settled = False
+        self.in_step = False
+        """True while an orchestration step handles it (publishing is the step's)."""
         """Set by a service that completed the queue entry itself, in its own
         transaction (an orchestration step); the host instance then leaves it alone."""
 
@@ -87,6 +89,11 @@ class Delivery:
 
     def publish(self, messages: Iterable[Message], **options: Any) -> list[Routed]:
         """Publish messages from the service (same options as ``MessageBox.publish``)."""
+        if self.in_step:
+            raise ValidationError(
+                f"{self.subscription.service}: an orchestration publishes with self.publish(), "
+                "which commits with its step; Delivery.publish would publish again on a retry"
+            )
         return self.box.publish(messages, **options)
 
     def __repr__(self) -> str:

@@ -498,16 +498,19 @@ def test_a_step_that_breaks_the_rules_fails_and_stores_nothing(box: MessageBox, 
             self.publish(Message(b"x", promoted={"t.Kind": "sent"}))
             if d.properties["t.OrderId"] == 1:
                 self.wait_for("order", timeout=1)  # no @timeout("order") method
-            else:
+            elif d.properties["t.OrderId"] == 2:
                 self.publish(Message(b"y", promoted={"messagebox.MessageType": "forged"}))
+            else:  # outside the step's transaction: refused
+                d.publish([Message(b"z", promoted={"t.Kind": "sent"})])
 
     app, sink = make_app(Rude, sink_kinds=("sent",))
     running(app, max_attempts=1)
-    box.publish([msg("order", 1), msg("order", 2)])
-    wait_until(lambda: len(box.suspended()) == 2, 20, "both suspended")
-    errors = sorted(e.error or "" for e in box.suspended())
-    assert "needs a @timeout('order') method" in errors[0] + errors[1]
-    assert "reserved" in errors[0] + errors[1]
+    box.publish([msg("order", 1), msg("order", 2), msg("order", 3)])
+    wait_until(lambda: len(box.suspended()) == 3, 20, "all three suspended")
+    errors = " ".join(e.error or "" for e in box.suspended())
+    assert "needs a @timeout('order') method" in errors
+    assert "reserved" in errors
+    assert "self.publish()" in errors
     assert sink.got == []  # the step's publication was not committed
     rows = instance_rows(box)
     assert rows == []  # nor was the instance
