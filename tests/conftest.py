@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -89,3 +90,16 @@ def table_counts(box: MessageBox) -> dict[str, int]:
             t.name: int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
             for t in mb_schema.metadata.sorted_tables
         }
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for the whole run (starting one costs about 5 s)."""
+    from pipelines.spark import session
+
+    s = session("local[2]", "messagebox-tests", **{"spark.sql.shuffle.partitions": "4"})
+    s.sparkContext.setLogLevel("OFF")
+    try:
+        yield s
+    finally:
+        s.stop()
