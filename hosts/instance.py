@@ -645,16 +645,19 @@ class HostInstance:
         while not self._stopping.is_set():
             wait = self.settings.poll_max_seconds
             try:
-                with store.transaction(serial=True) as conn:
-                    hosts = instances.fire_timers(conn, store.dialect, self.host, datetime.now(UTC))
-                if hosts:
-                    self.stats.add(timers_fired=sum(hosts.values()))
-                    notify.signal(store.key, hosts)
-                    continue
-                with store.transaction() as conn:
+                with store.transaction() as conn:  # a read: no serial lock while idle
                     due = instances.next_due(conn, self.host)
+                if due is not None and due <= 0:
+                    with store.transaction(serial=True) as conn:
+                        hosts = instances.fire_timers(
+                            conn, store.dialect, self.host, datetime.now(UTC)
+                        )
+                    if hosts:
+                        self.stats.add(timers_fired=sum(hosts.values()))
+                        notify.signal(store.key, hosts)
+                        continue
                 if due is not None:
-                    wait = min(wait, due)
+                    wait = min(wait, max(due, self.settings.poll_min_seconds))
             except MessageBoxError as exc:
                 log.error("host instance %s: firing timers failed: %s", self.id, exc)
             self._timer_wake.wait(wait)
