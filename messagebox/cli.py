@@ -8,6 +8,8 @@
     messagebox [--url URL] instances
     messagebox [--url URL] cleanup
     messagebox [--url URL] host run module:app [--threads N] [--duration S]
+    messagebox spark route --input PATH --subscriptions URL|FILE --output DIR
+    messagebox [--url URL] spark what-if --proposed FILE|URL [--output DIR]
 
 The database URL comes from ``--url``, else ``MESSAGEBOX_URL``, else
 ``duckdb:///messagebox.duckdb``. Exit codes: 0 success, 1 a messagebox error (the
@@ -21,6 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from messagebox.errors import MessageBoxError
 from messagebox.store import DEFAULT_URL
@@ -56,7 +59,68 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _spark_parser(sub)
     return parser
+
+
+def _spark_parser(sub: Any) -> None:
+    spark = sub.add_parser("spark", help="batch routing on Spark (needs the 'spark' extra)")
+    spark_sub = spark.add_subparsers(dest="spark_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    common.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.driver.memory=8g (repeatable)",
+    )
+    route = spark_sub.add_parser(
+        "route",
+        parents=[common],
+        help="route a file of messages; write (key, subscription) pairs per subscription",
+        description="Route messages (Parquet, CSV or JSON; wide: a key column and one "
+        "column per property; long: key, property, value columns) against the "
+        "subscriptions of a MessageBox, and write the matching pairs partitioned by "
+        "subscription.",
+    )
+    route.add_argument("--input", required=True, help="a file or folder of messages")
+    route.add_argument(
+        "--subscriptions",
+        help="a MessageBox URL (default: --url, $MESSAGEBOX_URL) or a JSON file of "
+        "[{name, service, host, filter}]",
+    )
+    route.add_argument("--output", required=True, help="the output folder (replaced)")
+    route.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "parquet", "csv", "json"],
+        help="input format (default: from the file names)",
+    )
+    route.add_argument("--output-format", default="parquet", choices=["parquet", "csv", "json"])
+    route.add_argument("--key", default="key", help="the message key column (default key)")
+    route.add_argument("--layout", default="auto", choices=["auto", "wide", "long"])
+    route.add_argument("--schema", help="the input schema as DDL (default: inferred)")
+    route.add_argument(
+        "--no-validate", action="store_true", help="skip the duplicate-key check (one pass)"
+    )
+    whatif = spark_sub.add_parser(
+        "what-if",
+        parents=[common],
+        help="which stored messages would change destination under proposed subscriptions",
+    )
+    whatif.add_argument(
+        "--proposed",
+        required=True,
+        help="a JSON file of [{name, service, host, filter}] or a MessageBox URL",
+    )
+    whatif.add_argument(
+        "--replace-all",
+        action="store_true",
+        help="the proposal is the whole new set (default: it replaces the services it names)",
+    )
+    whatif.add_argument("--output", help="also write the changed messages here (Parquet)")
+    whatif.add_argument("--show", type=int, default=20, help="changed messages to print")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "host":
         return _host_run(args)
-    args.url = args.url or os.environ.get("MESSAGEBOX_URL") or DEFAULT_URL
+    args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
+    args.url = args.explicit_url or DEFAULT_URL
+    if args.command == "spark":
+        from pipelines.spark_cli import run
+
+        return run(args)
     try:
         with MessageBox(args.url) as box:
             if args.command == "init":

@@ -159,6 +159,9 @@ def session(master: str = "local[*]", app: str = "messagebox", **conf: str) -> S
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
+    if master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
+        # the default (200) is sized for clusters; adaptive execution coalesces from here
+        builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 2)))
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
@@ -318,7 +321,7 @@ def route_dataframe(
         _check_unique(df.groupBy(key).count(), f"message key {{}} appears {{}} times in {key!r}")
     info = spark.createDataFrame(
         [(t.id, t.name, t.service, t.host) for t in targets],
-        "subscription INT, name STRING, service STRING, host STRING",
+        "subscription BIGINT, name STRING, service STRING, host STRING",
     )
     out_key = F.col(key).alias(key)
     if probe_rows is None:

@@ -165,7 +165,7 @@ class PredicateTable:
     def dataframes(self, spark: SparkSession) -> tuple[DataFrame, DataFrame]:
         """The predicate table and the group table, as small DataFrames to broadcast."""
         table = spark.createDataFrame(self.rows, TABLE_SCHEMA)
-        groups = spark.createDataFrame(self.groups, "grp INT, sub INT, n_pos INT")
+        groups = spark.createDataFrame(self.groups, "grp INT, sub BIGINT, n_pos INT")
         return table, groups
 
 

@@ -1,0 +1,226 @@
+"""What-if routing: which stored messages would change destination under proposed
+subscriptions (DESIGN.md §11).
+
+    from pipelines.whatif import what_if
+
+    report = what_if(box, {"ship-eu": P("orders.Region").in_(["EU", "UK"])}, spark=spark)
+    report.changes.show()        # message_id, before, after, added, removed
+    print(report.summary)        # messages evaluated, changed, gained/lost per service
+
+The stored messages are exported from the spool (their promoted properties, in the long
+layout of :mod:`pipelines.spark`) and routed once, in one Spark job, against the current
+subscriptions and the proposed ones together. A destination is a *service*: by default
+the proposed subscriptions replace the current ones of the services they name (a
+service with no proposed subscription keeps its own); with ``replace_all=True`` the
+proposed set is the whole new set. Proposals are given as for
+:func:`~pipelines.spark.load_subscriptions`: a mapping of service to filter, a JSON file,
+another MessageBox's URL, or subscriptions. Nothing is stored or changed.
+
+A message with no promoted property has no rows in the export and is not evaluated.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from messagebox import schema
+from messagebox.properties import decode_context
+from pipelines.spark import Target, load_subscriptions, route_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from messagebox.engine import MessageBox
+
+EXPORT_CHUNK = 50_000
+"""Spool rows read, decoded and written to Parquet at a time."""
+
+_VALUE_COLUMNS = ("value_str", "value_int", "value_float", "value_bool", "value_ts")
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("message_id", pa.string()),
+            ("property", pa.string()),
+            ("value_str", pa.string()),
+            ("value_int", pa.int64()),
+            ("value_float", pa.float64()),
+            ("value_bool", pa.bool_()),
+            ("value_ts", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+
+def _spool_chunks(box: MessageBox, chunk: int) -> Iterator[list[Any]]:
+    """Spool rows ``(id, context)`` in id order, ``chunk`` at a time (keyset paging)."""
+    s = schema.spool
+    after: uuid.UUID | None = None
+    while True:
+        query = sa.select(s.c.id, s.c.context).order_by(s.c.id).limit(chunk)
+        if after is not None:
+            query = query.where(s.c.id > after)
+        with box.store.transaction() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return
+        yield rows
+        after = rows[-1].id
+
+
+def export_messages(
+    box: MessageBox,
+    spark: SparkSession,
+    path: str | Path | None = None,
+    *,
+    chunk: int = EXPORT_CHUNK,
+    progress: Any = None,
+) -> DataFrame:
+    """The promoted properties of every stored message, as a long frame keyed by
+    ``message_id`` (written as Parquet to ``path``, by default a temporary folder
+    removed when the process exits). ``progress(n)`` is called with the count so far."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path is None:
+        path = tempfile.mkdtemp(prefix="messagebox-export-")
+        atexit.register(shutil.rmtree, path, True)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    arrow_schema = _arrow_schema()
+    n = 0
+    for part, rows in enumerate(_spool_chunks(box, chunk)):
+        cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
+        for row in rows:
+            promoted, _ = decode_context(row.context)
+            for name, value in promoted.items():
+                cols["message_id"].append(str(row.id))
+                cols["property"].append(name)
+                slot = _slot(value)
+                for column in _VALUE_COLUMNS:
+                    cols[column].append(value if column == slot else None)
+        pq.write_table(pa.table(cols, schema=arrow_schema), out / f"part-{part:05d}.parquet")
+        n += len(rows)
+        if progress is not None:
+            progress(n)
+    if not any(out.glob("*.parquet")):
+        pq.write_table(arrow_schema.empty_table(), out / "part-00000.parquet")
+    return spark.read.parquet(str(out))
+
+
+def _slot(value: object) -> str:
+    if isinstance(value, bool):
+        return "value_bool"
+    if isinstance(value, int):
+        return "value_int"
+    if isinstance(value, float):
+        return "value_float"
+    if isinstance(value, str):
+        return "value_str"
+    return "value_ts"
+
+
+@dataclass(frozen=True)
+class WhatIfSummary:
+    """Counts of a what-if run."""
+
+    messages: int
+    changed: int
+    gained: dict[str, int] = field(default_factory=dict)
+    """Per service, the messages it would receive that it does not now."""
+    lost: dict[str, int] = field(default_factory=dict)
+    """Per service, the messages it receives now and would not."""
+
+    def __str__(self) -> str:
+        lines = [f"{self.changed:,} of {self.messages:,} stored messages would change destination"]
+        services = sorted(self.gained.keys() | self.lost.keys())
+        if services:
+            width = max(len(s) for s in services)
+            lines.append(f"  {'service':<{width}}  {'gains':>9}  {'loses':>9}")
+            for s in services:
+                lines.append(
+                    f"  {s:<{width}}  {self.gained.get(s, 0):>9,}  {self.lost.get(s, 0):>9,}"
+                )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The messages whose destinations would change, and the counts."""
+
+    changes: DataFrame
+    """``message_id, before, after, added, removed`` (sorted arrays of services)."""
+    summary: WhatIfSummary
+
+
+def what_if(
+    box: MessageBox,
+    proposed: Any,
+    *,
+    spark: SparkSession,
+    replace_all: bool = False,
+    messages: DataFrame | None = None,
+) -> WhatIf:
+    """Route the stored messages (or ``messages``, a long frame keyed by
+    ``message_id``) under the current and the proposed subscriptions; see the module
+    docstring."""
+    from pyspark.sql import functions as F
+
+    current = load_subscriptions(box)
+    new = load_subscriptions(proposed)
+    if not replace_all:
+        named = {t.service for t in new}
+        new = [t for t in current if t.service not in named] + new
+    # one routing pass: current targets keep their ids, proposed ones get fresh ids
+    offset = max((t.id for t in current), default=0) + 1
+    both = current + [replace(t, id=offset + i) for i, t in enumerate(new)]
+    frame = messages if messages is not None else export_messages(box, spark)
+    routes = route_dataframe(frame, both, key="message_id", layout="long", validate=False)
+    side = F.when(F.col("subscription") >= offset, "after").otherwise("before")
+    per_message = (
+        routes.withColumn("side", side)
+        .groupBy("message_id")
+        .agg(
+            F.array_sort(F.collect_set(F.when(F.col("side") == "before", F.col("service")))).alias(
+                "before"
+            ),
+            F.array_sort(F.collect_set(F.when(F.col("side") == "after", F.col("service")))).alias(
+                "after"
+            ),
+        )
+    )
+    changes = (
+        per_message.where(F.col("before") != F.col("after"))
+        .withColumn("added", F.array_except("after", "before"))
+        .withColumn("removed", F.array_except("before", "after"))
+    ).cache()
+    gained = _per_service(changes, "added")
+    lost = _per_service(changes, "removed")
+    summary = WhatIfSummary(
+        messages=frame.select("message_id").distinct().count(),
+        changed=changes.count(),
+        gained=gained,
+        lost=lost,
+    )
+    return WhatIf(changes, summary)
+
+
+def _per_service(changes: DataFrame, column: str) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    rows = changes.select(F.explode(column).alias("service")).groupBy("service").count().collect()
+    return {r["service"]: int(r["count"]) for r in rows}
+
+
+__all__ = ["Target", "WhatIf", "WhatIfSummary", "export_messages", "what_if"]
