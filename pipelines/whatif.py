@@ -25,7 +25,7 @@ import atexit
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +63,7 @@ def _arrow_schema() -> Any:
     )
 
 
-def _spool_chunks(box: MessageBox, chunk: int) -> Iterator[list[Any]]:
+def _spool_chunks(box: MessageBox, chunk: int) -> Iterator[Sequence[Any]]:
     """Spool rows ``(id, context)`` in id order, ``chunk`` at a time (keyset paging)."""
     s = schema.spool
     after: uuid.UUID | None = None
