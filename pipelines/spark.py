@@ -307,6 +307,8 @@ def route_dataframe(
     targets = load_subscriptions(subscriptions)
     if key not in df.columns:
         raise ValidationError(f"no key column {key!r}; the frame has {df.columns}")
+    if key in OUTPUT_COLUMNS:
+        raise ValidationError(f"the key column may not be called {key!r}: rename it")
     if layout == "auto":
         layout = "long" if property in df.columns and _value_columns(df, value) else "wide"
     table = PredicateTable.compile((t.id, t.filter) for t in targets)
@@ -318,20 +320,21 @@ def route_dataframe(
     else:
         raise ValidationError(f"layout must be 'auto', 'wide' or 'long', not {layout!r}")
     if validate and layout == "wide":
-        _check_unique(df.groupBy(key).count(), f"message key {{}} appears {{}} times in {key!r}")
+        _check_unique(
+            df.groupBy(column(key)).count(), f"message key {{}} appears {{}} times in {key!r}"
+        )
     info = spark.createDataFrame(
         [(t.id, t.name, t.service, t.host) for t in targets],
         "subscription BIGINT, name STRING, service STRING, host STRING",
     )
-    out_key = F.col(key).alias(key)
     if probe_rows is None:
-        empty = df.select(out_key).limit(0).crossJoin(info.limit(0))
-        return empty.select(key, *OUTPUT_COLUMNS)
+        empty = df.select(column(key)).limit(0).crossJoin(info.limit(0))
+        return empty.select(column(key), *OUTPUT_COLUMNS)
     from predicates.spark import route_probes
 
-    pairs = route_probes(probe_rows, key, table, spark)
-    routed = pairs.join(F.broadcast(info), pairs["sub"] == info["subscription"])
-    return routed.select(key, *OUTPUT_COLUMNS)
+    pairs = route_probes(probe_rows, table, spark)
+    routed = pairs.join(F.broadcast(info), pairs["_sub"] == info["subscription"])
+    return routed.select(F.col("_key").alias(key), *OUTPUT_COLUMNS)
 
 
 def _check_unique(counts: DataFrame, text: str) -> None:
@@ -384,11 +387,11 @@ def _value_columns(df: DataFrame, value: str | Sequence[str] | None) -> list[str
     return names
 
 
-def _explode(df: DataFrame, key: Column, key_name: str, structs: list[Column]) -> DataFrame:
+def _explode(df: DataFrame, key: Column, structs: list[Column]) -> DataFrame:
     from pyspark.sql import functions as F
 
     arr = F.filter(F.array(*structs), lambda p: p.isNotNull())
-    return df.select(key.alias(key_name), F.explode(arr).alias("p"))
+    return df.select(key.alias("_key"), F.explode(arr).alias("_probe"))
 
 
 def _checked_key(key: str) -> Column:
@@ -414,7 +417,7 @@ def _wide_probes(
         structs.append(base_probe())
     if not structs:
         return None
-    return _explode(df, _checked_key(key), key, structs)
+    return _explode(df, _checked_key(key), structs)
 
 
 def _long_probes(
@@ -460,7 +463,7 @@ def _long_probes(
     typed_cols = [typed_value(column(v), types[v], f"value column {v!r}", k) for v in values]
     n_values = sum((t.fam.isNotNull().cast("int") for t in typed_cols), F.lit(0))
     staged = df.select(
-        _checked_key(key).alias(key),
+        _checked_key(key).alias("_key"),
         name.alias("_name"),
         F.when(n_values > 1, _fail(f"more than one of the value columns {values} is set", k)).alias(
             "_many"
@@ -478,7 +481,7 @@ def _long_probes(
     )
     if validate:
         _check_unique(
-            staged.groupBy(key, "_name").count(),
+            staged.groupBy("_key", "_name").count(),
             "message key {} gives property {} times (once is allowed)",
         )
     if not table.properties and not table.has_base:
@@ -505,7 +508,7 @@ def _long_probes(
         F.filter(F.array(*structs), lambda p: p.isNotNull()),
         long_prefix_probes(pid, lengths, typed),
     )
-    return joined.select(F.col(key), F.explode(arr).alias("p"))
+    return joined.select(F.col("_key"), F.explode(arr).alias("_probe"))
 
 
 def write_routes(routes: DataFrame, output: str | Path, fmt: str = "parquet") -> None:

@@ -324,17 +324,15 @@ class TypedValue:
     v_int: Column
 
 
-def route_probes(
-    probe_rows: DataFrame, key: str, table: PredicateTable, spark: SparkSession
-) -> DataFrame:
-    """``(key, sub)`` pairs from exploded probe rows ``(key, p)``: the join, the count,
-    the distinct pairs."""
+def route_probes(probe_rows: DataFrame, table: PredicateTable, spark: SparkSession) -> DataFrame:
+    """``(_key, _sub)`` pairs from exploded probe rows ``(_key, _probe)``: the join, the
+    count, the distinct pairs."""
     from pyspark.sql import functions as F
 
     t, groups = table.dataframes(spark)
-    p = probe_rows.select(F.col(key).alias("_k"), "p.*")
-    hits = p.join(F.broadcast(t), join_condition(p, t)).select(p["_k"], t["grp"], t["w"])
-    sums = hits.groupBy("_k", "grp").agg(F.sum("w").alias("n"))
+    p = probe_rows.select("_key", "_probe.*")
+    hits = p.join(F.broadcast(t), join_condition(p, t)).select(p["_key"], t["grp"], t["w"])
+    sums = hits.groupBy("_key", "grp").agg(F.sum("w").alias("n"))
     matched = sums.join(F.broadcast(groups), "grp").where(F.col("n") == F.col("n_pos"))
-    pairs = matched.select(F.col("_k").alias(key), "sub")
-    return pairs.dropDuplicates([key, "sub"]) if table.multi_group else pairs
+    pairs = matched.select("_key", F.col("sub").alias("_sub"))
+    return pairs.dropDuplicates(["_key", "_sub"]) if table.multi_group else pairs

@@ -303,3 +303,19 @@ def test_timestamps_are_instants(spark: Any) -> None:
     rows = [(0, at), (1, datetime(9999, 12, 31, tzinfo=UTC))]
     subs = {"before epoch": P("t.x") < datetime(1970, 1, 1, tzinfo=UTC), "eq": P("t.x") == at}
     assert check(spark, rows, {"t.x": "TIMESTAMP"}, subs) == {(0, 1), (0, 2)}
+
+
+@pytest.mark.parametrize("key", ["p", "sub", "_k", "order.id"])
+def test_any_key_column_name_works(spark: Any, key: str) -> None:
+    df = spark.createDataFrame([(1, "EU")], f"`{key}` INT, region STRING")
+    routes = route_dataframe(
+        df, {"eu": P("o.Region") == "EU"}, key=key, properties={"region": "o.Region"}
+    )
+    assert routes.columns[0] == key
+    assert [tuple(r) for r in routes.collect()] == [(1, 1, "eu", "eu", None)]
+
+
+def test_a_key_named_like_an_output_column_is_refused(spark: Any) -> None:
+    df = spark.createDataFrame([(1, "EU")], "subscription INT, `o.Region` STRING")
+    with pytest.raises(ValidationError, match="may not be called 'subscription'"):
+        route_dataframe(df, {"eu": P("o.Region") == "EU"}, key="subscription")
