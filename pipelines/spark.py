@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -57,7 +57,7 @@ from messagebox.properties import (
     canonical_name,
 )
 from predicates.model import Filter
-from predicates.spark import PredicateTable, TypedValue, base_probe, long_prefix_probes, probes
+from predicates.spark import PredicateTable, TypedValue, base_probe, probes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -387,13 +387,6 @@ def _value_columns(df: DataFrame, value: str | Sequence[str] | None) -> list[str
     return names
 
 
-def _explode(df: DataFrame, key: Column, structs: list[Column]) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    arr = F.filter(F.array(*structs), lambda p: p.isNotNull())
-    return df.select(key.alias("_key"), F.explode(arr).alias("_probe"))
-
-
 def _checked_key(key: str) -> Column:
     from pyspark.sql import functions as F
 
@@ -401,23 +394,51 @@ def _checked_key(key: str) -> Column:
     return F.when(k.isNull(), _fail(f"key column {key!r} is null", k)).otherwise(k)
 
 
+def _probe_rows(staged: DataFrame, pids: Iterable[int], table: PredicateTable) -> DataFrame | None:
+    """``(_key, _vals, _probe)`` rows from ``staged``: ``_key`` and a value struct
+    ``_p<pid>`` per tested property it has (see :class:`predicates.spark.TypedValue`)."""
+    from pyspark.sql import functions as F
+
+    have = set(pids)
+    structs = [
+        p for pid in sorted(have) for p in probes(pid, TypedValue.of(F.col(f"_p{pid}")), table)
+    ]
+    if table.has_base:
+        structs.append(base_probe())
+    if not structs:
+        return None
+    absent = F.lit(None).cast(VALUE_STRUCT)
+    vals = F.array(
+        *[
+            F.col(f"_p{pid}") if pid in have else absent
+            for pid in range(1, len(table.properties) + 1)
+        ]
+    )
+    # explode, then drop the nulls (a filter() lambda would turn off generated code)
+    exploded = staged.select(
+        "_key", vals.alias("_vals"), F.explode(F.array(*structs)).alias("_probe")
+    )
+    return exploded.where(F.col("_probe").isNotNull())
+
+
+VALUE_STRUCT = "STRUCT<fam: INT, v_str: STRING, hi: DOUBLE, lo: DOUBLE, v_int: BIGINT>"
+"""A tested value in a row's ``_vals`` (null when absent)."""
+
+
 def _wide_probes(
     df: DataFrame, key: str, columns: Mapping[str, str], table: PredicateTable
 ) -> DataFrame | None:
     k = column(key)
     types = {f.name: f.dataType for f in df.schema.fields}
-    structs: list[Column] = []
+    values: dict[int, Column] = {}
     for col, name in columns.items():
         # the type is checked for every property column, read only when one is tested
         typed = typed_value(column(col), types[col], repr(name), k)
         pid = table.properties.get(name)
-        if pid is not None:
-            structs.extend(probes(pid, typed, table))
-    if table.has_base:
-        structs.append(base_probe())
-    if not structs:
-        return None
-    return _explode(df, _checked_key(key), structs)
+        if pid is not None:  # encoded (and checked) once, below the probes
+            values[pid] = typed.struct().cast(VALUE_STRUCT).alias(f"_p{pid}")
+    staged = df.select(_checked_key(key).alias("_key"), *values.values())
+    return _probe_rows(staged, values, table)
 
 
 def _long_probes(
@@ -465,52 +486,53 @@ def _long_probes(
     staged = df.select(
         _checked_key(key).alias("_key"),
         name.alias("_name"),
-        F.when(n_values > 1, _fail(f"more than one of the value columns {values} is set", k)).alias(
-            "_many"
-        ),
-        *[
-            F.struct(
-                t.fam.alias("fam"),
-                t.v_str.alias("v_str"),
-                t.hi.alias("hi"),
-                t.lo.alias("lo"),
-                t.v_int.alias("v_int"),
-            ).alias(f"_v{i}")
-            for i, t in enumerate(typed_cols)
-        ],
+        F.when(n_values > 1, _fail(f"more than one of the value columns {values} is set", k))
+        .otherwise(F.coalesce(*[t.struct().cast(VALUE_STRUCT) for t in typed_cols]))
+        .alias("_value"),
     )
     if validate:
         _check_unique(
             staged.groupBy("_key", "_name").count(),
             "message key {} gives property {} times (once is allowed)",
         )
-    if not table.properties and not table.has_base:
+    if not table.properties:
         return None
     spark = df.sparkSession
-    props = spark.createDataFrame(
-        [(n, pid, sorted(table.prefix_lengths.get(pid, ()))) for n, pid in table.properties.items()]
-        or [("", 0, [])],
-        "_name STRING, _pid INT, _lens ARRAY<INT>",
-    )
+    props = spark.createDataFrame(list(table.properties.items()), "_name STRING, _pid INT")
     joined = staged.join(F.broadcast(props), "_name", "left")
-    pid = F.col("_pid")
-    tested = pid.isNotNull() & F.col("_many").isNull()
-
-    def pick(field: str) -> Column:
-        return F.when(tested, F.coalesce(*[F.col(f"_v{i}.{field}") for i in range(len(values))]))
-
-    typed = TypedValue(pick("fam"), pick("v_str"), pick("hi"), pick("lo"), pick("v_int"))
-    structs = probes(pid, typed, table)
-    if table.has_base:
-        structs.append(base_probe())
-    lengths = F.coalesce(F.col("_lens"), F.array().cast("array<int>"))
-    arr = F.concat(
-        F.filter(F.array(*structs), lambda p: p.isNotNull()),
-        long_prefix_probes(pid, lengths, typed),
+    entry = F.when(
+        F.col("_pid").isNotNull() & F.col("_value").isNotNull(), F.struct("_pid", "_value")
     )
-    return joined.select(F.col("_key"), F.explode(arr).alias("_probe"))
+    # one row per message (a message whose properties no filter tests still has one)
+    per_message = joined.groupBy("_key").agg(F.map_from_entries(F.collect_list(entry)).alias("_m"))
+    pids = list(table.properties.values())
+    rows = per_message.select("_key", *[F.col("_m").getItem(pid).alias(f"_p{pid}") for pid in pids])
+    return _probe_rows(rows, pids, table)
 
 
 def write_routes(routes: DataFrame, output: str | Path, fmt: str = "parquet") -> None:
-    """Write routing results partitioned by subscription (one folder per subscription)."""
-    routes.write.mode("overwrite").partitionBy("subscription").format(fmt).save(str(output))
+    """Write routing results partitioned by subscription (a ``subscription=<id>`` folder
+    each). A local ``output`` is replaced only when the whole job succeeded: the job
+    writes beside it, then the folders are swapped; a failed job leaves the old output
+    as it was. Other file systems (``hdfs://``, ``s3a://``…) are written in place."""
+    import shutil
+    import uuid
+
+    text = str(output)
+    writer = routes.write.mode("overwrite").partitionBy("subscription").format(fmt)
+    if "://" in text and not text.startswith("file://"):
+        writer.save(text)
+        return
+    final = Path(text.removeprefix("file://")).absolute()
+    staging = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        writer.save(str(staging))
+        if final.exists():
+            old = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.old")
+            final.rename(old)
+            staging.rename(final)
+            shutil.rmtree(old)
+        else:
+            staging.rename(final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 def _route(args: argparse.Namespace, step: _Steps) -> int:
     from pyspark.sql import functions as F
 
-    from pipelines.spark import load_subscriptions, route_dataframe
+    from pipelines.spark import load_subscriptions, route_dataframe, write_routes
 
     source = args.subscriptions or args.explicit_url
     if not source:
@@ -127,9 +127,7 @@ def _route(args: argparse.Namespace, step: _Steps) -> int:
         df, targets, key=args.key, layout=args.layout, validate=not args.no_validate
     )
     step("routing and writing")
-    routes.write.mode("overwrite").partitionBy("subscription").format(args.output_format).save(
-        args.output
-    )
+    write_routes(routes, args.output, args.output_format)
     step(f"written to {args.output}")
     counts = {
         r["subscription"]: int(r["count"])

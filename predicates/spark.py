@@ -1,34 +1,37 @@
-"""The Spark compiler: filters as one broadcast predicate table, messages as probes.
+"""The Spark compiler: filters as two small broadcast tables, messages as probes.
 
-The counting algorithm (DESIGN.md §5, §11) as one DataFrame plan, with no Python UDF:
+The counting algorithm with anchors, as the SQL router runs it (DESIGN.md §5, §11), as
+one DataFrame plan with no Python UDF and, for wide frames, no shuffle but the final
+deduplication:
 
-1. every subscription's groups are compiled, in the driver, into rows of one small
-   *predicate table*, each row ``(key…, grp, w)``: "a probe with this key adds ``w`` to
-   group ``grp``";
-2. each message property becomes a few *probes* (one row each, built with Spark
-   expressions from its typed value), whose keys are those the table can hold for it;
-3. one broadcast hash join of probes against the table yields ``(message, grp, w)``;
-   the sum of ``w`` per (message, group) equals the group's number of positive
-   predicates exactly when the group holds. One aggregation, then distinct
-   (message, subscription) pairs.
+1. **compile**, in the driver: each group of each subscription gets an *anchor*, its
+   most selective predicate (:func:`predicates.sql.anchor_rank`: equality first, then
+   ``in``, prefix, range, mask, exists, ``!=``), stored as rows of the *anchor table*;
+   the group's other predicates ride along on the anchor row, as small structs;
+2. **probe**: each message row carries its tested values as one array ``_vals``
+   (indexed by property id) and explodes into a few *probes*, one per anchor kind its
+   values can hit;
+3. **candidates**: one broadcast hash join of probes against the anchor table gives the
+   (message, group) pairs whose anchor holds; the cost follows the anchors that match,
+   not the number of subscriptions;
+4. **verify**: each anchor row carries the rest of its group's predicates, checked
+   against ``_vals`` in the joined row itself (generated code, unrolled to the longest
+   group; see :func:`verify`), so no (message, group) count needs a shuffle.
 
-How each operator becomes table rows (weights in brackets):
+How anchors become probe keys ``(pid, kind, fam, s, h, l)``:
 
-- ``==`` and each ``in`` member: an equality key ``(prop, EQ, family, value)`` [+1];
-  strings join on the value, numbers, bools and datetimes on the exact ``(hi, lo)`` pair
-  of :func:`messagebox.properties.sql_key`, so ``2**53 + 1 != 2.0**53`` holds here too;
-- ``!=``: a presence key ``(prop, FAM, family)`` [+1] and the equality key [-1];
-- ``exists``: ``(prop, EXISTS)`` [+1]; ``not_exists``: the same key [-:data:`VETO`], so a
-  present property vetoes its group; a group of only ``not_exists`` predicates gets one
-  ``BASE`` row [0] that every message probes;
-- ``prefix``: ``(prop, PREFIX, length, prefix)`` [+1], probed with the value's first
-  ``length`` characters for each prefix length the property has: an equi-join too;
-- ``> >= < <=``: ``(prop, RANGE, family)`` [+1] with the bound in extra columns: the only
-  non-equi condition, evaluated on the rows of that property and family;
-- ``bitwise_and``: ``(prop, MASK)`` [+1] with ``(value & mask) != 0`` on int values.
+- ``==`` and each ``in`` member: ``EQ`` with the family and the value: strings join on
+  the value, numbers, bools and datetimes on the exact ``(hi, lo)`` pair of
+  :func:`messagebox.properties.sql_key`, so ``2**53 + 1 != 2.0**53`` holds here too;
+- ``prefix``: ``PREFIX`` with the prefix and its length, probed with the value's first
+  ``length`` characters for each anchor prefix length the property has (an equi-join);
+- ``> >= < <=`` and ``bitwise_and``: ``RANGE`` (per family) and ``MASK``, with the bound
+  or mask checked in the join condition, on that property's anchors only;
+- ``exists``: ``EXISTS``; ``!=``: ``FAM`` (present in the family; verification decides);
+- a group of only ``not_exists`` has no anchor: every message makes one ``BASE`` probe.
 
-An absent property has no probes, so it satisfies nothing but ``not_exists``; probes
-carry their family, so values of different families never meet.
+Verification follows the reference semantics: an absent property (a null in ``_vals``)
+satisfies only ``not_exists``; values of different families never meet.
 """
 
 from __future__ import annotations
@@ -39,27 +42,64 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from messagebox.properties import Family, family, sql_key
-from predicates.model import Filter, Op
+from predicates.model import Filter, Op, Predicate
+from predicates.sql import anchor_rank
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 # probe kinds
 EQ, FAM, EXISTS, PREFIX, RANGE, MASK, BASE = 1, 2, 3, 4, 5, 6, 7
-VETO = 1000
-"""The weight of a violated ``not_exists``: more than any group's positive count."""
 
-_RANGE_CODES = {Op.GT: 1, Op.GE: 2, Op.LT: 3, Op.LE: 4}
+# operator codes in the group table
+OP_CODES = {
+    Op.EQ: 1,
+    Op.NE: 2,
+    Op.GT: 3,
+    Op.GE: 4,
+    Op.LT: 5,
+    Op.LE: 6,
+    Op.EXISTS: 7,
+    Op.NOT_EXISTS: 8,
+    Op.BITWISE_AND: 9,
+    Op.PREFIX: 10,
+    Op.IN: 11,
+}
 
-TABLE_SCHEMA = (
-    "pid INT, kind INT, fam INT, s STRING, h DOUBLE, l DOUBLE, "
-    "op INT, rs STRING, rh DOUBLE, rl DOUBLE, mask BIGINT, grp INT, w INT"
+VALUE_TYPE = "STRUCT<fam: INT, s: STRING, h: DOUBLE, l: DOUBLE>"
+PRED_TYPE = (
+    f"STRUCT<pid: INT, op: INT, fam: INT, s: STRING, h: DOUBLE, l: DOUBLE, mask: BIGINT, "
+    f"members: ARRAY<{VALUE_TYPE}>>"
 )
-"""The predicate table: the join key ``(pid, kind, fam, s, h, l)``, a range bound
-``(op, rs, rh, rl)``, a mask, and what a hit adds: ``w`` to group ``grp``."""
+ANCHOR_SCHEMA = (
+    "pid INT, kind INT, fam INT, s STRING, h DOUBLE, l DOUBLE, "
+    f"op INT, rs STRING, rh DOUBLE, rl DOUBLE, mask BIGINT, sub BIGINT, rest ARRAY<{PRED_TYPE}>"
+)
+"""The anchor table: the join key ``(pid, kind, fam, s, h, l)``, a range bound
+``(op, rs, rh, rl)`` or a mask, then the group the anchor stands for: its subscription
+and the rest of its predicates (those the join does not prove)."""
 
-PROBE_FIELDS = ("pid", "kind", "fam", "s", "h", "l", "vs", "vh", "vl", "vi")
-"""A probe: its join key, then the value it came from (for range and mask conditions)."""
+EXACT_KINDS = frozenset({EQ, EXISTS, PREFIX, RANGE, MASK})
+"""Anchor kinds whose join proves the anchor predicate (``FAM`` does not: ``!=``)."""
+
+TYPED_FIELDS = ("fam", "v_str", "hi", "lo", "v_int")
+"""A value in ``_vals``: its family, and ``v_str`` (strings), ``hi, lo`` (the rest),
+``v_int`` (ints, for masks)."""
+
+
+def _key(value: Any) -> tuple[int, str | None, float | None, float | None]:
+    """``(family, s, h, l)``: how a value is compared."""
+    fam = family(value)
+    if fam is Family.STR:
+        return int(fam), value, None, None
+    hi, lo = sql_key(value)
+    return int(fam), None, hi, lo
+
+
+def _member(value: Any) -> tuple[int, str, float, float]:
+    """An ``in`` member as :func:`value_key` makes a value: no nulls."""
+    fam, s, h, lo = _key(value)
+    return fam, s or "", h or 0.0, lo or 0.0
 
 
 @dataclass
@@ -67,12 +107,16 @@ class PredicateTable:
     """The compiled form of a set of subscriptions (see the module docstring)."""
 
     properties: dict[str, int] = field(default_factory=dict)
-    """Every property a filter tests → its id."""
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    """Every property a filter tests → its id, 1, 2, …"""
+    anchors: list[tuple[Any, ...]] = field(default_factory=list)
+    """Rows of the anchor table (:data:`ANCHOR_SCHEMA`)."""
     groups: list[tuple[int, int, int]] = field(default_factory=list)
-    """``(grp, subscription, n_pos)``: a group holds when its weights sum to ``n_pos``."""
+    """``(grp, subscription, predicates left to verify)``."""
+    max_rest: int = 0
+    """The most predicates a candidate has left to verify."""
+    _pending: list[tuple[Any, ...]] = field(default_factory=list)
     kinds: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
-    """Per property id, the probe kinds the table has rows for."""
+    """Per property id, the probe kinds its anchors need."""
     prefix_lengths: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
     has_base: bool = False
     """Some group is made only of ``not_exists``: every message needs a base probe."""
@@ -93,93 +137,100 @@ class PredicateTable:
     def _pid(self, name: str) -> int:
         return self.properties.setdefault(name, len(self.properties) + 1)
 
-    def _row(
-        self,
-        pid: int,
-        kind: int,
-        grp: int,
-        w: int = 1,
-        *,
-        fam: int = 0,
-        s: str = "",
-        h: float = 0.0,
-        lo: float = 0.0,
-        op: int | None = None,
-        rs: str | None = None,
-        rh: float | None = None,
-        rl: float | None = None,
-        mask: int | None = None,
-    ) -> None:
-        self.rows.append((pid, kind, fam, s, h, lo, op, rs, rh, rl, mask, grp, w))
+    def _anchor(self, pid: int, kind: int, grp: int, **cols: Any) -> None:
+        c = {"fam": 0, "s": "", "h": 0.0, "l": 0.0, **cols}
+        key = (pid, kind, c["fam"], c["s"], c["h"], c["l"])
+        bound = (c.get("op"), c.get("rs"), c.get("rh"), c.get("rl"), c.get("mask"))
+        self._pending.append((*key, *bound))
         self.kinds[pid].add(kind)
 
-    def _eq(self, pid: int, grp: int, value: Any, w: int) -> None:
-        fam = family(value)
-        if fam is Family.STR:
-            self._row(pid, EQ, grp, w, fam=int(fam), s=value)
-        else:
-            hi, lo = sql_key(value)
-            self._row(pid, EQ, grp, w, fam=int(fam), h=hi, lo=lo)
+    def _add_anchor(self, pred: Predicate, pid: int, grp: int) -> None:
+        op = pred.op
+        if op in (Op.EQ, Op.IN):
+            for member in pred.value if op is Op.IN else (pred.value,):
+                fam, s, h, lo = _key(member)
+                self._anchor(pid, EQ, grp, fam=fam, s=s or "", h=h or 0.0, l=lo or 0.0)
+        elif op is Op.NE:
+            self._anchor(pid, FAM, grp, fam=int(family(pred.value)))
+        elif op is Op.EXISTS:
+            self._anchor(pid, EXISTS, grp)
+        elif op is Op.PREFIX:
+            n = len(pred.value)
+            self._anchor(pid, PREFIX, grp, fam=int(Family.STR), s=pred.value, h=float(n))
+            self.prefix_lengths[pid].add(n)
+        elif op is Op.BITWISE_AND:
+            self._anchor(pid, MASK, grp, fam=int(Family.NUM), mask=pred.value)
+        else:  # a range
+            fam, s, h, lo = _key(pred.value)
+            self._anchor(pid, RANGE, grp, fam=fam, op=OP_CODES[op], rs=s, rh=h, rl=lo)
 
-    def _add_group(self, sub: int, predicates: Sequence[Any]) -> None:
+    def _add_group(self, sub: int, predicates: Sequence[Predicate]) -> None:
         grp = len(self.groups) + 1
-        n_pos = 0
-        for pred in predicates:
-            pid = self._pid(pred.property)
-            op = pred.op
-            if op is Op.NOT_EXISTS:
-                self._row(pid, EXISTS, grp, -VETO)
-                continue
-            n_pos += 1
-            if op is Op.EQ:
-                self._eq(pid, grp, pred.value, 1)
-            elif op is Op.IN:
-                for member in pred.value:
-                    self._eq(pid, grp, member, 1)
-            elif op is Op.NE:
-                self._row(pid, FAM, grp, fam=int(family(pred.value)))
-                self._eq(pid, grp, pred.value, -1)
-            elif op is Op.EXISTS:
-                self._row(pid, EXISTS, grp)
-            elif op is Op.PREFIX:
-                n = len(pred.value)
-                self._row(pid, PREFIX, grp, fam=int(Family.STR), s=pred.value, h=float(n))
-                self.prefix_lengths[pid].add(n)
-            elif op is Op.BITWISE_AND:
-                self._row(pid, MASK, grp, fam=int(Family.NUM), mask=pred.value)
-            else:  # a range
-                fam = family(pred.value)
-                if fam is Family.STR:
-                    bound: dict[str, Any] = {"rs": pred.value}
-                else:
-                    hi, lo = sql_key(pred.value)
-                    bound = {"rh": hi, "rl": lo}
-                self._row(pid, RANGE, grp, fam=int(fam), op=_RANGE_CODES[op], **bound)
-        if n_pos == 0:
-            self._row(0, BASE, grp, 0)
+        self._pending = []
+        ranked = [(anchor_rank(p), i) for i, p in enumerate(predicates)]
+        usable = [(rank, i) for rank, i in ranked if rank is not None]
+        anchor: Predicate | None = None
+        if usable:
+            anchor = predicates[min(usable)[1]]
+            self._add_anchor(anchor, self._pid(anchor.property), grp)
+        else:
+            self._anchor(0, BASE, grp)
             self.has_base = True
-        self.groups.append((grp, sub, n_pos))
+        proven = anchor is not None and anchor.op is not Op.NE
+        rest = [self._pred(p) for p in predicates if not (proven and p is anchor)]
+        self.max_rest = max(self.max_rest, len(rest))
+        self.anchors.extend((*row, sub, rest) for row in self._pending)
+        self.groups.append((grp, sub, len(rest)))
+
+    def _pred(self, p: Predicate) -> tuple[Any, ...]:
+        """A predicate as a struct of the ``rest`` array (:data:`PRED_TYPE`)."""
+        pid = self._pid(p.property)
+        members = [_member(v) for v in p.value] if p.op is Op.IN else []
+        if p.value is None or p.op in (Op.IN, Op.BITWISE_AND):
+            fam, s, h, lo = 0, "", 0.0, 0.0
+        else:
+            fam, s, h, lo = _member(p.value)
+        mask = p.value if p.op is Op.BITWISE_AND else None
+        return (pid, OP_CODES[p.op], fam, s, h, lo, mask, members)
 
     # --- as Spark DataFrames ---
 
-    def dataframes(self, spark: SparkSession) -> tuple[DataFrame, DataFrame]:
-        """The predicate table and the group table, as small DataFrames to broadcast."""
-        table = spark.createDataFrame(self.rows, TABLE_SCHEMA)
-        groups = spark.createDataFrame(self.groups, "grp INT, sub BIGINT, n_pos INT")
-        return table, groups
+    def dataframe(self, spark: SparkSession) -> DataFrame:
+        """The anchor table, as a small DataFrame to broadcast."""
+        return spark.createDataFrame(self.anchors, ANCHOR_SCHEMA)
 
 
-def probes(pid: Column | int, typed: TypedValue, table: PredicateTable) -> list[Column]:
-    """The probe structs of one property value (null when the value is absent).
+@dataclass(frozen=True)
+class TypedValue:
+    """A property value as Spark expressions: its family and typed columns
+    (``v_str`` for strings; ``hi, lo`` for the rest, see
+    :func:`messagebox.properties.sql_key`; ``v_int`` for ints). All null when absent."""
 
-    With a literal ``pid`` (a wide column) only the kinds the table has rows for are
-    made; with a column (a long frame) all are, and the join drops the misses.
-    """
+    fam: Column
+    v_str: Column
+    hi: Column
+    lo: Column
+    v_int: Column
+
+    def struct(self) -> Column:
+        """The value as one struct, null when absent (an element of ``_vals``)."""
+        from pyspark.sql import functions as F
+
+        fields = [getattr(self, f).alias(f) for f in TYPED_FIELDS]
+        return F.when(self.fam.isNotNull(), F.struct(*fields))
+
+    @classmethod
+    def of(cls, struct: Column) -> TypedValue:
+        """The fields of a struct made by :meth:`struct`."""
+        return cls(*(struct.getField(f) for f in TYPED_FIELDS))
+
+
+def probes(pid: int, typed: TypedValue, table: PredicateTable) -> list[Column]:
+    """The probe structs of one property value (null when the value is absent), for the
+    anchor kinds the table has for that property."""
     from pyspark.sql import functions as F
 
-    kinds = table.kinds.get(pid, set()) if isinstance(pid, int) else set(range(EQ, MASK + 1))
-    lengths = sorted(table.prefix_lengths.get(pid, ())) if isinstance(pid, int) else []
-    pid_col = F.lit(pid) if isinstance(pid, int) else pid
+    kinds = table.kinds.get(pid, set())
     present = typed.fam.isNotNull()
     zero = F.lit(0.0)
 
@@ -187,7 +238,7 @@ def probes(pid: Column | int, typed: TypedValue, table: PredicateTable) -> list[
         return F.when(
             when,
             F.struct(
-                pid_col.cast("int").alias("pid"),
+                F.lit(pid).alias("pid"),
                 F.lit(kind).alias("kind"),
                 fam.cast("int").alias("fam"),
                 s.alias("s"),
@@ -201,18 +252,10 @@ def probes(pid: Column | int, typed: TypedValue, table: PredicateTable) -> list[
         )
 
     out: list[Column] = []
-    is_str = typed.fam == F.lit(int(Family.STR))
     if EQ in kinds:
-        out.append(
-            probe(
-                EQ,
-                typed.fam,
-                F.coalesce(typed.v_str, F.lit("")),
-                F.coalesce(typed.hi, zero),
-                F.coalesce(typed.lo, zero),
-                present,
-            )
-        )
+        s = F.coalesce(typed.v_str, F.lit(""))
+        h, lo = F.coalesce(typed.hi, zero), F.coalesce(typed.lo, zero)
+        out.append(probe(EQ, typed.fam, s, h, lo, present))
     if FAM in kinds:
         out.append(probe(FAM, typed.fam, F.lit(""), zero, zero, present))
     if EXISTS in kinds:
@@ -220,44 +263,14 @@ def probes(pid: Column | int, typed: TypedValue, table: PredicateTable) -> list[
     if RANGE in kinds:
         out.append(probe(RANGE, typed.fam, F.lit(""), zero, zero, present))
     if MASK in kinds:
-        out.append(
-            probe(MASK, F.lit(int(Family.NUM)), F.lit(""), zero, zero, typed.v_int.isNotNull())
-        )
-    for n in lengths:
-        out.append(
-            probe(
-                PREFIX,
-                F.lit(int(Family.STR)),
-                F.substring(typed.v_str, 1, n),
-                F.lit(float(n)),
-                zero,
-                present & is_str & (F.char_length(typed.v_str) >= n),
-            )
-        )
+        num = F.lit(int(Family.NUM))
+        out.append(probe(MASK, num, F.lit(""), zero, zero, typed.v_int.isNotNull()))
+    for n in sorted(table.prefix_lengths.get(pid, ())):
+        long_enough = present & (F.char_length(typed.v_str) >= n)
+        prefix = F.substring(typed.v_str, 1, n)
+        str_fam = F.lit(int(Family.STR))
+        out.append(probe(PREFIX, str_fam, prefix, F.lit(float(n)), zero, long_enough))
     return out
-
-
-def long_prefix_probes(pid: Column, lengths: Column, typed: TypedValue) -> Column:
-    """Prefix probes of a long frame's value: one per length in the array ``lengths``."""
-    from pyspark.sql import functions as F
-
-    def one(n: Column) -> Column:
-        return F.struct(
-            pid.cast("int").alias("pid"),
-            F.lit(PREFIX).alias("kind"),
-            F.lit(int(Family.STR)).alias("fam"),
-            F.substring(typed.v_str, F.lit(1), n).alias("s"),
-            n.cast("double").alias("h"),
-            F.lit(0.0).alias("l"),
-            typed.v_str.alias("vs"),
-            typed.hi.alias("vh"),
-            typed.lo.alias("vl"),
-            typed.v_int.alias("vi"),
-        )
-
-    # a non-string or absent value has a null length: no prefix probe
-    usable = F.filter(lengths, lambda n: F.char_length(typed.v_str) >= n)
-    return F.transform(usable, one)
 
 
 def base_probe() -> Column:
@@ -278,9 +291,28 @@ def base_probe() -> Column:
     )
 
 
-def join_condition(p: DataFrame, t: DataFrame) -> Column:
-    """Probes ``p`` meet table rows ``t``: equal keys, and for ranges and masks the
-    bound or the mask holds."""
+def _lexi(op: Column, a: tuple[Column, Column], b: tuple[Column, Column]) -> Column:
+    """``a (op) b`` for exact ``(hi, lo)`` pairs, lexicographically (codes 3–6)."""
+    from pyspark.sql import functions as F
+
+    (ah, al), (bh, bl) = a, b
+    return (
+        F.when(op == 3, (ah > bh) | ((ah == bh) & (al > bl)))
+        .when(op == 4, (ah > bh) | ((ah == bh) & (al >= bl)))
+        .when(op == 5, (ah < bh) | ((ah == bh) & (al < bl)))
+        .otherwise((ah < bh) | ((ah == bh) & (al <= bl)))
+    )
+
+
+def _str_cmp(op: Column, a: Column, b: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.when(op == 3, a > b).when(op == 4, a >= b).when(op == 5, a < b).otherwise(a <= b)
+
+
+def anchor_condition(p: DataFrame, t: DataFrame) -> Column:
+    """Probes ``p`` meet anchors ``t``: equal keys, and a range anchor's bound or a mask
+    anchor's mask holds."""
     from pyspark.sql import functions as F
 
     keys = (
@@ -291,18 +323,10 @@ def join_condition(p: DataFrame, t: DataFrame) -> Column:
         & (p["h"] == t["h"])
         & (p["l"] == t["l"])
     )
-    vs, vh, vl = p["vs"], p["vh"], p["vl"]
-    rs, rh, rl, op = t["rs"], t["rh"], t["rl"], t["op"]
-    str_holds = (
-        F.when(op == 1, vs > rs).when(op == 2, vs >= rs).when(op == 3, vs < rs).otherwise(vs <= rs)
-    )
-    num_holds = (
-        F.when(op == 1, (vh > rh) | ((vh == rh) & (vl > rl)))
-        .when(op == 2, (vh > rh) | ((vh == rh) & (vl >= rl)))
-        .when(op == 3, (vh < rh) | ((vh == rh) & (vl < rl)))
-        .otherwise((vh < rh) | ((vh == rh) & (vl <= rl)))
-    )
-    range_holds = F.when(t["fam"] == F.lit(int(Family.STR)), str_holds).otherwise(num_holds)
+    op = t["op"]
+    range_holds = F.when(
+        t["fam"] == F.lit(int(Family.STR)), _str_cmp(op, p["vs"], t["rs"])
+    ).otherwise(_lexi(op, (p["vh"], p["vl"]), (t["rh"], t["rl"])))
     mask_holds = p["vi"].bitwiseAND(t["mask"]) != 0
     return keys & (
         F.when(t["kind"] == RANGE, range_holds)
@@ -311,28 +335,110 @@ def join_condition(p: DataFrame, t: DataFrame) -> Column:
     )
 
 
-@dataclass(frozen=True)
-class TypedValue:
-    """A property value as Spark expressions: its family and typed columns
-    (``v_str`` for strings; ``hi, lo`` for the rest, see
-    :func:`messagebox.properties.sql_key`; ``v_int`` for ints). All null when absent."""
+def value_key(v: Column) -> Column:
+    """A value as an ``in`` member is stored (:data:`VALUE_TYPE`, no nulls), so that
+    membership is one ``array_contains`` (generated code, no lambda)."""
+    from pyspark.sql import functions as F
 
-    fam: Column
-    v_str: Column
-    hi: Column
-    lo: Column
-    v_int: Column
+    return F.struct(
+        v["fam"].alias("fam"),
+        F.coalesce(v["v_str"], F.lit("")).alias("s"),
+        F.coalesce(v["hi"], F.lit(0.0)).alias("h"),
+        F.coalesce(v["lo"], F.lit(0.0)).alias("l"),
+    )
+
+
+def _slot(j: int) -> tuple[list[Column], Column]:
+    """Slot ``j`` of the unrolled check: flat columns from ``_r<j>`` (the predicate)
+    and ``_v<j>`` (the message's value of its property), and the condition on them.
+
+    Every comparison operator reduces to one three-way comparison ``_c<j>`` of the
+    exact keys ``(s, hi, lo)``: strings by code point, the rest by ``(hi, lo)``."""
+    from pyspark.sql import functions as F
+
+    r, v = F.col(f"_r{j}"), F.col(f"_v{j}")
+    op = r["op"]
+    vs, vh, vl = (F.coalesce(v[f], F.lit(d)) for f, d in (("v_str", ""), ("hi", 0.0), ("lo", 0.0)))
+    ps, ph, pl = r["s"], r["h"], r["l"]
+    three_way = (
+        F.when(vs < ps, -1)
+        .when(vs > ps, 1)
+        .when(vh < ph, -1)
+        .when(vh > ph, 1)
+        .when(vl < pl, -1)
+        .when(vl > pl, 1)
+        .otherwise(0)
+    )
+    special = (
+        F.when(op == OP_CODES[Op.IN], F.array_contains(r["members"], value_key(v)))
+        .when(
+            op == OP_CODES[Op.BITWISE_AND],
+            v["v_int"].isNotNull() & (v["v_int"].bitwiseAND(r["mask"]) != 0),
+        )
+        .when(
+            op == OP_CODES[Op.PREFIX],
+            (v["fam"] == F.lit(int(Family.STR))) & F.startswith(v["v_str"], ps),
+        )
+    )
+    columns = [
+        op.alias(f"_o{j}"),
+        v.isNull().alias(f"_a{j}"),
+        (v["fam"] == r["fam"]).alias(f"_s{j}"),
+        three_way.alias(f"_c{j}"),
+        special.alias(f"_x{j}"),
+    ]
+    o, absent, same, c = (F.col(f"_{x}{j}") for x in "oasc")
+    holds = (
+        F.when(o.isNull(), F.lit(True))  # the group has fewer predicates
+        .when(o == OP_CODES[Op.NOT_EXISTS], absent)
+        .when(absent, F.lit(False))
+        .when(o == OP_CODES[Op.EXISTS], F.lit(True))
+        .when(o == OP_CODES[Op.EQ], same & (c == 0))
+        .when(o == OP_CODES[Op.NE], same & (c != 0))
+        .when(o == OP_CODES[Op.GT], same & (c > 0))
+        .when(o == OP_CODES[Op.GE], same & (c >= 0))
+        .when(o == OP_CODES[Op.LT], same & (c < 0))
+        .when(o == OP_CODES[Op.LE], same & (c <= 0))
+        .otherwise(F.col(f"_x{j}"))
+    )
+    return columns, F.coalesce(holds, F.lit(False))
+
+
+def verify(candidates: DataFrame, table: PredicateTable) -> DataFrame:
+    """``(_key, _sub)`` of the candidates all of whose ``rest`` predicates hold.
+
+    Generated code stays small (a method over 8 KB of bytecode would never be compiled
+    by the JVM, and run a hundred times slower): each slot's predicate and value are
+    picked once in a projection, flattened into a few scalars in a second one
+    (``spark_partition_id`` there keeps the filter from being pushed through it and
+    into the join, where every use would be generated again), and the check, unrolled
+    to the longest ``rest`` of the table, reads only those: no lambda, no repeated
+    lookups."""
+    from pyspark.sql import functions as F
+
+    keep = [F.col("_key"), F.col("_sub")]
+    picks = [F.col("_key"), F.col("sub").alias("_sub")]
+    flat: list[Column] = [*keep, F.spark_partition_id().alias("_part")]
+    ok = F.lit(True)
+    for j in range(table.max_rest):
+        pred = F.try_element_at(F.col("rest"), F.lit(j + 1))
+        picks += [pred.alias(f"_r{j}"), F.element_at(F.col("_vals"), pred["pid"]).alias(f"_v{j}")]
+        columns, holds = _slot(j)
+        flat += columns
+        ok = ok & holds
+    barrier = F.col("_part") >= 0  # referenced, so neither pruned nor pushed down
+    return candidates.select(*picks).select(*flat).where(barrier & ok).select(*keep)
 
 
 def route_probes(probe_rows: DataFrame, table: PredicateTable, spark: SparkSession) -> DataFrame:
-    """``(_key, _sub)`` pairs from exploded probe rows ``(_key, _probe)``: the join, the
-    count, the distinct pairs."""
+    """``(_key, _sub)`` pairs from exploded probe rows ``(_key, _vals, _probe)``: the
+    anchor join, the verification of the rest, the distinct pairs."""
     from pyspark.sql import functions as F
 
-    t, groups = table.dataframes(spark)
-    p = probe_rows.select("_key", "_probe.*")
-    hits = p.join(F.broadcast(t), join_condition(p, t)).select(p["_key"], t["grp"], t["w"])
-    sums = hits.groupBy("_key", "grp").agg(F.sum("w").alias("n"))
-    matched = sums.join(F.broadcast(groups), "grp").where(F.col("n") == F.col("n_pos"))
-    pairs = matched.select("_key", F.col("sub").alias("_sub"))
+    anchors = table.dataframe(spark)
+    p = probe_rows.select("_key", "_vals", "_probe.*")
+    candidates = p.join(F.broadcast(anchors), anchor_condition(p, anchors)).select(
+        p["_key"], p["_vals"], anchors["sub"], anchors["rest"]
+    )
+    pairs = verify(candidates, table)
     return pairs.dropDuplicates(["_key", "_sub"]) if table.multi_group else pairs

@@ -77,7 +77,9 @@ def test_spark_route_writes_pairs_partitioned_by_subscription(store: str, tmp_pa
 def test_spark_route_errors_name_the_culprit(
     spark: Any, store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = str(tmp_path / "out")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "earlier.txt").write_text("an earlier run's output")
     bad_name = tmp_path / "bad.csv"
     bad_name.write_text("key,total amount\n1,2\n")
     unknown = tmp_path / "unknown"
@@ -96,11 +98,13 @@ def test_spark_route_errors_name_the_culprit(
         (["--input", str(bad_name), "--conf", "oops"], "expected KEY=VALUE"),
     ]
     for args, says in cases:
-        code = main(["--url", store, "spark", "route", "--output", out, *args])
+        code = main(["--url", store, "spark", "route", "--output", str(out), *args])
         err = capsys.readouterr().err
         assert code == 1, args
         assert says in err, err
-    assert not Path(out).exists()  # nothing half-written
+    # a failed run leaves the earlier output as it was, and nothing beside it
+    assert [p.name for p in out.iterdir()] == ["earlier.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
     with pytest.raises(SystemExit) as usage:
         main(["spark", "route", "--input", "x"])
     assert usage.value.code == 2
