@@ -41,6 +41,7 @@ from messagebox.models import (
     SUBSCRIPTION_REMOVED,
     Host,
     HostSettings,
+    HostStats,
     InstanceInfo,
     Kind,
     OnFailure,
@@ -575,6 +576,12 @@ class MessageBox:
         oldest (by the database clock)."""
         with self.store.transaction() as conn:
             return box_stats.queue_stats(conn, host)
+
+    def host_stats(self) -> list[HostStats]:
+        """Every host, by name, with its registered instances, queued entries and
+        suspended entries."""
+        with self.store.transaction() as conn:
+            return box_stats.host_stats(conn)
 
     def stats(self) -> Stats:
         """Counts over the whole box: messages, queue entries by state, suspended entries

@@ -248,6 +248,21 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class HostStats:
+    """A host with its settings and what it holds now."""
+
+    name: str
+    settings: HostSettings
+    created_at: datetime
+    instances: int
+    """Registered host instances."""
+    queued: int
+    """Entries on its queue, in every state."""
+    suspended: int
+    """Suspended entries of its subscriptions."""
+
+
+@dataclass(frozen=True)
 class Stats:
     """Counts over the whole MessageBox, in one transaction."""
 

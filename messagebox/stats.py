@@ -10,8 +10,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema
-from messagebox.models import QueueStats, Stats
+from messagebox import schema, subscriptions
+from messagebox.models import HostStats, QueueStats, Stats
 
 
 def _leased() -> sa.ColumnElement[bool]:
@@ -65,6 +65,25 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
             )
         )
     return out
+
+
+def host_stats(conn: sa.Connection) -> list[HostStats]:
+    """Every host, by name, with its instances, queued and suspended entries."""
+    per = {
+        column.table.name: _by(conn, column)
+        for column in (schema.instance.c.host, schema.queue.c.host, schema.suspended.c.host)
+    }
+    return [
+        HostStats(
+            name=h.name,
+            settings=h.settings,
+            created_at=h.created_at,
+            instances=per[schema.instance.name].get(h.name, 0),
+            queued=per[schema.queue.name].get(h.name, 0),
+            suspended=per[schema.suspended.name].get(h.name, 0),
+        )
+        for h in subscriptions.list_hosts(conn)
+    ]
 
 
 def _by(conn: sa.Connection, column: sa.Column[Any]) -> dict[str, int]:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from messagebox import schema
 from messagebox.dialects import Dialect, dialect_for
-from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+from messagebox.errors import BackendUnavailable, MessageBoxError, NoSchema, StorageError
 
 DEFAULT_URL = "duckdb:///messagebox.duckdb"
 
@@ -45,7 +45,7 @@ class Store:
 
     With ``create=False`` nothing is created or upgraded: a database without this
     schema version (or a DuckDB file that does not exist) is refused with
-    :class:`~messagebox.errors.BackendUnavailable`.
+    :class:`~messagebox.errors.NoSchema`.
     """
 
     def __init__(self, url: str | sa.URL | None = None, *, create: bool = True) -> None:
@@ -56,7 +56,7 @@ class Store:
         self.dialect: Dialect = dialect_for(self.url)
         shown = self.url.render_as_string(hide_password=True)
         if not create and not self.dialect.database_exists(self.url):
-            raise BackendUnavailable(f"no database at {shown} (it is created on first open)")
+            raise NoSchema(f"no database at {shown}")
         self.engine = self.dialect.create_engine(self.url)
         database = self.url.database or ""
         self.key = (
@@ -73,10 +73,7 @@ class Store:
                     conn.exec_driver_sql("SELECT 1")
             finally:
                 self.engine.dispose()
-            raise BackendUnavailable(
-                f"{shown} has no messagebox schema of version {schema.SCHEMA_VERSION} "
-                "(opening it with create=True creates or upgrades it)"
-            )
+            raise NoSchema(f"{shown} has no messagebox schema of version {schema.SCHEMA_VERSION}")
         try:
             with self.transaction(serial=True) as conn:
                 self.dialect.create_schema(conn, schema.metadata)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox, State
 from messagebox import delivery as mb_delivery
-from messagebox.errors import BackendUnavailable, UnknownMessage, UnknownSuspendedEntry
+from messagebox.errors import NoSchema, UnknownMessage, UnknownSuspendedEntry
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
 from tests.conftest import PG_DSN, require_pg, table_counts
@@ -247,13 +247,13 @@ def test_opening_without_create_refuses_a_missing_database_and_creates_nothing(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "typo.duckdb"
-    with pytest.raises(BackendUnavailable, match="no database at"):
+    with pytest.raises(NoSchema, match="no database at"):
         MessageBox(f"duckdb:///{path}", create=False)
     assert not path.exists()
 
 
 def test_opening_without_create_refuses_a_database_without_the_schema(pg_url: str) -> None:
-    with pytest.raises(BackendUnavailable, match="has no messagebox schema"):
+    with pytest.raises(NoSchema, match="has no messagebox schema"):
         MessageBox(pg_url, create=False)
     MessageBox(pg_url).close()  # created
     MessageBox(pg_url, create=False).close()  # now it opens
