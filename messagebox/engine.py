@@ -663,8 +663,11 @@ class MessageBox:
         if chunked:
             s = schema.suspended
             count = sa.select(sa.func.count()).select_from(s).where(*query.where())
-            if resumable:
-                count = count.where(s.c.resumable == sa.true())
+            if resumable:  # what delivery.resume takes in bulk
+                count = count.where(
+                    s.c.resumable == sa.true(),
+                    s.c.sub.in_(sa.select(schema.subscription.c.id)),
+                )
             with self.store.transaction() as conn:
                 total = int(conn.execute(count).scalar_one())
         done: list[int] = []
