@@ -411,13 +411,16 @@ def _check_ids(conn: sa.Connection, ids: Sequence[int] | None) -> None:
             raise UnknownSuspendedEntry(f"no suspended entry {missing[0]}")
 
 
-def resume(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list[int]:
+def resume(
+    conn: sa.Connection, dialect: Dialect, query: SuspendedQuery, limit: int | None = None
+) -> list[int]:
     """Put resumable suspended entries back on their queues, with their original ids
     (an ordered subscription gets them back in order). An entry whose service is not
-    started is queued held. Non-resumable entries are refused by id and skipped in bulk."""
+    started is queued held. Non-resumable entries are refused by id and skipped in bulk;
+    ``limit`` resumes at most that many of a bulk query, lowest ids first."""
     s, sub = schema.suspended, schema.subscription
     _check_ids(conn, query.ids)
-    rows = conn.execute(
+    select = (
         sa.select(
             s.c.id,
             s.c.msg,
@@ -433,7 +436,12 @@ def resume(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list
         .join(sub, sub.c.id == s.c.sub, isouter=True)
         .where(*query.where())
         .order_by(s.c.id)
-    ).all()
+    )
+    if query.ids is None:  # bulk: only what can be resumed, so that a limit counts those
+        select = select.where(s.c.resumable == sa.true(), sub.c.host.is_not(None))
+        if limit is not None:
+            select = select.limit(limit)
+    rows = conn.execute(select).all()
     if query.ids is not None:
         for r in rows:
             if not r.resumable:
@@ -477,13 +485,18 @@ def _reason(conn: sa.Connection, entry: int) -> str:
     return str(conn.execute(sa.select(s.c.reason).where(s.c.id == entry)).scalar_one())
 
 
-def terminate(conn: sa.Connection, dialect: Dialect, query: SuspendedQuery) -> list[int]:
-    """Delete suspended entries and release their references."""
+def terminate(
+    conn: sa.Connection, dialect: Dialect, query: SuspendedQuery, limit: int | None = None
+) -> list[int]:
+    """Delete suspended entries and release their references; ``limit`` deletes at most
+    that many, lowest ids first."""
     s = schema.suspended
     _check_ids(conn, query.ids)
-    rows = conn.execute(
-        s.delete().where(*query.where()).returning(s.c.id, s.c.msg, s.c.instance_id)
-    ).all()
+    where = query.where()
+    if limit is not None:
+        first = sa.select(s.c.id).where(*where).order_by(s.c.id).limit(limit)
+        where = [s.c.id.in_(first)]
+    rows = conn.execute(s.delete().where(*where).returning(s.c.id, s.c.msg, s.c.instance_id)).all()
     release(conn, dialect, (r.msg for r in rows))
     _unsuspend_instances(conn, (r.instance_id for r in rows))  # the instance goes on without it
     return sorted(r.id for r in rows)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from messagebox import delivery, notify, router, schema, spool, subscriptions
+from messagebox import stats as box_stats
 from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
     AlreadyReceived,
@@ -28,31 +29,38 @@ from messagebox.errors import (
     MessageValidationError,
     Throttled,
     UnknownHost,
+    UnknownMessage,
     UnknownSubscription,
     UnknownSuspendedEntry,
     ValidationError,
 )
 from messagebox.ids import uuid7
-from messagebox.message import Message, StoredMessage
+from messagebox.message import Message, MessageSummary, StoredMessage
 from messagebox.models import (
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
     Host,
     HostSettings,
+    HostStats,
     InstanceInfo,
     Kind,
     OnFailure,
     QueueDepth,
+    QueueStats,
     Routed,
+    RouteExplanation,
     RoutingPolicy,
     State,
+    Stats,
     Subscription,
+    SubscriptionExplanation,
     SuspendedEntry,
 )
-from messagebox.properties import canonical_name
+from messagebox.properties import canonical_name, decode_context
 from messagebox.store import Store
 from messagebox.throttle import Throttle as _Throttle
 from predicates import normalize_properties, to_filter
+from predicates.explain import explain as explain_filter
 
 if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
@@ -99,12 +107,19 @@ class MessageBox:
     """A content-based publish/subscribe router over one database.
 
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
-    or ``postgresql+psycopg://user@host/db``. The schema is created on first open.
-    ``publisher`` names this process in routing-failure reports.
+    or ``postgresql+psycopg://user@host/db``. The schema is created on first open
+    (``create=False`` refuses a database without it instead). ``publisher`` names this
+    process in routing-failure reports.
     """
 
-    def __init__(self, url: str | sa.URL | None = None, *, publisher: str | None = None) -> None:
-        self.store = Store(url)
+    def __init__(
+        self,
+        url: str | sa.URL | None = None,
+        *,
+        publisher: str | None = None,
+        create: bool = True,
+    ) -> None:
+        self.store = Store(url, create=create)
         self.publisher = publisher or f"{socket.gethostname()}:{os.getpid()}"
         self._throttle = _Throttle()
 
@@ -478,12 +493,52 @@ class MessageBox:
             [rows] = router.route(conn, self.store.dialect, [promoted])
             return subscriptions.list_subscriptions(conn, ids=[r[1] for r in rows])
 
+    def explain(self, target: uuid.UUID | str | Mapping[str, object]) -> RouteExplanation:
+        """Why a message would or would not reach each subscription.
+
+        ``target`` is a stored message's id (its promoted properties are read from the
+        spool) or a mapping of promoted properties. For every subscription, in id order:
+        whether the message routes to it (exactly what :meth:`would_route` answers) and,
+        per filter group, the first predicate that fails with the property's actual
+        value, by the reference semantics. Nothing is stored.
+        """
+        message_id: uuid.UUID | None = None
+        with self.store.transaction() as conn:
+            if isinstance(target, Mapping):
+                try:
+                    promoted = normalize_properties(target)
+                except ValueError as exc:
+                    raise MessageValidationError(f"properties: {exc}") from exc
+            else:
+                try:
+                    message_id = uuid.UUID(str(target))
+                except ValueError as exc:
+                    raise ValidationError(f"{target!r} is not a message id (a UUID)") from exc
+                row = spool.read_context(conn, [message_id]).get(message_id)
+                if row is None:
+                    raise UnknownMessage(f"no message {message_id} in the spool")
+                promoted, _written = decode_context(row.context)
+            subs = subscriptions.list_subscriptions(conn)
+        found = []
+        for sub in subs:
+            why = explain_filter(sub.filter, promoted)
+            routes = why.matched and sub.state is not State.UNENLISTED
+            found.append(SubscriptionExplanation(subscription=sub, routes=routes, filter=why))
+        return RouteExplanation(
+            message_id=message_id, properties=promoted, subscriptions=tuple(found)
+        )
+
     # --- stored messages and queues ---
 
     def read_message(self, message_id: uuid.UUID | str) -> StoredMessage:
         """A stored message: its context and parts."""
         with self.store.transaction() as conn:
             return spool.read_message(conn, uuid.UUID(str(message_id)))
+
+    def message_summary(self, message_id: uuid.UUID | str) -> MessageSummary:
+        """A stored message's context and part sizes, without reading its parts."""
+        with self.store.transaction() as conn:
+            return spool.describe(conn, uuid.UUID(str(message_id)))
 
     def read_messages(
         self, message_ids: Iterable[uuid.UUID | str]
@@ -516,6 +571,24 @@ class MessageBox:
         with self.store.transaction() as conn:
             return [QueueDepth(h, s, st, int(n)) for h, s, st, n in conn.execute(query)]
 
+    def queue_stats(self, host: str | None = None) -> list[QueueStats]:
+        """Per host and subscription: entries ready, held and leased, and the age of the
+        oldest (by the database clock)."""
+        with self.store.transaction() as conn:
+            return box_stats.queue_stats(conn, host)
+
+    def host_stats(self) -> list[HostStats]:
+        """Every host, by name, with its registered instances, queued entries and
+        suspended entries."""
+        with self.store.transaction() as conn:
+            return box_stats.host_stats(conn)
+
+    def stats(self) -> Stats:
+        """Counts over the whole box: messages, queue entries by state, suspended entries
+        by reason, subscriptions by state, hosts, host and service instances."""
+        with self.store.transaction() as conn:
+            return box_stats.counts(conn)
+
     def suspended(
         self,
         *,
@@ -524,9 +597,11 @@ class MessageBox:
         service: str | None = None,
         subscription: int | None = None,
         message_id: uuid.UUID | str | None = None,
+        before: datetime | None = None,
         limit: int = 1000,
     ) -> list[SuspendedEntry]:
-        """Suspended entries, oldest first, optionally filtered."""
+        """Suspended entries, oldest first, optionally filtered (``before``: suspended
+        before that time)."""
         s = schema.suspended
         query = SuspendedQuery(
             reason=reason,
@@ -534,24 +609,20 @@ class MessageBox:
             service=service,
             subscription=subscription,
             message_id=None if message_id is None else uuid.UUID(str(message_id)),
+            before=before,
         )
         select = sa.select(s).where(*query.where()).order_by(s.c.id).limit(limit)
         with self.store.transaction() as conn:
-            return [
-                SuspendedEntry(
-                    id=r.id,
-                    message_id=r.msg,
-                    subscription=r.sub,
-                    host=r.host,
-                    resumable=bool(r.resumable),
-                    reason=r.reason,
-                    error=r.error,
-                    report=json.loads(r.report) if r.report else None,
-                    attempts=r.attempts,
-                    suspended_at=r.suspended_at,
-                )
-                for r in conn.execute(select)
-            ]
+            return [_suspended_entry(r) for r in conn.execute(select)]
+
+    def suspended_entry(self, entry_id: int) -> SuspendedEntry:
+        """One suspended entry, by id."""
+        s = schema.suspended
+        with self.store.transaction() as conn:
+            row = conn.execute(sa.select(s).where(s.c.id == entry_id)).first()
+        if row is None:
+            raise UnknownSuspendedEntry(f"no suspended entry {entry_id}")
+        return _suspended_entry(row)
 
     def resume(
         self,
@@ -561,23 +632,59 @@ class MessageBox:
         service: str | None = None,
         subscription: int | None = None,
         before: datetime | None = None,
+        batch: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[int]:
         """Put suspended entries back on their queues: the given ids (each must exist
         and be resumable), or every resumable entry matching the filters. They keep
-        their place in publish order and start again from attempt 1. Returns the ids."""
+        their place in publish order and start again from attempt 1. Returns the ids.
+
+        Ids are resumed in one transaction, all or none. Filters too, unless ``batch``
+        is given: then ``batch`` entries per transaction, lowest ids first, calling
+        ``progress(done, total)`` after each (``total`` is counted at the start).
+        """
         query = self._suspended_query(entry_ids, reason, host, service, subscription, before)
-        with self.store.transaction(serial=True) as conn:
-            resumed = delivery.resume(conn, self.store.dialect, query)
-            hosts = {
-                e.host
-                for e in conn.execute(
-                    sa.select(schema.queue.c.host.label("host"))
-                    .where(schema.queue.c.id.in_(resumed))
-                    .distinct()
+        return self._in_batches(query, delivery.resume, batch, progress, resumable=True)
+
+    def _in_batches(
+        self,
+        query: SuspendedQuery,
+        action: Callable[[sa.Connection, Any, SuspendedQuery, int | None], list[int]],
+        batch: int | None,
+        progress: Callable[[int, int], None] | None,
+        *,
+        resumable: bool,
+    ) -> list[int]:
+        """Run a suspended-queue action (resume, terminate) once, or in batches."""
+        if batch is not None and (type(batch) is not int or batch < 1):
+            raise ValidationError(f"batch must be a positive int, not {batch!r}")
+        chunked = batch is not None and query.ids is None
+        total = 0
+        if chunked:
+            s = schema.suspended
+            count = sa.select(sa.func.count()).select_from(s).where(*query.where())
+            if resumable:  # what delivery.resume takes in bulk
+                count = count.where(
+                    s.c.resumable == sa.true(),
+                    s.c.sub.in_(sa.select(schema.subscription.c.id)),
                 )
-            }
-        notify.signal(self.store.key, hosts)
-        return resumed
+            with self.store.transaction() as conn:
+                total = int(conn.execute(count).scalar_one())
+        done: list[int] = []
+        while True:
+            with self.store.transaction(serial=True) as conn:
+                ids = action(conn, self.store.dialect, query, batch if chunked else None)
+                hosts = set(
+                    conn.execute(
+                        sa.select(schema.queue.c.host).where(schema.queue.c.id.in_(ids)).distinct()
+                    ).scalars()
+                )
+            notify.signal(self.store.key, hosts)
+            done.extend(ids)
+            if progress is not None and (ids or not chunked):
+                progress(len(done), max(total, len(done)))
+            if not chunked or len(ids) < (batch or 0) or not ids:
+                return done
 
     def terminate(
         self,
@@ -587,12 +694,14 @@ class MessageBox:
         service: str | None = None,
         subscription: int | None = None,
         before: datetime | None = None,
+        batch: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[int]:
         """Delete suspended entries (the given ids, or every one matching the filters)
-        and release their references; cleanup then removes unreferenced messages."""
+        and release their references; cleanup then removes unreferenced messages.
+        ``batch`` and ``progress`` work as for :meth:`resume`."""
         query = self._suspended_query(entry_ids, reason, host, service, subscription, before)
-        with self.store.transaction(serial=True) as conn:
-            return delivery.terminate(conn, self.store.dialect, query)
+        return self._in_batches(query, delivery.terminate, batch, progress, resumable=False)
 
     @staticmethod
     def _suspended_query(
@@ -694,3 +803,18 @@ class MessageBox:
 
     def __repr__(self) -> str:
         return f"MessageBox({self.url.render_as_string(hide_password=True)!r})"
+
+
+def _suspended_entry(r: Any) -> SuspendedEntry:
+    return SuspendedEntry(
+        id=r.id,
+        message_id=r.msg,
+        subscription=r.sub,
+        host=r.host,
+        resumable=bool(r.resumable),
+        reason=r.reason,
+        error=r.error,
+        report=json.loads(r.report) if r.report else None,
+        attempts=r.attempts,
+        suspended_at=r.suspended_at,
+    )

@@ -21,6 +21,8 @@ MessageBoxError
 └── StorageError                    the database failed; the driver error is chained
     ├── Conflict                    a concurrent write won; nothing was written, retry
     └── BackendUnavailable          cannot connect, or the file is owned by another process
+        └── NoSchema                the database (or its schema) does not exist, and was
+                                    not created (``create=False``)
 """
 
 from __future__ import annotations
@@ -150,3 +152,7 @@ class Conflict(StorageError):
 
 class BackendUnavailable(StorageError):
     """The database cannot be reached or opened."""
+
+
+class NoSchema(BackendUnavailable):
+    """The database, or its messagebox schema, does not exist and was not created."""

@@ -136,3 +136,17 @@ class StoredMessage:
     def body(self) -> bytes:
         """The body part's bytes."""
         return self.parts[self.body_part]
+
+
+@dataclass(frozen=True)
+class MessageSummary:
+    """A stored message's context and part sizes, without reading its parts."""
+
+    id: uuid.UUID
+    promoted: dict[str, Value]
+    written: dict[str, Value]
+    body_part: str
+    part_sizes: dict[str, int]
+    """Bytes of each part, in part order."""
+    published_at: datetime
+    publisher: str

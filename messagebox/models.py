@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from predicates import Filter
+from messagebox.properties import Value
+from predicates import Filter, FilterExplanation
 
 
 class Kind(StrEnum):
@@ -179,3 +180,104 @@ class InstanceInfo:
     started_at: datetime
     heartbeat_at: datetime
     state: str
+
+
+SUSPENDED_REASONS = (
+    ROUTING_FAILURE,
+    DELIVERY_FAILURE,
+    SUBSCRIPTION_REMOVED,
+    SERVICE_UNENLISTED,
+    RECEIVE_FAILURE,
+    INSTANCE_COMPLETED,
+)
+"""The reasons the engine suspends entries with."""
+
+
+@dataclass(frozen=True)
+class SubscriptionExplanation:
+    """Why one subscription would or would not receive a message."""
+
+    subscription: Subscription
+    routes: bool
+    """Whether the message routes to it (what ``would_route`` answers): its filter
+    matches and it is enlisted."""
+    filter: FilterExplanation
+    """Per group: matched, or the first predicate that failed, with the actual value."""
+
+    @property
+    def matched(self) -> bool:
+        """Whether its filter matches (an unenlisted subscription may match and not route)."""
+        return self.filter.matched
+
+
+@dataclass(frozen=True)
+class RouteExplanation:
+    """Every subscription against one message's promoted properties."""
+
+    message_id: uuid.UUID | None
+    """The stored message explained, or None for properties given directly."""
+    properties: dict[str, Value]
+    subscriptions: tuple[SubscriptionExplanation, ...]
+
+    @property
+    def routes_to(self) -> tuple[Subscription, ...]:
+        """The subscriptions the message routes to (``would_route``'s answer)."""
+        return tuple(e.subscription for e in self.subscriptions if e.routes)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The entries of one subscription on its host's queue."""
+
+    host: str
+    subscription: int
+    name: str | None
+    """The subscription's name and service (None if it was removed meanwhile)."""
+    service: str | None
+    depth: int
+    """Every entry: ready + held + leased."""
+    ready: int
+    """Waiting to be claimed (or for their retry time)."""
+    held: int
+    """Held while the service is stopped."""
+    leased: int
+    """Claimed by a host instance whose lease has not expired."""
+    oldest_enqueued_at: datetime
+    oldest_age_seconds: float
+    """Age of the oldest entry, by the database clock."""
+
+
+@dataclass(frozen=True)
+class HostStats:
+    """A host with its settings and what it holds now."""
+
+    name: str
+    settings: HostSettings
+    created_at: datetime
+    instances: int
+    """Registered host instances."""
+    queued: int
+    """Entries on its queue, in every state."""
+    suspended: int
+    """Suspended entries of its subscriptions."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Counts over the whole MessageBox, in one transaction."""
+
+    messages: int
+    """Messages in the spool (referenced or waiting for cleanup)."""
+    parts: int
+    part_bytes: int
+    queued: dict[str, int]
+    """Queue entries by state: ready, held, leased."""
+    suspended: dict[str, int]
+    """Suspended entries by reason."""
+    subscriptions: dict[str, int]
+    """Subscriptions by state: started, stopped, unenlisted."""
+    hosts: int
+    host_instances: int
+    """Registered host instances (live or not yet found dead)."""
+    service_instances: dict[str, int]
+    """Orchestration instances by state: running, suspended, completed."""

@@ -207,3 +207,97 @@ def decode_context(text: str) -> tuple[dict[str, Value], dict[str, Value]]:
         {k: decode_value(v) for k, v in data["promoted"].items()},
         {k: decode_value(v) for k, v in data["written"].items()},
     )
+
+
+# --- values as text (command line, console forms) ---
+
+VALUE_TYPES = ("str", "int", "float", "bool", "datetime")
+"""The type names of :func:`parse_value`."""
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def parse_value(text: str, type_name: str | None = None) -> Value:
+    """A property value from text, or ``ValueError``.
+
+    Without a type, the text is read as a JSON scalar when it is one (``12`` an int,
+    ``12.5`` a float, ``true`` a bool, ``"EU"`` a str) and is otherwise the str itself
+    (``EU``). A type forces the reading: ``str`` (the text as it is), ``int``, ``float``,
+    ``bool`` (``true`` or ``false``) or ``datetime`` (ISO 8601 with an offset or ``Z``).
+    """
+    if type_name is None:
+        try:
+            value: object = json.loads(text, parse_constant=_no_constant)
+        except json.JSONDecodeError:
+            value = text
+        if value is None or isinstance(value, list | dict):
+            raise ValueError(
+                f"{text!r} is JSON {type(value).__name__ if value is not None else 'null'}, "
+                "not a property value (a str, number, bool or, with :datetime, a datetime)"
+            )
+        return normalize_value(value, promoted=False)
+    if type_name == "str":
+        return normalize_value(text, promoted=False)
+    if type_name == "int":
+        try:
+            return normalize_value(int(text.strip()), promoted=False)
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not an int ({exc})") from exc
+    if type_name == "float":
+        try:
+            return normalize_value(float(text.strip()), promoted=False)
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a float ({exc})") from exc
+    if type_name == "bool":
+        if text.strip().lower() not in ("true", "false"):
+            raise ValueError(f"{text!r} is not a bool (true or false)")
+        return text.strip().lower() == "true"
+    if type_name == "datetime":
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not an ISO 8601 datetime") from exc
+        if when.tzinfo is None:
+            raise ValueError(f"{text!r} has no time zone: add an offset (+02:00) or Z")
+        return normalize_value(when, promoted=False)
+    raise ValueError(f"unknown type {type_name!r} (one of {', '.join(VALUE_TYPES)})")
+
+
+def parse_assignment(text: str) -> tuple[str, Value]:
+    """``name=value`` or ``name:type=value`` (see :func:`parse_value`), e.g.
+    ``orders.Total=12.5``, ``orders.Region=EU``, ``orders.Zip:str=01234``,
+    ``orders.At:datetime=2024-05-01T10:00:00Z``. Raises ``ValueError`` naming the part."""
+    left, sep, raw = text.partition("=")
+    if not sep:
+        raise ValueError(f"{text!r} is not name=value (or name:type=value)")
+    name, colon, type_name = left.partition(":")
+    name = canonical_name(name.strip())
+    try:
+        return name, parse_value(raw, type_name.strip() if colon else None)
+    except ValueError as exc:
+        raise ValueError(f"property {name!r}: {exc}") from exc
+
+
+def properties_from_json(data: object) -> dict[str, Value]:
+    """Properties from decoded JSON: an object of name to a JSON scalar or a typed
+    ``[tag, value]`` pair (``["d", "2024-05-01T10:00:00+00:00"]`` for a datetime, as in
+    a stored context). Raises ``ValueError`` naming the property."""
+    if not isinstance(data, dict):
+        raise ValueError(f"properties must be a JSON object, not {type(data).__name__}")
+    out: dict[str, Value] = {}
+    for name, raw in data.items():
+        try:
+            if isinstance(raw, list):
+                value = decode_value(raw)
+            elif raw is None or isinstance(raw, dict):
+                raise ValueError(
+                    "not a property value (a str, number, bool or a [tag, value] pair)"
+                )
+            else:
+                value = normalize_value(raw, promoted=False)
+        except ValueError as exc:
+            raise ValueError(f"property {name!r}: {exc}") from exc
+        out[name] = value
+    return out

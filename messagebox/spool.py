@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from messagebox import schema
 from messagebox.dialects import Dialect
 from messagebox.errors import UnknownMessage
-from messagebox.message import Message, PartData, StoredMessage
+from messagebox.message import Message, MessageSummary, PartData, StoredMessage
 from messagebox.properties import decode_context, encode_context
 
 FRAGMENT_SIZE = 1 << 20
@@ -144,6 +144,33 @@ def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
     if found is None:
         raise UnknownMessage(f"no message {msg_id} in the spool")
     return found
+
+
+def describe(conn: sa.Connection, msg_id: uuid.UUID) -> MessageSummary:
+    """A message's context and part sizes, without reading its parts."""
+    row = read_context(conn, [msg_id]).get(msg_id)
+    if row is None:
+        raise UnknownMessage(f"no message {msg_id} in the spool")
+    mp, p = schema.message_part, schema.part
+    sizes = {
+        name: int(size)
+        for name, size in conn.execute(
+            sa.select(mp.c.name, p.c.size)
+            .join(p, p.c.id == mp.c.part)
+            .where(mp.c.msg == msg_id)
+            .order_by(mp.c.idx)
+        )
+    }
+    promoted, written = decode_context(row.context)
+    return MessageSummary(
+        id=row.id,
+        promoted=promoted,
+        written=written,
+        body_part=row.body_part,
+        part_sizes=sizes,
+        published_at=row.published_at,
+        publisher=row.publisher,
+    )
 
 
 def part_fragments(conn: sa.Connection, msg_id: uuid.UUID, name: str) -> tuple[uuid.UUID, int]:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from messagebox import schema
 from messagebox.dialects import Dialect, dialect_for
-from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+from messagebox.errors import BackendUnavailable, MessageBoxError, NoSchema, StorageError
 
 DEFAULT_URL = "duckdb:///messagebox.duckdb"
 
@@ -41,14 +41,22 @@ DRIVER_ERRORS = _driver_errors()
 
 
 class Store:
-    """One database, opened from a URL; the schema is created on first open."""
+    """One database, opened from a URL; the schema is created on first open.
 
-    def __init__(self, url: str | sa.URL | None = None) -> None:
+    With ``create=False`` nothing is created or upgraded: a database without this
+    schema version (or a DuckDB file that does not exist) is refused with
+    :class:`~messagebox.errors.NoSchema`.
+    """
+
+    def __init__(self, url: str | sa.URL | None = None, *, create: bool = True) -> None:
         try:
             self.url = sa.make_url(url or DEFAULT_URL)
         except sa.exc.ArgumentError as exc:
             raise BackendUnavailable(f"not a database URL: {url!r}") from exc
         self.dialect: Dialect = dialect_for(self.url)
+        shown = self.url.render_as_string(hide_password=True)
+        if not create and not self.dialect.database_exists(self.url):
+            raise NoSchema(f"no database at {shown}")
         self.engine = self.dialect.create_engine(self.url)
         database = self.url.database or ""
         self.key = (
@@ -59,6 +67,13 @@ class Store:
         """Names this database within the process (in-process wake-ups)."""
         if self._current():
             return  # no DDL: its table locks would contend with running hosts
+        if not create:
+            try:
+                with self.transaction() as conn:  # unreachable or locked: say so
+                    conn.exec_driver_sql("SELECT 1")
+            finally:
+                self.engine.dispose()
+            raise NoSchema(f"{shown} has no messagebox schema of version {schema.SCHEMA_VERSION}")
         try:
             with self.transaction(serial=True) as conn:
                 self.dialect.create_schema(conn, schema.metadata)

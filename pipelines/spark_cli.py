@@ -1,5 +1,5 @@
 """``messagebox spark route`` and ``messagebox spark what-if``: the command-line side of
-:mod:`pipelines.spark` and :mod:`pipelines.whatif` (arguments in :mod:`messagebox.cli`).
+:mod:`pipelines.spark` and :mod:`pipelines.whatif` (arguments in :mod:`messagebox.cli.parser`).
 
 Progress goes to standard error: each step with its elapsed time, and Spark's own
 progress bar while a job runs. Exit codes: 0 success, 1 a messagebox or Spark error

@@ -1,7 +1,9 @@
-"""The filter language: ``P`` references, predicates, DNF filters and their evaluators."""
+"""The filter language: ``P`` references, predicates, DNF filters, their evaluators, their
+text form and explanations."""
 
 from predicates.dsl import And, Or, P, to_filter
 from predicates.evaluate import filter_matches, normalize_properties, predicate_holds
+from predicates.explain import FilterExplanation, GroupExplanation, PredicateCheck, explain
 from predicates.model import (
     MAX_GROUPS,
     MAX_IN_VALUES,
@@ -11,6 +13,7 @@ from predicates.model import (
     Op,
     Predicate,
 )
+from predicates.text import format_filter, parse_filter
 
 __all__ = [
     "MAX_GROUPS",
@@ -18,13 +21,19 @@ __all__ = [
     "MAX_PREDICATES_PER_GROUP",
     "And",
     "Filter",
+    "FilterExplanation",
     "Group",
+    "GroupExplanation",
     "Op",
     "Or",
     "P",
     "Predicate",
+    "PredicateCheck",
+    "explain",
     "filter_matches",
+    "format_filter",
     "normalize_properties",
+    "parse_filter",
     "predicate_holds",
     "to_filter",
 ]

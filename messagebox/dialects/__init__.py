@@ -61,6 +61,11 @@ class Dialect:
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError
 
+    def database_exists(self, url: sa.URL) -> bool:
+        """Whether the database itself exists, checked without creating it (a DuckDB
+        file); a server's database is taken to exist (connecting tells)."""
+        return True
+
     def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
         raise NotImplementedError
 

@@ -74,6 +74,10 @@ class DuckDBDialect(Dialect):
                 self._lock = _LOCKS.setdefault(path, threading.RLock())
         return sa.create_engine(url)
 
+    def database_exists(self, url: sa.URL) -> bool:
+        database = url.database or ""
+        return database in ("", ":memory:") or os.path.exists(database)
+
     def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
         create_all(conn, metadata, indexes=False)
 

@@ -35,7 +35,7 @@ def test_the_demo_routes_a_day_of_orders_from_files_to_the_predicted_ports(tmp_p
     assert sum(written.values()) > 400
 
 
-def test_cli_would_route_and_its_exit_codes(tmp_path: Path):
+def test_cli_route_explain_and_its_exit_codes(tmp_path: Path):
     url = f"duckdb:///{tmp_path / 'cli.duckdb'}"
     from messagebox import MessageBox
     from predicates import P
@@ -45,17 +45,24 @@ def test_cli_would_route_and_its_exit_codes(tmp_path: Path):
         sub = box.subscribe("eu", host="h", filter=P("orders.Region") == "EU")
 
     ok = run(
-        "-m", "messagebox.cli", "--url", url, "would-route", json.dumps({"orders.Region": "EU"})
+        "-m",
+        "messagebox.cli",
+        "--url",
+        url,
+        "route",
+        "explain",
+        json.dumps({"orders.Region": "EU"}),
+        "--json",
     )
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.split("\t")[0] == str(sub.id)
+    assert json.loads(ok.stdout)["routes_to"] == [sub.id]
 
-    bad_json = run("-m", "messagebox.cli", "--url", url, "would-route", "{not json")
+    bad_json = run("-m", "messagebox.cli", "--url", url, "route", "explain", "{not json")
     assert bad_json.returncode == 2
     assert "not JSON" in bad_json.stderr
 
-    bad_value = run("-m", "messagebox.cli", "--url", url, "would-route", '{"no dot": 1}')
-    assert bad_value.returncode == 1
+    bad_value = run("-m", "messagebox.cli", "--url", url, "route", "explain", '{"no dot": 1}')
+    assert bad_value.returncode == 2
     assert "no dot" in bad_value.stderr
 
 

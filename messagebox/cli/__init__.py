@@ -1,0 +1,133 @@
+"""The ``messagebox`` command.
+
+    messagebox [--url URL] [--json] [--progress | --no-progress] COMMAND ...
+
+    init                                   create (or upgrade) the schema
+    publish [FILE ...] [-p NAME[:TYPE]=VALUE ...] [-w ...] [--properties-json JSON|@FILE]
+            [--policy suspend|drop|raise] [--batch N]
+                                           publish each file (or stdin) as one message
+    subscriptions list [--host H] [--service S]
+    subscriptions add NAME --host H --filter EXPR|JSON|@FILE [--service S] [--priority N]
+            [--ordered] [--on-failure suspend|stop] [--state started|stopped]
+    subscriptions remove REF ...           by id or name; waiting entries are suspended
+    route explain [MESSAGE_ID | JSON] [-p ...] [--properties-json ...] [--subscription REF]
+                                           per subscription: routes or not, and why not
+    hosts list | hosts add NAME [--set KEY=VALUE ...]
+    queues [--host H]                      depth per host and subscription, oldest entry
+    instances [--host H]                   running host instances and their heartbeats
+    suspended list [FILTERS] [--limit N]   FILTERS: --reason R --host H --service S
+                                           --subscription REF --older-than 2h
+    suspended show ID                      the entry, its error, its message's context
+    suspended resume ID ... | --all-matching FILTERS
+    suspended terminate ID ... | --all-matching FILTERS
+    suspended reroute [ID ...]             route routing failures again
+    cleanup [--batch N]                    delete unreferenced messages, dead leases
+    stats                                  counts of everything
+    host run module:app [--threads N] [--duration S]
+    spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
+
+The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (one
+function per command), ``terminal`` (tables, JSON, progress).
+
+``hosts`` and ``subscriptions`` alone list. The database URL comes from ``--url``, else
+``MESSAGEBOX_URL``, else ``duckdb:///messagebox.duckdb``. Only ``init`` (and ``host run``)
+create a database; the other commands refuse one that does not exist.
+
+Values: ``-p orders.Total=12.5`` reads the value as JSON when it is a JSON scalar, else
+as a string (``-p orders.Region=EU``); ``NAME:TYPE=VALUE`` forces a type: ``str``,
+``int``, ``float``, ``bool`` or ``datetime`` (ISO 8601 with an offset or ``Z``:
+``-p orders.At:datetime=2024-05-01T10:00:00Z``). ``--properties-json`` takes an object
+of JSON scalars or typed ``["d", "2024-05-01T10:00:00+00:00"]`` pairs. A filter is its
+text form (``orders.Region == "EU" and orders.Total >= 100``, see ``predicates.text``)
+or its JSON form (``Filter.to_json``); ``@FILE`` reads either from a file.
+
+Output: aligned tables for people; ``--json`` prints JSON for scripts (a list for
+listings, an object otherwise; keys are stable; datetimes are ISO 8601 strings). Notes
+and progress go to standard error; progress only when it is a terminal, or with
+``--progress``.
+
+Bulk changes are explicit: ``suspended resume|terminate`` take entry ids (all or none
+change: an unknown id changes nothing), or ``--all-matching`` with at least one filter
+(then in batches of 1000, with progress). Each prints how many entries it changed.
+
+Exit codes:
+    0  success
+    1  a messagebox error: refused input, a storage or backend error (the message says which)
+    2  bad usage: unknown options, malformed values, properties, filters, JSON or files
+    3  not found: an unknown message, subscription, host or suspended entry
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from messagebox.cli.parser import build
+from messagebox.errors import MessageBoxError, NotFound
+from messagebox.store import DEFAULT_URL
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = build().parse_args(argv)
+    if args.command == "host":
+        return _host_run(args)
+    args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
+    args.url = args.explicit_url or DEFAULT_URL
+    if args.command == "spark":
+        from pipelines.spark_cli import run
+
+        return run(args)
+
+    from messagebox.cli.commands import COMMANDS
+    from messagebox.cli.inputs import UsageError
+    from messagebox.cli.terminal import Terminal
+
+    action = getattr(args, "action", None)
+    name = f"{args.command} {action}" if action else args.command
+    out = Terminal(json_output=args.json, progress=args.progress)
+    try:
+        COMMANDS[(args.command, action or "")](args, out)
+    except UsageError as exc:
+        print(f"messagebox {name}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except NotFound as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except MessageBoxError as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _host_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from hosts.app import load_app
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    settings = {} if args.threads is None else {"dequeue_threads": args.threads}
+    try:
+        app = load_app(args.app)
+        url = args.url or os.environ.get("MESSAGEBOX_URL") or app.url or DEFAULT_URL
+        instance = app.instance(url, **settings)
+        print(f"host instance {instance.id} running; Ctrl-C stops it", file=sys.stderr)
+        instance.run(duration=args.duration)
+    except MessageBoxError as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,140 @@
+"""Command-line inputs, checked before anything is done: subscription references,
+``@FILE`` arguments, typed properties, filters, ages and suspended-queue filters.
+Malformed input raises :class:`UsageError` (exit code 2) naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from messagebox.errors import FilterValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from messagebox.engine import MessageBox
+    from messagebox.properties import Value
+    from predicates import Filter
+
+
+class UsageError(Exception):
+    """The command line is malformed (exit code 2); nothing was done."""
+
+
+def ref(text: str) -> int | str:
+    """A subscription reference: digits are an id, anything else a name."""
+    return int(text) if text.isdigit() else text
+
+
+def read_arg(text: str, what: str) -> str:
+    """``text``, or the contents of a file when it is ``@FILE``."""
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what}: cannot read {str(path)!r}: {exc}") from exc
+
+
+def assignments(items: Sequence[str], option: str) -> dict[str, Value]:
+    from messagebox.properties import parse_assignment
+
+    out: dict[str, Value] = {}
+    for item in items:
+        try:
+            name, value = parse_assignment(item)
+        except ValueError as exc:
+            raise UsageError(f"{option} {item!r}: {exc}") from exc
+        if name in out:
+            raise UsageError(f"{option}: property {name!r} is given twice")
+        out[name] = value
+    return out
+
+
+def properties(args: argparse.Namespace) -> dict[str, Value]:
+    """Promoted properties from --properties-json, then -p (a name given by both is an error)."""
+    from messagebox.properties import canonical_name, properties_from_json
+
+    found: dict[str, Value] = {}
+    if args.properties_json is not None:
+        text = read_arg(args.properties_json, "--properties-json")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--properties-json is not JSON: {exc}") from exc
+        try:
+            for name, value in properties_from_json(data).items():
+                canon = canonical_name(name)
+                if canon in found:
+                    raise ValueError(f"property {name!r} is given twice")
+                found[canon] = value
+        except ValueError as exc:
+            raise UsageError(f"--properties-json: {exc}") from exc
+    for name, value in assignments(args.properties, "--property").items():
+        if name in found:
+            raise UsageError(f"property {name!r} is given by --properties-json and --property")
+        found[name] = value
+    return found
+
+
+def filter_arg(text: str) -> Filter:
+    from predicates import Filter, parse_filter
+
+    source = read_arg(text, "--filter")
+    try:
+        if source.lstrip().startswith("{"):
+            return Filter.from_json(source)
+        return parse_filter(source)
+    except FilterValidationError as exc:
+        raise UsageError(f"--filter: {exc}") from exc
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)")
+_UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def duration(text: str) -> timedelta:
+    """``90s``, ``15m``, ``2h``, ``7d``, ``1h30m``, or a number of seconds."""
+    compact = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(?:\.\d+)?", compact):
+        return timedelta(seconds=float(compact))
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise UsageError(f"--older-than {text!r}: expected an age such as 90s, 15m, 2h, 7d, 1h30m")
+    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def suspended_query(box: MessageBox, args: argparse.Namespace) -> dict[str, Any]:
+    """The suspended-queue filters given, checked: a host, service or subscription that
+    does not exist is an error (a typo would otherwise match nothing, silently)."""
+    from messagebox.errors import UnknownHost, UnknownSubscription
+    from messagebox.models import SUSPENDED_REASONS
+
+    query: dict[str, Any] = {}
+    if args.reason is not None:
+        if args.reason not in SUSPENDED_REASONS and not box.suspended(reason=args.reason, limit=1):
+            raise UsageError(
+                f"--reason {args.reason!r}: no entry has it; the reasons are "
+                + ", ".join(SUSPENDED_REASONS)
+            )
+        query["reason"] = args.reason
+    if args.host is not None:
+        if args.host not in {h.name for h in box.hosts()}:
+            raise UnknownHost(f"--host: no host named {args.host!r}")
+        query["host"] = args.host
+    if args.service is not None:
+        if not box.subscriptions(service=args.service):
+            raise UnknownSubscription(f"--service: service {args.service!r} has no subscription")
+        query["service"] = args.service
+    if args.subscription is not None:
+        sub = ref(args.subscription)
+        # an id is taken as it is: a removed subscription's entries keep its id
+        query["subscription"] = sub if isinstance(sub, int) else box.subscription(sub).id
+    if args.older_than is not None:
+        query["before"] = datetime.now(UTC) - duration(args.older_than)
+    return query

@@ -1,0 +1,337 @@
+"""The ``messagebox`` command line's arguments (what each command takes; see
+:mod:`messagebox.cli` for the whole picture)."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from typing import Any
+
+from messagebox.store import DEFAULT_URL
+
+EPILOG = (
+    "exit codes: 0 success; 1 a messagebox error (the message names the culprit); 2 bad "
+    "usage (options, values, properties, filters, JSON, files); 3 not found (an unknown "
+    "message, subscription, host or suspended entry).\n"
+    "environment: MESSAGEBOX_URL, the database URL when --url is not given."
+)
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps each line of a description or epilog on its own (keeps line breaks)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+            for line in text.splitlines()
+        )
+
+
+def build() -> argparse.ArgumentParser:
+    """The ``messagebox`` command line."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print JSON (for scripts) instead of tables",
+    )
+    common.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,
+        help="show progress on stderr (default: when stderr is a terminal)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="messagebox",
+        description="Content-based publish/subscribe routing (BizTalk MessageBox style).",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument(
+        "--url",
+        help=f"database URL (default: $MESSAGEBOX_URL, else the host app's, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=False,
+        help="print JSON (for scripts) instead of tables; also after the command",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show progress on stderr (default: when stderr is a terminal)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(parent: Any, name: str, help: str, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(
+            name,
+            help=help,
+            description=kw.pop("description", help),
+            parents=[common],
+            epilog=EPILOG,
+            formatter_class=_Formatter,
+            **kw,
+        )
+        return p
+
+    command(sub, "init", "create the schema, or upgrade it (idempotent)")
+
+    publish = command(
+        sub,
+        "publish",
+        "publish files (one message each) or stdin, with promoted properties",
+        description="Publish each FILE as one message (its bytes are the body), or "
+        "standard input when no FILE (or '-') is given. Every message gets the same "
+        "properties. Prints where each went.",
+    )
+    publish.add_argument("files", nargs="*", metavar="FILE", help="files to publish; '-' is stdin")
+    _property_options(publish)
+    publish.add_argument(
+        "-w",
+        "--written",
+        action="append",
+        default=[],
+        metavar="NAME[:TYPE]=VALUE",
+        help="a written (not routed) context property (repeatable)",
+    )
+    publish.add_argument(
+        "--policy",
+        default="suspend",
+        choices=["suspend", "drop", "raise"],
+        help="for a message that matches no subscription: suspend it (default), drop it, "
+        "or refuse the batch",
+    )
+    publish.add_argument(
+        "--batch",
+        type=_positive,
+        default=1000,
+        help="files per transaction (default 1000): each batch is stored whole or not at all",
+    )
+
+    subs = command(sub, "subscriptions", "list, add and remove subscriptions")
+    subs_sub = subs.add_subparsers(dest="action", metavar="ACTION")
+    listing = command(subs_sub, "list", "list subscriptions with their filters")
+    listing.add_argument("--host", help="only this host's")
+    listing.add_argument("--service", help="only this service's")
+    add = command(
+        subs_sub,
+        "add",
+        "subscribe a service to the messages a filter matches",
+        description="Subscribe a service to the messages a filter matches. The filter is "
+        "its text form, e.g. 'orders.Region == \"EU\" and orders.Total >= 100' (operators "
+        "== != > >= < <= in [..] prefix bitwise_and exists not_exists; and, or, "
+        'parentheses; values: "strings", numbers, true, false, datetime("ISO")), its '
+        "JSON form, or @FILE holding either.",
+    )
+    add.add_argument("name", help="the subscription's name (unique)")
+    add.add_argument("--host", required=True, help="the host whose queue gets the messages")
+    add.add_argument("--service", help="the service that handles them (default: NAME)")
+    add.add_argument("--filter", required=True, help="the filter: text, JSON or @FILE")
+    add.add_argument("--priority", type=int, default=0, help="-1000..1000 (default 0)")
+    add.add_argument("--ordered", action="store_true", help="deliver in publish order")
+    add.add_argument(
+        "--on-failure",
+        default="suspend",
+        choices=["suspend", "stop"],
+        help="ordered: what a message that exhausts its retries does (default suspend)",
+    )
+    add.add_argument("--state", default="started", choices=["started", "stopped"])
+    remove = command(
+        subs_sub,
+        "remove",
+        "remove subscriptions (by id or name); their waiting entries are suspended",
+    )
+    remove.add_argument("refs", nargs="+", metavar="REF", help="a subscription id or name")
+
+    route = command(sub, "route", "explain routing")
+    route_sub = route.add_subparsers(dest="action", required=True, metavar="ACTION")
+    explain = command(
+        route_sub,
+        "explain",
+        "for each subscription: whether a message routes to it, and if not, why",
+        description="For each subscription: whether the message routes to it and, for "
+        "each group of its filter that fails, the first predicate that fails and the "
+        "property's actual value. Give a stored message's id, or properties (a JSON "
+        "object, -p, --properties-json). Nothing is stored.",
+    )
+    explain.add_argument("target", nargs="?", help="a message id, or properties as a JSON object")
+    _property_options(explain)
+    explain.add_argument("--subscription", help="only this subscription (id or name)")
+
+    hosts = command(sub, "hosts", "list and add hosts")
+    hosts_sub = hosts.add_subparsers(dest="action", metavar="ACTION")
+    command(hosts_sub, "list", "hosts, their instances, queue depths and suspended entries")
+    host_add = command(hosts_sub, "add", "create a host")
+    host_add.add_argument("name")
+    host_add.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="a host setting, e.g. dequeue_threads=8 (repeatable; see HostSettings)",
+    )
+
+    queues = command(
+        sub, "queues", "entries per host and subscription: ready, held, leased, oldest"
+    )
+    queues.add_argument("--host", help="only this host")
+    instances = command(sub, "instances", "running host instances and their heartbeats")
+    instances.add_argument("--host", help="only this host's")
+
+    suspended = command(sub, "suspended", "list, show, resume, terminate suspended entries")
+    sus_sub = suspended.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sus_list = command(sus_sub, "list", "suspended entries, oldest first")
+    _suspended_filters(sus_list)
+    sus_list.add_argument("--limit", type=_positive, default=1000, help="at most (default 1000)")
+    show = command(sus_sub, "show", "one entry: its error, its message's context and parts")
+    show.add_argument("id", type=_entry_id)
+    for action, text in (
+        ("resume", "put entries back on their queues (resumable ones)"),
+        ("terminate", "delete entries and release their messages"),
+    ):
+        act = command(
+            sus_sub,
+            action,
+            text,
+            description=f"{text[0].upper()}{text[1:]}: the ids given (all or none), or "
+            "with --all-matching every entry matching the filters (at least one).",
+        )
+        act.add_argument("ids", nargs="*", type=_entry_id, metavar="ID")
+        act.add_argument(
+            "--all-matching",
+            action="store_true",
+            help="every entry matching the filters (at least one filter is required)",
+        )
+        _suspended_filters(act)
+    reroute = command(
+        sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
+    )
+    reroute.add_argument("ids", nargs="*", type=_entry_id, metavar="ID", help="default: all")
+
+    cleanup = command(
+        sub, "cleanup", "delete unreferenced messages, release dead instances' leases"
+    )
+    cleanup.add_argument("--batch", type=_positive, default=10_000, help="messages per transaction")
+    command(sub, "stats", "counts: messages, queue entries, suspended, subscriptions, hosts")
+
+    host = sub.add_parser("host", help="run host instances")
+    host_sub = host.add_subparsers(dest="host_command", required=True)
+    run = host_sub.add_parser("run", help="run an instance of a HostApp until SIGINT/SIGTERM")
+    run.add_argument("app", help="module:attribute of a hosts.HostApp (attribute: app)")
+    run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
+    run.add_argument("--duration", type=float, help="stop after this many seconds")
+    run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _spark_parser(sub)
+    return parser
+
+
+def _property_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-p",
+        "--property",
+        action="append",
+        default=[],
+        dest="properties",
+        metavar="NAME[:TYPE]=VALUE",
+        help="a promoted property, e.g. orders.Total=12.5, orders.Region=EU, "
+        "orders.At:datetime=2024-05-01T10:00:00Z (repeatable; TYPE: str int float bool "
+        "datetime)",
+    )
+    parser.add_argument(
+        "--properties-json",
+        metavar="JSON|@FILE",
+        help="promoted properties as a JSON object, e.g. '{\"orders.Total\": 12.5}'",
+    )
+
+
+def _suspended_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reason", help="e.g. delivery-failure, routing-failure")
+    parser.add_argument("--host", help="the entry's host")
+    parser.add_argument("--service", help="the entry's subscription's service")
+    parser.add_argument("--subscription", metavar="REF", help="a subscription id or name")
+    parser.add_argument(
+        "--older-than", metavar="AGE", help="suspended longer ago than AGE: 90s, 15m, 2h, 7d, 1h30m"
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _entry_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a suspended entry id (an integer)"
+        ) from None
+
+
+def _spark_parser(sub: Any) -> None:
+    spark = sub.add_parser("spark", help="batch routing on Spark (needs the 'spark' extra)")
+    spark_sub = spark.add_subparsers(dest="spark_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    common.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.driver.memory=8g (repeatable)",
+    )
+    route = spark_sub.add_parser(
+        "route",
+        parents=[common],
+        help="route a file of messages; write (key, subscription) pairs per subscription",
+        description="Route messages (Parquet, CSV or JSON; wide: a key column and one "
+        "column per property; long: key, property, value columns) against the "
+        "subscriptions of a MessageBox, and write the matching pairs partitioned by "
+        "subscription.",
+    )
+    route.add_argument("--input", required=True, help="a file or folder of messages")
+    route.add_argument(
+        "--subscriptions",
+        help="a MessageBox URL (default: --url, $MESSAGEBOX_URL) or a JSON file of "
+        "[{name, service, host, filter}]",
+    )
+    route.add_argument("--output", required=True, help="the output folder (replaced)")
+    route.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "parquet", "csv", "json"],
+        help="input format (default: from the file names)",
+    )
+    route.add_argument("--output-format", default="parquet", choices=["parquet", "csv", "json"])
+    route.add_argument("--key", default="key", help="the message key column (default key)")
+    route.add_argument("--layout", default="auto", choices=["auto", "wide", "long"])
+    route.add_argument("--schema", help="the input schema as DDL (default: inferred)")
+    route.add_argument(
+        "--no-validate", action="store_true", help="skip the duplicate-key check (one pass)"
+    )
+    whatif = spark_sub.add_parser(
+        "what-if",
+        parents=[common],
+        help="which stored messages would change destination under proposed subscriptions",
+    )
+    whatif.add_argument(
+        "--proposed",
+        required=True,
+        help="a JSON file of [{name, service, host, filter}] or a MessageBox URL",
+    )
+    whatif.add_argument(
+        "--replace-all",
+        action="store_true",
+        help="the proposal is the whole new set (default: it replaces the services it names)",
+    )
+    whatif.add_argument("--output", help="also write the changed messages here (Parquet)")
+    whatif.add_argument("--show", type=int, default=20, help="changed messages to print")

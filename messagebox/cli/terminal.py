@@ -1,0 +1,185 @@
+"""How the command line shows things: aligned tables or JSON on standard output,
+notes and progress on standard error.
+
+Tables are drawn with ``rich`` on a terminal and as plain aligned columns otherwise (no
+markup, no truncation, no trailing blanks: fit for ``grep`` and ``cut``). JSON is
+:func:`jsonable`: datetimes as ISO 8601 strings, ids as strings, enums as their values.
+Progress is shown only when standard error is a terminal, or when asked for; on a
+terminal as a bar, otherwise as one line per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Protocol
+
+Cell = str | int | float | None
+
+
+def jsonable(value: object) -> Any:
+    """``value`` made of JSON types only."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "model_dump"):  # a pydantic model (settings)
+        return jsonable(value.model_dump())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def age(seconds: float) -> str:
+    """A duration for people: ``42s``, ``3m 12s``, ``2h 5m``, ``3d 4h``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def size(n: int) -> str:
+    """Bytes for people: ``512 B``, ``1.5 KiB``, ``3.2 MiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+class Terminal:
+    """Where a command's results go: ``json`` picks JSON over tables and text;
+    ``progress`` forces progress on (True) or off (False), or leaves it to whether
+    standard error is a terminal (None)."""
+
+    def __init__(self, *, json_output: bool = False, progress: bool | None = None) -> None:
+        self.json = json_output
+        self.show_progress = sys.stderr.isatty() if progress is None else progress
+
+    def emit(self, data: object) -> None:
+        """Print ``data`` as JSON."""
+        print(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
+
+    def say(self, text: str = "") -> None:
+        print(text)
+
+    def note(self, text: str) -> None:
+        """A remark for people, on standard error (never mixed into results)."""
+        print(text, file=sys.stderr, flush=True)
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Cell]], empty: str) -> None:
+        """Rows as aligned columns (numbers to the right); ``empty`` goes to standard
+        error when there is no row, so that standard output stays empty."""
+        if not rows:
+            self.note(empty)
+            return
+        numeric = [
+            all(isinstance(r[i], int | float) or r[i] is None for r in rows)
+            and any(r[i] is not None for r in rows)
+            for i in range(len(headers))
+        ]
+        text = [["" if c is None else str(c) for c in r] for r in rows]
+        if sys.stdout.isatty():
+            self._rich_table(headers, text, numeric)
+            return
+        widths = [max(len(h), *(len(r[i]) for r in text)) for i, h in enumerate(headers)]
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(
+                c.rjust(w) if num else c.ljust(w)
+                for c, w, num in zip(cells, widths, numeric, strict=True)
+            ).rstrip()
+
+        print(line([h.upper() for h in headers]))
+        for r in text:
+            print(line(r))
+
+    @staticmethod
+    def _rich_table(headers: Sequence[str], rows: list[list[str]], numeric: list[bool]) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for h, num in zip(headers, numeric, strict=True):
+            table.add_column(h.upper(), justify="right" if num else "left", overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        Console(markup=False, highlight=False, emoji=False).print(table)
+
+    def fields(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """``label  value`` lines, labels aligned; a multi-line value is indented."""
+        width = max(len(k) for k, _ in pairs)
+        for key, value in pairs:
+            first, *rest = value.splitlines() or [""]
+            print(f"{key.ljust(width)}  {first}".rstrip())
+            for more in rest:
+                print(f"{' ' * width}  {more}".rstrip())
+
+    @contextmanager
+    def progress(self, description: str) -> Iterator[Step]:
+        """Report progress of a long operation (``step(done, total)``) on standard error."""
+        if not self.show_progress:
+            yield _quiet
+            return
+        if not sys.stderr.isatty():
+            yield _Lines(description)
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as bar:
+            task = bar.add_task(description, total=None)
+
+            def step(done: int, total: int | None = None) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield step
+
+
+class Step(Protocol):
+    """Called with (done, total) as a long operation goes."""
+
+    def __call__(self, done: int, total: int | None = None) -> None: ...
+
+
+def _quiet(done: int, total: int | None = None) -> None:
+    pass
+
+
+class _Lines:
+    def __init__(self, description: str) -> None:
+        self.description = description
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        of = f"/{total}" if total is not None else ""
+        print(f"{self.description}: {done}{of}", file=sys.stderr, flush=True)

@@ -1,0 +1,126 @@
+"""Operational queries: queue statistics and whole-box counts (for the CLI and consoles).
+
+Portable SQLAlchemy Core, the same on every dialect. Times are the database clock's:
+the age of a queue's oldest entry is measured against ``now()`` in the same transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import schema, subscriptions
+from messagebox.models import HostStats, QueueStats, Stats
+
+
+def _leased() -> sa.ColumnElement[bool]:
+    q = schema.queue
+    return sa.and_(q.c.lease_expires.is_not(None), q.c.lease_expires > sa.func.now())
+
+
+def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
+    return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
+
+
+def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats]:
+    """Entries per host and subscription: how many, in which state, and the oldest."""
+    q, s = schema.queue, schema.subscription
+    leased = _leased()
+    held = sa.and_(q.c.state == "held", sa.not_(leased))
+    query = (
+        sa.select(
+            q.c.host,
+            q.c.sub,
+            s.c.name,
+            s.c.service,
+            sa.func.count().label("depth"),
+            _count(leased).label("leased"),
+            _count(held).label("held"),
+            sa.func.min(q.c.enqueued_at).label("oldest"),
+        )
+        .select_from(q.outerjoin(s, s.c.id == q.c.sub))
+        .group_by(q.c.host, q.c.sub, s.c.name, s.c.service)
+        .order_by(q.c.host, q.c.sub)
+    )
+    if host is not None:
+        query = query.where(q.c.host == host)
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    out = []
+    for r in conn.execute(query):
+        depth, n_leased, n_held = int(r.depth), int(r.leased), int(r.held)
+        out.append(
+            QueueStats(
+                host=r.host,
+                subscription=int(r.sub),
+                name=r.name,
+                service=r.service,
+                depth=depth,
+                ready=depth - n_leased - n_held,
+                held=n_held,
+                leased=n_leased,
+                oldest_enqueued_at=r.oldest,
+                # publish times come from the publisher's clock: never a negative age
+                oldest_age_seconds=max((now - r.oldest).total_seconds(), 0.0),
+            )
+        )
+    return out
+
+
+def host_stats(conn: sa.Connection) -> list[HostStats]:
+    """Every host, by name, with its instances, queued and suspended entries."""
+    per = {
+        column.table.name: _by(conn, column)
+        for column in (schema.instance.c.host, schema.queue.c.host, schema.suspended.c.host)
+    }
+    return [
+        HostStats(
+            name=h.name,
+            settings=h.settings,
+            created_at=h.created_at,
+            instances=per[schema.instance.name].get(h.name, 0),
+            queued=per[schema.queue.name].get(h.name, 0),
+            suspended=per[schema.suspended.name].get(h.name, 0),
+        )
+        for h in subscriptions.list_hosts(conn)
+    ]
+
+
+def _by(conn: sa.Connection, column: sa.Column[Any]) -> dict[str, int]:
+    rows = conn.execute(sa.select(column, sa.func.count()).group_by(column).order_by(column))
+    return {str(key): int(n) for key, n in rows}
+
+
+def _total(conn: sa.Connection, table: sa.Table) -> int:
+    return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def counts(conn: sa.Connection) -> Stats:
+    """Counts of every kind of thing the box holds."""
+    q, p = schema.queue, schema.part
+    leased = _leased()
+    total, n_leased, n_held = conn.execute(
+        sa.select(
+            sa.func.count(),
+            _count(leased),
+            _count(sa.and_(q.c.state == "held", sa.not_(leased))),
+        ).select_from(q)
+    ).one()
+    parts, part_bytes = conn.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(p.c.size), 0)).select_from(p)
+    ).one()
+    return Stats(
+        messages=_total(conn, schema.spool),
+        parts=int(parts),
+        part_bytes=int(part_bytes),
+        queued={
+            "ready": int(total) - int(n_leased) - int(n_held),
+            "held": int(n_held),
+            "leased": int(n_leased),
+        },
+        suspended=_by(conn, schema.suspended.c.reason),
+        subscriptions=_by(conn, schema.subscription.c.state),
+        hosts=_total(conn, schema.host),
+        host_instances=_total(conn, schema.instance),
+        service_instances=_by(conn, schema.service_instance.c.state),
+    )

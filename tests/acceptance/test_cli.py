@@ -1,0 +1,376 @@
+"""The ``messagebox`` command line as a user and a script run it: as subprocesses, on
+DuckDB files (and a few core commands on PostgreSQL).
+
+Each test starts from a copy of one small box made with the library: hosts shipping and
+billing; ship-eu (orders.Region == "EU") and bill-big (orders.Total >= 100); an EU order
+of 150 (routed to both), an EU order of 5 (ship-eu), a US order of 5 (a routing
+failure); and bill's waiting entry suspended (service unenlisted, then started again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from messagebox import Message, MessageBox
+from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
+from predicates import Filter, P
+from tests.conftest import table_counts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(
+    *args: str, url: str | None = None, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``messagebox [--url URL] ARGS`` as a subprocess (stdin and stdout are pipes)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "messagebox.cli", *(["--url", url] if url else []), *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> Any:
+    """The JSON a successful ``--json`` command printed."""
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def counts(url: str) -> dict[str, int]:
+    with MessageBox(url) as box:
+        return table_counts(box)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "base.duckdb"
+    with MessageBox(f"duckdb:///{path}") as box:
+        box.create_host("shipping")
+        box.create_host("billing")
+        box.subscribe("ship", host="shipping", filter=P("orders.Region") == "EU", name="ship-eu")
+        box.subscribe("bill", host="billing", filter=P("orders.Total") >= 100, name="bill-big")
+        box.publish(
+            [
+                Message(b"<big/>", promoted={"orders.Region": "EU", "orders.Total": 150}),
+                Message(b"<small/>", promoted={"orders.Region": "EU", "orders.Total": 5}),
+                Message(b"<us/>", promoted={"orders.Region": "US", "orders.Total": 5}),
+            ]
+        )
+        box.set_service_state("bill", "unenlisted")
+        box.set_service_state("bill", "started")
+    return path
+
+
+@pytest.fixture
+def url(base: Path, tmp_path: Path) -> str:
+    shutil.copy(base, tmp_path / "box.duckdb")
+    return f"duckdb:///{tmp_path / 'box.duckdb'}"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> list[str]:
+    made = []
+    for i in range(3):
+        (tmp_path / f"order{i}.xml").write_bytes(f"<order n='{i}'/>".encode())
+        made.append(str(tmp_path / f"order{i}.xml"))
+    return made
+
+
+def suspended_ids(url: str) -> dict[str, int]:
+    with MessageBox(url) as box:
+        return {e.reason: e.id for e in box.suspended()}
+
+
+# --- creating, and refusing to create ---------------------------------------------------
+
+
+def test_only_init_creates_a_database(tmp_path: Path) -> None:
+    # Given a URL where no database is
+    path = tmp_path / "new.duckdb"
+    url = f"duckdb:///{path}"
+    # When a command other than init runs, it refuses, naming the way out, creating nothing
+    refused = cli("stats", url=url)
+    assert refused.returncode == 1
+    assert f"no database at {url}; `messagebox init` creates it" in refused.stderr
+    assert not path.exists()
+    # and init creates it, saying which schema version
+    made = ok(cli("init", "--json", url=url))
+    assert made == {"url": url, "schema_version": "4"}
+    assert path.exists()
+
+
+# --- setting up: hosts and subscriptions --------------------------------------------------
+
+
+def test_hosts_and_subscriptions_are_added_and_listed(url: str) -> None:
+    env = {"MESSAGEBOX_URL": url}  # the URL from the environment, as --help says
+    # When a host and two subscriptions are added, one filter in text, one in JSON
+    host = cli("hosts", "add", "audit", "--set", "dequeue_threads=2", "--json", env=env)
+    assert ok(host)["settings"]["dequeue_threads"] == 2
+    text = 'orders.Region in ["EU", "UK"] and orders.Total >= 1000 or orders.Audit exists'
+    added = ok(cli("subscriptions", "add", "audit-big", "--host", "audit", "--filter", text,
+                   "--priority", "5", "--json", env=env))  # fmt: skip
+    filt = Filter.of(P("orders.At") > datetime.fromisoformat("2024-01-01T00:00:00+00:00"))
+    as_json = ok(cli("subscriptions", "add", "audit-late", "--host", "audit", "--service",
+                     "audit", "--filter", filt.to_json(), "--json", env=env))  # fmt: skip
+    # Then the list shows both filters in the text form, which reads back to the same filter
+    listed = {s["name"]: s for s in ok(cli("subscriptions", "list", "--json", env=env))}
+    assert listed["audit-big"]["filter"] == (
+        '(orders.Region in ["EU", "UK"] and orders.Total >= 1000) or orders.Audit exists'
+    )
+    assert listed["audit-big"]["service"] == "audit-big"  # the service defaults to the name
+    assert (listed["audit-big"]["priority"], listed["audit-big"]["id"]) == (5, added["id"])
+    assert listed["audit-late"]["filter"] == 'orders.At > datetime("2024-01-01T00:00:00+00:00")'
+    assert Filter.from_json(json.dumps(listed["audit-late"]["filter_json"])) == filt
+    assert as_json["service"] == "audit"
+    with MessageBox(url) as box:
+        assert box.subscription("audit-big").filter == Filter.of(
+            P("orders.Region").in_(["EU", "UK"]) & (P("orders.Total") >= 1000)
+            | P("orders.Audit").exists()
+        )
+
+
+def test_hosts_list_is_an_aligned_table(url: str) -> None:
+    result = cli("hosts", url=url)  # the old spelling lists too
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "HOST      INSTANCES  QUEUED  SUSPENDED  THREADS  MAX ATTEMPTS",
+        "billing           0       0          1        4             5",
+        "shipping          0       2          0        4             5",
+    ]
+
+
+# --- publishing ---------------------------------------------------------------------------
+
+
+def test_publish_files_with_typed_properties_prints_where_each_went(
+    url: str, files: list[str]
+) -> None:
+    # When three files are published in batches of two, with typed properties and progress
+    result = cli(
+        "publish", *files, "-p", "orders.Region=EU", "-p", "orders.Total=120",
+        "-p", "orders.Zip:str=01234", "-p", "orders.At:datetime=2024-05-01T10:00:00+02:00",
+        "-w", "orders.Note=rush", "--batch", "2", "--progress", "--json", url=url,
+    )  # fmt: skip
+    # Then each file is one message routed to both subscriptions
+    published = ok(result)
+    assert [p["file"] for p in published] == files
+    assert {p["outcome"] for p in published} == {"routed"}
+    assert {tuple(s["name"] for s in p["subscriptions"]) for p in published} == {
+        ("ship-eu", "bill-big")
+    }
+    # and progress went to stderr, a line per batch
+    assert "publishing: 2/3\npublishing: 3/3" in result.stderr
+    # and the properties kept their types, the bodies their bytes
+    with MessageBox(url) as box:
+        stored = box.read_message(published[2]["message_id"])
+    assert stored.promoted == {
+        "orders.Region": "EU",
+        "orders.Total": 120,
+        "orders.Zip": "01234",
+        "orders.At": datetime.fromisoformat("2024-05-01T08:00:00+00:00"),
+    }
+    assert type(stored.promoted["orders.Total"]) is int
+    assert stored.written == {"orders.Note": "rush"}
+    assert stored.body == b"<order n='2'/>"
+
+
+def test_publish_from_stdin_with_json_properties(url: str) -> None:
+    # When stdin is published with properties as JSON, matching nothing, with policy drop
+    result = cli(
+        "publish", "--properties-json", '{"orders.Region": "US", "orders.Total": 1.5}',
+        "--policy", "drop", url=url, stdin=b"<piped/>",
+    )  # fmt: skip
+    # Then the table says it was dropped, and the summary goes to stderr
+    assert result.returncode == 0, result.stderr
+    header, row = result.stdout.splitlines()
+    assert header.split() == ["FILE", "MESSAGE", "OUTCOME", "SUBSCRIPTIONS"]
+    assert row.split()[0] == "-"
+    assert row.split()[2:] == ["dropped", "-"]
+    assert "published 1 message: 1 dropped" in result.stderr
+
+
+# --- explaining routing -------------------------------------------------------------------
+
+
+def test_route_explain_a_stored_message_says_why_each_subscription_misses(url: str) -> None:
+    with MessageBox(url) as box:
+        [small] = [
+            m
+            for m in box.read_messages(e.message_id for e in box.suspended()).values()
+            if m.promoted.get("orders.Region") == "US"
+        ]
+    # When the US order of 5 (a routing failure) is explained
+    found = ok(cli("route", "explain", str(small.id), "--json", url=url))
+    # Then neither subscription takes it, and each names its failing predicate and value
+    assert found["message_id"] == str(small.id)
+    assert found["routes_to"] == []
+    why = {s["name"]: s["groups"][0]["failed"] for s in found["subscriptions"]}
+    assert why["ship-eu"] == {
+        "predicate": 'orders.Region == "EU"',
+        "property": "orders.Region",
+        "op": "eq",
+        "present": True,
+        "actual": "US",
+        "why": '"US" != "EU"',
+    }
+    assert why["bill-big"]["why"] == "5 < 100"
+
+
+def test_route_explain_properties_as_a_table(url: str) -> None:
+    # When properties are explained (one absent, one of another family)
+    result = cli("route", "explain", "-p", "orders.Total=big", url=url)
+    # Then the table shows, per subscription, the first failing predicate and why
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == 'a message with orders.Total="big"'
+    assert lines[1] == "routes to 0 of 2 subscriptions"
+    rows = [line.split("  ") for line in lines[3:]]
+    assert "is absent" in lines[4]
+    assert lines[5].endswith('"big" is a str, the predicate compares a number (values of '
+                             "different families never compare)")  # fmt: skip
+    assert len(rows) == 3
+
+
+# --- queues, stats -----------------------------------------------------------------------
+
+
+def test_queues_show_depth_and_the_oldest_entry_age(url: str) -> None:
+    queues = ok(cli("queues", "--json", url=url))
+    assert [(q["host"], q["name"], q["depth"], q["ready"], q["held"], q["leased"])
+            for q in queues] == [("shipping", "ship-eu", 2, 2, 0, 0)]  # fmt: skip
+    assert queues[0]["oldest_age_seconds"] >= 0
+    datetime.fromisoformat(queues[0]["oldest_enqueued_at"])
+
+
+def test_stats_count_everything(url: str) -> None:
+    found = ok(cli("stats", "--json", url=url))
+    assert found == {
+        "messages": 3,
+        "parts": 3,
+        "part_bytes": 19,  # <big/> <small/> <us/>
+        "queued": {"ready": 2, "held": 0, "leased": 0},
+        "suspended": {ROUTING_FAILURE: 1, SERVICE_UNENLISTED: 1},
+        "subscriptions": {"started": 2},
+        "hosts": 2,
+        "host_instances": 0,
+        "service_instances": {},
+    }
+
+
+# --- the suspended queue -----------------------------------------------------------------
+
+
+def test_suspended_list_filters_and_show_details(url: str) -> None:
+    listed = ok(cli("suspended", "list", "--host", "billing", "--older-than", "0s", "--json",
+                    url=url))  # fmt: skip
+    assert [(e["reason"], e["resumable"], e["subscription_name"], e["service"])
+            for e in listed] == [(SERVICE_UNENLISTED, True, "bill-big", "bill")]  # fmt: skip
+    shown = cli("suspended", "show", str(listed[0]["id"]), url=url)
+    assert shown.returncode == 0, shown.stderr
+    assert "reason        service-unenlisted (resumable)" in shown.stdout
+    assert "subscription  bill-big" in shown.stdout
+    assert "parts         body  6 B  (body)" in shown.stdout
+    assert 'promoted      orders.Region = "EU"' in shown.stdout
+    assert "error         its service was unenlisted before it was delivered" in shown.stdout
+
+
+def test_resume_by_id_and_terminate_in_bulk(url: str) -> None:
+    ids = suspended_ids(url)
+    # When the unenlisted entry is resumed by id
+    resumed = ok(cli("suspended", "resume", str(ids[SERVICE_UNENLISTED]), "--json", url=url))
+    assert resumed == {"resumed": [ids[SERVICE_UNENLISTED]], "count": 1}
+    # and every routing failure is terminated in bulk, with progress
+    gone = cli("suspended", "terminate", "--all-matching", "--reason", ROUTING_FAILURE,
+               "--progress", url=url)  # fmt: skip
+    # Then each prints how many it changed
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout == f"terminated 1 entry: {ids[ROUTING_FAILURE]}\n"
+    assert "terminate: 1/1" in gone.stderr
+    with MessageBox(url) as box:
+        assert box.suspended() == []
+        assert sum(q.depth for q in box.queue_stats("billing")) == 1
+
+
+# --- bad input: a clear error, nothing changed ------------------------------------------
+
+BAD_INPUT = [
+    # (arguments, exit code, what stderr says)
+    (["publish", "{a}", "{missing}", "-p", "orders.Region=EU"], 2, "no file '"),
+    (["publish", "{a}", "-p", "orders.Total"], 2, "'orders.Total' is not name=value"),
+    (["publish", "{a}", "-p", "orders.At:datetime=2024-05-01"], 2, "has no time zone"),
+    (["publish", "{a}", "--properties-json", '{"orders.Total": null}'], 2, "not a property"),
+    (["publish", "{a}", "-p", "BTS.MessageType=x"], 1, "is in the reserved namespace"),
+    (["subscriptions", "add", "x", "--host", "shipping", "--filter", "orders.Total >="], 2,
+     "--filter: filter text, column 16: expected a value after '>='"),
+    (["subscriptions", "add", "x", "--host", "nowhere", "--filter", "a.b exists"], 3,
+     "no host named 'nowhere'"),
+    (["subscriptions", "remove", "ship-eu", "999"], 3, "no subscription 999"),
+    (["suspended", "resume", "{unenlisted}", "999"], 3, "no suspended entry 999"),
+    (["suspended", "resume", "{failure}"], 1, "is not resumable (routing-failure)"),
+    (["suspended", "terminate", "--all-matching"], 2, "--all-matching needs at least one filter"),
+    (["suspended", "terminate", "--reason", "routing-failure"], 2, "only with --all-matching"),
+    (["route", "explain", "01a20db1-0000-7000-8000-000000000000"], 3, "no message"),
+    (["route", "explain", '{"orders.Total": }'], 2, "--properties-json is not JSON"),
+    (["hosts", "add", "shipping"], 1, "host 'shipping' exists already"),
+    (["suspended", "list", "--limit", "0"], 2, "0 is not positive"),
+]  # fmt: skip
+
+
+def test_bad_input_gives_a_clear_error_and_changes_nothing(url: str, files: list[str]) -> None:
+    ids = suspended_ids(url)
+    names = {
+        "a": files[0],
+        "missing": files[0] + ".missing",
+        "unenlisted": str(ids[SERVICE_UNENLISTED]),
+        "failure": str(ids[ROUTING_FAILURE]),
+    }
+    before = counts(url)
+    for args, code, says in BAD_INPUT:
+        result = cli(*(names.get(a.strip("{}"), a) if a[:1] == "{" else a for a in args), url=url)
+        assert (result.returncode, result.stdout) == (code, ""), (args, result.stderr)
+        assert says in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert counts(url) == before
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------
+
+
+def test_core_commands_on_postgresql(pg_url: str, files: list[str]) -> None:
+    # Given a new PostgreSQL schema, set up from the command line
+    assert cli("init", url=pg_url).returncode == 0
+    assert cli("hosts", "add", "shipping", url=pg_url).returncode == 0
+    sub = ok(cli("subscriptions", "add", "ship-eu", "--host", "shipping", "--filter",
+                 'orders.Region == "EU"', "--json", url=pg_url))  # fmt: skip
+    # When an EU and a US order are published
+    eu = ok(cli("publish", files[0], "-p", "orders.Region=EU", "--json", url=pg_url))
+    us = ok(cli("publish", "-p", "orders.Region=US", "--json", url=pg_url, stdin=b"x"))
+    # Then the EU one waits on shipping's queue, the US one is suspended
+    assert eu[0]["subscriptions"] == [{"id": sub["id"], "name": "ship-eu"}]
+    queues = ok(cli("queues", "--json", url=pg_url))
+    assert [(q["host"], q["depth"]) for q in queues] == [("shipping", 1)]
+    [failure] = ok(cli("suspended", "list", "--json", url=pg_url))
+    assert (failure["reason"], failure["message_id"]) == (ROUTING_FAILURE, us[0]["message_id"])
+    # and explaining the US one names the region; bad input there changes nothing either
+    found = ok(cli("route", "explain", us[0]["message_id"], "--json", url=pg_url))
+    assert found["subscriptions"][0]["groups"][0]["failed"]["actual"] == "US"
+    before = counts(pg_url)
+    bad = cli("suspended", "terminate", str(failure["id"]), "999", url=pg_url)
+    assert (bad.returncode, "no suspended entry 999" in bad.stderr) == (3, True)
+    assert counts(pg_url) == before
