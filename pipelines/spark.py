@@ -314,7 +314,7 @@ def route_dataframe(
     table = PredicateTable.compile((t.id, t.filter) for t in targets)
     spark = df.sparkSession
     if layout == "wide":
-        probe_rows = _wide_probes(df, key, _property_columns(df, key, properties), table)
+        probe_rows = _wide_probes(df, key, property_columns(df, key, properties), table)
     elif layout == "long":
         probe_rows = _long_probes(df, key, property, _value_columns(df, value), table, validate)
     else:
@@ -348,10 +348,12 @@ def _check_unique(counts: DataFrame, text: str) -> None:
         )
 
 
-def _property_columns(
+def property_columns(
     df: DataFrame, key: str, properties: Sequence[str] | Mapping[str, str] | None
 ) -> dict[str, str]:
-    """Column → canonical property name, checked."""
+    """The property columns of a wide frame, column → canonical property name: those
+    ``properties`` names (or renames), by default every column but the key. Raises
+    ``ValidationError`` naming a missing column or one that is no property name."""
     if properties is None:
         chosen = {c: c for c in df.columns if c != key}
     elif isinstance(properties, Mapping):

@@ -93,7 +93,7 @@ from messagebox.errors import (
 from messagebox.message import Message
 from messagebox.models import Outcome, Routed, RoutingPolicy
 from messagebox.properties import is_reserved
-from pipelines.spark import _property_columns, column, typed_value
+from pipelines.spark import property_columns, column, typed_value
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -439,7 +439,7 @@ def _plan_columns(
     if chosen is None:
         chosen = [c for c in df.columns if c not in (key, body)]
     try:
-        columns = _property_columns(df, key, chosen)
+        columns = property_columns(df, key, chosen)
     except ValidationError as exc:
         if properties is not None or body is not None:
             raise
