@@ -93,7 +93,7 @@ from messagebox.errors import (
 from messagebox.message import Message
 from messagebox.models import Outcome, Routed, RoutingPolicy
 from messagebox.properties import is_reserved
-from pipelines.spark import property_columns, column, typed_value
+from pipelines.spark import column, property_columns, typed_value
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
