@@ -146,9 +146,14 @@ def _from_json_file(path: Path) -> list[Target]:
     return targets
 
 
+HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+"""JVM option :func:`session` sets (add it to your own sessions' extraJavaOptions)."""
+
+
 def session(master: str = "local[*]", app: str = "messagebox", **conf: str) -> SparkSession:
-    """A Spark session for batch routing: UTC session time, no UI; ``conf`` adds
-    settings (``"spark.driver.memory"`` and such, with dots as given)."""
+    """A Spark session for batch routing: UTC session time, no UI, JIT for large
+    generated methods (:data:`HUGE_METHODS`); ``conf`` adds settings
+    (``"spark.driver.memory"`` and such, with dots as given)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -159,6 +164,10 @@ def session(master: str = "local[*]", app: str = "messagebox", **conf: str) -> S
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
+    for side in ("driver", "executor"):
+        # the generated code of a wide frame's probes has methods over the JVM's 8 KB
+        # JIT limit; without this they run interpreted, 2-5x slower
+        conf.setdefault(f"spark.{side}.extraJavaOptions", HUGE_METHODS)
     if master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
         # the default (200) is sized for clusters; adaptive execution coalesces from here
         builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 2)))
