@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench bench-route bench-deliver lint format clean
+.PHONY: demo test test-all bench bench-route bench-deliver bench-spark lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,8 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q
 
-# `make bench ARGS=--quick` for a short run of both
-bench: bench-route bench-deliver
+# `make bench ARGS=--quick` for a short run of each
+bench: bench-route bench-deliver bench-spark
 
 bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
@@ -32,6 +32,9 @@ bench-route: $(STAMP)
 bench-deliver: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m bench.deliver $(ARGS)
+
+bench-spark: $(STAMP)
+	$(PY) -m bench.spark_route $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
