@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,13 @@ def require_pg() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A PostgreSQL URL whose search_path is a fresh schema, dropped afterwards."""
+@contextmanager
+def scratch_url(backend: str, tmp_dir: Path) -> Iterator[str]:
+    """A store URL of its own: a DuckDB file in ``tmp_dir``, or a fresh PostgreSQL schema
+    (dropped afterwards). For fixtures of any scope."""
+    if backend == "duckdb":
+        yield f"duckdb:///{tmp_dir / 'box.duckdb'}"
+        return
     require_pg()
     name = f"t_{uuid.uuid4().hex[:12]}"
     engine = sa.create_engine(PG_DSN)
@@ -60,6 +65,13 @@ def pg_url() -> Iterator[str]:
         with engine.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
         engine.dispose()
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped afterwards."""
+    with scratch_url("postgresql", tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

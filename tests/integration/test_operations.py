@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +18,7 @@ from messagebox import delivery as mb_delivery
 from messagebox.errors import NoSchema, UnknownMessage, UnknownSuspendedEntry
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
-from tests.conftest import PG_DSN, require_pg, table_counts
+from tests.conftest import scratch_url, table_counts
 from tests.strategies import filters, messages
 
 
@@ -28,26 +27,13 @@ def shared_box(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MessageBox]:
     """One store per backend for the module; each example removes what it made."""
-    if request.param == "duckdb":
-        box = MessageBox(f"duckdb:///{tmp_path_factory.mktemp('explain') / 'box.duckdb'}")
+    with scratch_url(request.param, tmp_path_factory.mktemp("explain")) as url:
+        box = MessageBox(url)
         box.create_host("h")
-        yield box
-        box.close()
-        return
-    require_pg()
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    engine = sa.create_engine(PG_DSN)
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {name}")
-    box = MessageBox(f"{PG_DSN}?options=-csearch_path%3D{name}")
-    box.create_host("h")
-    try:
-        yield box
-    finally:
-        box.close()
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
-        engine.dispose()
+        try:
+            yield box
+        finally:
+            box.close()
 
 
 @settings(

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox
 from predicates import Filter
+from tests.conftest import scratch_url
 from tests.strategies import filters, messages
 
 
@@ -23,32 +24,13 @@ def shared_box(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MessageBox]:
     """One store per backend for the whole module; each example cleans up after itself."""
-    import uuid
-
-    import sqlalchemy as sa
-
-    from tests.conftest import PG_DSN, require_pg
-
-    if request.param == "duckdb":
-        box = MessageBox(f"duckdb:///{tmp_path_factory.mktemp('prop') / 'box.duckdb'}")
+    with scratch_url(request.param, tmp_path_factory.mktemp("prop")) as url:
+        box = MessageBox(url)
         box.create_host("h")
-        yield box
-        box.close()
-        return
-    require_pg()
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    engine = sa.create_engine(PG_DSN)
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {name}")
-    box = MessageBox(f"{PG_DSN}?options=-csearch_path%3D{name}")
-    box.create_host("h")
-    try:
-        yield box
-    finally:
-        box.close()
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
-        engine.dispose()
+        try:
+            yield box
+        finally:
+            box.close()
 
 
 @settings(

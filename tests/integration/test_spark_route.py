@@ -20,6 +20,7 @@ from messagebox import MessageBox, router
 from messagebox.properties import canonical_name
 from pipelines.spark import Target, route_dataframe
 from predicates import Filter, normalize_properties
+from tests.conftest import scratch_url
 from tests.strategies import bools, dates, filters, ints, messages, strs
 
 # each value column of the long layout holds one type
@@ -145,35 +146,16 @@ def pool_box(
     pool: tuple[list[Filter], list[dict[str, object]]],
 ) -> Iterator[MessageBox]:
     """A store per backend holding the pool's filters as subscriptions."""
-    import uuid
-
-    import sqlalchemy as sa
-
-    from tests.conftest import PG_DSN, require_pg
-
-    engine = None
-    if request.param == "duckdb":
-        url = f"duckdb:///{tmp_path_factory.mktemp('spark') / 'box.duckdb'}"
-    else:
-        require_pg()
-        schema = f"t_{uuid.uuid4().hex[:12]}"
-        engine = sa.create_engine(PG_DSN)
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
-        url = f"{PG_DSN}?options=-csearch_path%3D{schema}"
-    box = MessageBox(url)
-    box.create_host("h")
-    box.subscribe_many(
-        [{"service": f"s{j}", "host": "h", "filter": f} for j, f in enumerate(pool[0])]
-    )
-    try:
-        yield box
-    finally:
-        box.close()
-        if engine is not None:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-            engine.dispose()
+    with scratch_url(request.param, tmp_path_factory.mktemp("spark")) as url:
+        box = MessageBox(url)
+        box.create_host("h")
+        box.subscribe_many(
+            [{"service": f"s{j}", "host": "h", "filter": f} for j, f in enumerate(pool[0])]
+        )
+        try:
+            yield box
+        finally:
+            box.close()
 
 
 def test_spark_routes_as_the_sql_router(
