@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from hosts import HostApp, HostInstance
+from messagebox import MessageBox
+from tests.conftest import scratch_url
 
 
 @pytest.fixture
@@ -23,3 +25,18 @@ def running(backend_url: str) -> Iterator[Callable[..., HostInstance]]:
     yield start
     for inst in reversed(started):
         inst.stop(5.0)
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgresql"])
+def shared_box(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MessageBox]:
+    """One store per backend for a whole module, with a host ``h``; each example
+    removes what it made."""
+    with scratch_url(request.param, tmp_path_factory.mktemp("shared")) as url:
+        box = MessageBox(url)
+        box.create_host("h")
+        try:
+            yield box
+        finally:
+            box.close()

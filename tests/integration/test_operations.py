@@ -5,7 +5,6 @@ in batches, and opening without creating."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,22 +17,8 @@ from messagebox import delivery as mb_delivery
 from messagebox.errors import NoSchema, UnknownMessage, UnknownSuspendedEntry
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
-from tests.conftest import scratch_url, table_counts
+from tests.conftest import table_counts
 from tests.strategies import filters, messages
-
-
-@pytest.fixture(scope="module", params=["duckdb", "postgresql"])
-def shared_box(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[MessageBox]:
-    """One store per backend for the module; each example removes what it made."""
-    with scratch_url(request.param, tmp_path_factory.mktemp("explain")) as url:
-        box = MessageBox(url)
-        box.create_host("h")
-        try:
-            yield box
-        finally:
-            box.close()
 
 
 @settings(

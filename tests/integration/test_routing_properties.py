@@ -7,30 +7,12 @@ router produced must be exactly the pairs ``Filter.matches`` says.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox
 from predicates import Filter
-from tests.conftest import scratch_url
 from tests.strategies import filters, messages
-
-
-@pytest.fixture(scope="module", params=["duckdb", "postgresql"])
-def shared_box(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[MessageBox]:
-    """One store per backend for the whole module; each example cleans up after itself."""
-    with scratch_url(request.param, tmp_path_factory.mktemp("prop")) as url:
-        box = MessageBox(url)
-        box.create_host("h")
-        try:
-            yield box
-        finally:
-            box.close()
 
 
 @settings(
