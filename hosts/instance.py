@@ -39,7 +39,7 @@ import sqlalchemy as sa
 
 from hosts.orchestration import timer_channel
 from hosts.service import Delivery, Handler, MessageBatch, as_handler
-from messagebox import delivery, instances, notify
+from messagebox import delivery, instances, metrics, notify
 from messagebox.delivery import Claim, Failure
 from messagebox.engine import MessageBox
 from messagebox.errors import (
@@ -246,6 +246,7 @@ class HostInstance:
             self.id,
             self.settings.dequeue_threads,
             self.settings.claim_batch,
+            extra={"event": "instance-started", "host_instance": self.id, "host": self.host},
         )
         return self
 
@@ -289,7 +290,17 @@ class HostInstance:
                 timeout,
                 released,
             )
-        log.info("host instance %s stopped: %s", self.id, self.stats.snapshot())
+        log.info(
+            "host instance %s stopped: %s",
+            self.id,
+            self.stats.snapshot(),
+            extra={
+                "event": "instance-stopped",
+                "host_instance": self.id,
+                "host": self.host,
+                "counts": self.stats.snapshot(),
+            },
+        )
         for callback in self.on_stop:
             try:
                 callback()
@@ -412,6 +423,7 @@ class HostInstance:
                 self._permits.give(len(claims))
 
     def _claim(self, n: int) -> list[Claim]:
+        started = time.perf_counter()
         with self.box.store.transaction(serial=True) as conn:
             claims = delivery.claim(
                 conn,
@@ -423,6 +435,14 @@ class HostInstance:
                 ordered=self._has_ordered(),
                 instances=self._has_instances(),
             )
+        seconds = time.perf_counter() - started
+        now = datetime.now(UTC)
+        waits = [
+            (now - c.enqueued_at).total_seconds()
+            for c in claims
+            if c.attempts == 1 and c.enqueued_at is not None
+        ]
+        metrics.observe_claim(self.host, seconds, waits)
         if claims:
             self.stats.add(
                 claimed=len(claims), redelivered=sum(1 for c in claims if c.attempts > 1)
@@ -521,7 +541,13 @@ class HostInstance:
         if isinstance(exc, PermanentFailure):
             if isinstance(exc, InstanceCompleted):
                 self.stats.add(zombies=1)
-                log.warning("host instance %s: zombie message %s: %s", self.id, c.msg, exc)
+                log.warning(
+                    "host instance %s: zombie message %s: %s",
+                    self.id,
+                    c.msg,
+                    exc,
+                    extra=self._fields("zombie", c, sub, exc),
+                )
             return Failure(c, f"{type(exc).__name__}: {exc}", permanent=True, reason=exc.reason)
         if isinstance(exc, RetryLater):
             log.info(
@@ -532,6 +558,7 @@ class HostInstance:
                 exc.delay,
                 c.attempts,
                 exc,
+                extra=self._fields("retry-later", c, sub, exc),
             )
             return Failure(c, f"RetryLater: {exc}", retry_after=exc.delay)
         log.warning(
@@ -541,8 +568,23 @@ class HostInstance:
             c.id,
             c.attempts,
             exc,
+            extra=self._fields("delivery-failed", c, sub, exc),
         )
         return Failure(c, "".join(traceback.format_exception(exc)))
+
+    def _fields(self, event: str, c: Claim, sub: Subscription, exc: Exception) -> dict[str, Any]:
+        """Structured log fields of an event about one queue entry."""
+        return {
+            "event": event,
+            "host_instance": self.id,
+            "host": self.host,
+            "service": sub.service,
+            "subscription": sub.id,
+            "entry": c.id,
+            "message_id": str(c.msg),
+            "attempt": c.attempts,
+            "error": f"{type(exc).__name__}: {exc}",
+        }
 
     def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
         """Complete, fail and give back a batch in one transaction, retried on error.
@@ -584,6 +626,18 @@ class HostInstance:
             lost_leases=result.lost,
             given_back=given,
         )
+        if result.suspended:
+            log.warning(
+                "host instance %s: suspended %d entries",
+                self.id,
+                result.suspended,
+                extra={
+                    "event": "suspended",
+                    "host_instance": self.id,
+                    "host": self.host,
+                    "count": result.suspended,
+                },
+            )
         if result.stopped_subscriptions:
             log.warning(
                 "host instance %s: ordered subscriptions %s stopped after a suspended "

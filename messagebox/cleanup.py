@@ -8,6 +8,7 @@
 3. The reference logs are summed per message. A message whose references sum to zero,
    and that no queue or suspended entry names, is deleted with its log rows; a part is
    deleted when no message uses it any more.
+4. Receive-location receipts and tracked events past their retention are trimmed.
 
 Why it is safe while others publish and deliver: a message's references only reach
 zero when its last entry is completed or terminated, and nothing adds a reference to
@@ -26,7 +27,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from messagebox import delivery, instances, schema, subscriptions
+from messagebox import delivery, instances, schema, subscriptions, tracking
 from messagebox.store import Store
 
 
@@ -46,6 +47,8 @@ class CleanupReport:
     discarded_messages: int = 0
     receipts: int = 0
     """Receive-location receipts older than the retention, trimmed."""
+    tracking_events: int = 0
+    """Tracked events older than the tracking retention, trimmed."""
     skipped: bool = False
     """Another cleanup held the lock (PostgreSQL); this run did nothing."""
     seconds: float = 0.0
@@ -166,6 +169,11 @@ def run(
         report.receipts = conn.execute(
             r.delete().where(r.c.received_at < store.dialect.now_plus(-receipt_retention_seconds))
         ).rowcount
+    with store.transaction() as conn:
+        retention = tracking.read_settings(conn).retention
+        report.tracking_events = tracking.trim(conn, store.dialect, retention)
+    if report.tracking_events:
+        say(f"trimmed {report.tracking_events} tracked events older than {retention}")
     if report.receipts:
         say(f"trimmed {report.receipts} receipts older than {receipt_retention_seconds:g} s")
     if report.dead_instances or report.released_leases:

@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.errors import UnknownSuspendedEntry
 from messagebox.models import (
@@ -52,6 +52,7 @@ class Claim:
     priority: int
     instance_id: str | None
     ordered: bool
+    enqueued_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def _claim(row: Any) -> Claim:
         priority=int(row[4]),
         instance_id=row[5],
         ordered=bool(row[6]),
+        enqueued_at=row[7] if len(row) > 7 else None,
     )
 
 
@@ -185,6 +187,16 @@ def suspend_rows(
             "enqueued_at": [r.enqueued_at for r in rows],
         },
     )
+    tracking.record(
+        conn,
+        dialect,
+        tracking.SUSPENDED,
+        [r.msg for r in rows],
+        subs=[r.sub for r in rows],
+        hosts=[r.host for r in rows],
+        entries=[r.id for r in rows],
+        details=[reason] * len(rows),
+    )
 
 
 def queue_columns() -> list[sa.Column[Any]]:
@@ -224,17 +236,19 @@ def finish(
         gone = conn.execute(
             q.delete()
             .where(q.c.id.in_([c.id for c in completed]), q.c.lease_owner == owner)
-            .returning(q.c.id, q.c.msg)
+            .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
         ).all()
         result.completed = len(gone)
         result.lost += len(completed) - len(gone)
         release(conn, dialect, (r.msg for r in gone))
+        delivered(conn, dialect, gone, owner)
     to_suspend = [
         f
         for f in failed
         if f.permanent or (f.retry_after is None and f.claim.attempts >= settings.max_attempts)
     ]
     to_retry = [f for f in failed if f not in to_suspend]
+    retried: list[tuple[Failure, str]] = []  # with the host, for tracking
     for f in to_retry:
         backoff = min(
             f.retry_after
@@ -242,13 +256,16 @@ def finish(
             else settings.retry_backoff_seconds * 2 ** max(f.claim.attempts - 1, 0),
             MAX_BACKOFF_SECONDS,
         )
-        n = conn.execute(
+        hosts = conn.execute(
             q.update()
             .where(q.c.id == f.claim.id, q.c.lease_owner == owner)
             .values(lease_owner=None, lease_expires=None, available_at=dialect.now_plus(backoff))
-        ).rowcount
-        result.retried += n
-        result.lost += 1 - n
+            .returning(q.c.host)
+        ).all()
+        retried.extend((f, h.host) for h in hosts)
+        result.retried += len(hosts)
+        result.lost += 1 - len(hosts)
+    _failed(conn, dialect, retried)
     if to_suspend:
         rows = conn.execute(
             q.delete()
@@ -257,6 +274,10 @@ def finish(
         ).all()
         by_reason: dict[str, list[Any]] = {}
         reasons = {f.claim.id: f.reason for f in to_suspend}
+        hosts_of = {r.id: r.host for r in rows}
+        _failed(
+            conn, dialect, [(f, hosts_of[f.claim.id]) for f in to_suspend if f.claim.id in hosts_of]
+        )
         for r in rows:
             by_reason.setdefault(reasons[r.id], []).append(r)
         errors = {f.claim.id: f.error[-MAX_ERROR_CHARS:] for f in to_suspend}
@@ -280,6 +301,40 @@ def finish(
             hold(conn, stop, State.STOPPED)
             result.stopped_subscriptions = tuple(stop)
     return result
+
+
+def delivered(conn: sa.Connection, dialect: Dialect, rows: Sequence[Any], owner: str) -> None:
+    """Track completed deliveries (rows with id, msg, sub and host)."""
+    tracking.record(
+        conn,
+        dialect,
+        tracking.DELIVERED,
+        [r.msg for r in rows],
+        subs=[r.sub for r in rows],
+        hosts=[r.host for r in rows],
+        entries=[r.id for r in rows],
+        details=[owner] * len(rows),
+    )
+
+
+def _failed(conn: sa.Connection, dialect: Dialect, failures: Sequence[tuple[Failure, str]]) -> None:
+    """Track failed attempts (each with its host)."""
+    tracking.record(
+        conn,
+        dialect,
+        tracking.FAILED,
+        [f.claim.msg for f, _ in failures],
+        subs=[f.claim.sub for f, _ in failures],
+        hosts=[h for _, h in failures],
+        entries=[f.claim.id for f, _ in failures],
+        details=[_summary(f.error) for f, _ in failures],
+    )
+
+
+def _summary(error: str) -> str:
+    """The last line of an error (a traceback ends with the exception)."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else error
 
 
 def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
@@ -476,6 +531,15 @@ def resume(
         },
     )
     _unsuspend_instances(conn, (r.instance_id for r in rows))
+    tracking.record(
+        conn,
+        dialect,
+        tracking.RESUMED,
+        [r.msg for r in rows],
+        subs=[r.sub for r in rows],
+        hosts=[r.host for r in rows],
+        entries=[r.id for r in rows],
+    )
     dialect.notify(conn, sorted({r.host for r in rows}))
     return [r.id for r in rows]
 
@@ -496,8 +560,19 @@ def terminate(
     if limit is not None:
         first = sa.select(s.c.id).where(*where).order_by(s.c.id).limit(limit)
         where = [s.c.id.in_(first)]
-    rows = conn.execute(s.delete().where(*where).returning(s.c.id, s.c.msg, s.c.instance_id)).all()
+    rows = conn.execute(
+        s.delete().where(*where).returning(s.c.id, s.c.msg, s.c.instance_id, s.c.sub, s.c.host)
+    ).all()
     release(conn, dialect, (r.msg for r in rows))
+    tracking.record(
+        conn,
+        dialect,
+        tracking.TERMINATED,
+        [r.msg for r in rows],
+        subs=[r.sub for r in rows],
+        hosts=[r.host for r in rows],
+        entries=[r.id for r in rows],
+    )
     _unsuspend_instances(conn, (r.instance_id for r in rows))  # the instance goes on without it
     return sorted(r.id for r in rows)
 

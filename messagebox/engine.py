@@ -15,12 +15,12 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from messagebox import delivery, notify, router, schema, spool, subscriptions
+from messagebox import delivery, notify, router, schema, spool, subscriptions, tracking
 from messagebox import stats as box_stats
 from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
@@ -55,10 +55,12 @@ from messagebox.models import (
     Subscription,
     SubscriptionExplanation,
     SuspendedEntry,
+    Throughput,
 )
 from messagebox.properties import canonical_name, decode_context
 from messagebox.store import Store
 from messagebox.throttle import Throttle as _Throttle
+from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
 from predicates import normalize_properties, to_filter
 from predicates.explain import explain as explain_filter
 
@@ -767,12 +769,78 @@ class MessageBox:
         notify.signal(self.store.key, hosts)
         return done
 
+    # --- tracking ---
+
+    def tracking(self) -> TrackingSettings:
+        """Whether message tracking is enabled, and its retention."""
+        with self.store.transaction() as conn:
+            return tracking.read_settings(conn)
+
+    def configure_tracking(
+        self, enabled: bool, *, retention: timedelta | float | None = None
+    ) -> TrackingSettings:
+        """Enable or disable message tracking for every process using this store;
+        ``retention`` (a timedelta, or seconds) is how long events are kept (default:
+        unchanged, else 7 days). Other processes see the change within a few seconds."""
+        if isinstance(retention, int | float) and not isinstance(retention, bool):
+            retention = timedelta(seconds=retention)
+        with self.store.transaction(serial=True) as conn:
+            current = tracking.read_settings(conn)
+            settings = TrackingSettings(
+                enabled=enabled, retention=current.retention if retention is None else retention
+            )
+            tracking.write_settings(conn, settings)
+        self.store.tracking.invalidate()
+        return settings
+
+    def tracked(
+        self,
+        message_id: uuid.UUID | str | None = None,
+        *,
+        event: str | None = None,
+        host: str | None = None,
+        subscription: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[TrackedEvent]:
+        """Tracked events, oldest first: one message's history, or the newest ``limit``
+        events matching the filters. Empty while tracking has never been enabled."""
+        try:
+            msg = None if message_id is None else uuid.UUID(str(message_id))
+        except ValueError as exc:
+            raise ValidationError(f"not a message id: {message_id!r}") from exc
+        q = EventQuery(
+            message_id=msg,
+            event=event,
+            host=host,
+            subscription=subscription,
+            since=since,
+            until=until,
+            limit=limit,
+        )
+        with self.store.transaction() as conn:
+            return tracking.query(conn, q)
+
     # --- delivery and operations ---
 
     def instances(self, host: str | None = None) -> list[InstanceInfo]:
         """Registered host instances, with their last heartbeat."""
         with self.store.transaction() as conn:
             return delivery.instances(conn, host)
+
+    def heartbeat_ages(self) -> dict[str, float]:
+        """Seconds since each registered host instance's last heartbeat, by instance id
+        (by the database clock)."""
+        with self.store.transaction() as conn:
+            return {inst: age for _host, inst, age in box_stats.heartbeat_ages(conn)}
+
+    def throughput(self, windows: Sequence[float] = (60.0, 3600.0)) -> list[Throughput]:
+        """Tracked events (published, delivered, suspended…) per kind over each recent
+        window of seconds, by the database clock. Counted from message tracking: zero
+        while it is disabled, and only since it was enabled."""
+        with self.store.transaction() as conn:
+            return box_stats.throughput(conn, windows)
 
     def host(self, name: str) -> Host:
         """One host, by name."""

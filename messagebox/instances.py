@@ -234,7 +234,9 @@ def commit_steps(
     owner = steps[0].owner
     entry_ids = [s.entry_id for s in steps]
     gone = conn.execute(
-        q.delete().where(q.c.id.in_(entry_ids), q.c.lease_owner == owner).returning(q.c.id, q.c.msg)
+        q.delete()
+        .where(q.c.id.in_(entry_ids), q.c.lease_owner == owner)
+        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
     ).all()
     if len(gone) != len(steps):
         lost = sorted(set(entry_ids) - {r.id for r in gone})
@@ -242,6 +244,7 @@ def commit_steps(
             f"queue entry {lost[0]} is no longer leased by {owner}; its step was not committed"
         )
     delivery.release(conn, dialect, [r.msg for r in gone])
+    delivery.delivered(conn, dialect, gone, owner)
     new = [s for s in steps if s.version is None]
     if new:
         dialect.insert(

@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema, spool
+from messagebox import schema, spool, tracking
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
@@ -215,10 +215,23 @@ class _Writes:
         self.refs["logged_at"].append(now)
 
     def flush(self, conn: sa.Connection, dialect: Dialect) -> None:
-        if self.queue["id"]:
-            dialect.insert(conn, schema.queue, self.queue)
-        if self.suspended["id"]:
-            dialect.insert(conn, schema.suspended, self.suspended)
+        q, s = self.queue, self.suspended
+        if q["id"]:
+            dialect.insert(conn, schema.queue, q)
+            tracking.record(
+                conn,
+                dialect,
+                tracking.ROUTED,
+                q["msg"],
+                subs=q["sub"],
+                hosts=q["host"],
+                entries=q["id"],
+            )
+        if s["id"]:
+            dialect.insert(conn, schema.suspended, s)
+            tracking.record(
+                conn, dialect, tracking.SUSPENDED, s["msg"], entries=s["id"], details=s["reason"]
+            )
         if self.refs["msg"]:
             dialect.insert(conn, schema.ref_add, self.refs)
 
@@ -320,6 +333,12 @@ def publish(
         else:
             results.append(Routed(msg_id, Outcome.DROPPED, ()))
     spool.write_messages(conn, dialect, [(ids[i], messages[i]) for i in keep], now, publisher)
+    tracking.record(
+        conn, dialect, tracking.PUBLISHED, [ids[i] for i in keep], details=[publisher] * len(keep)
+    )
+    if unrouted:
+        outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
+        tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
     writes.flush(conn, dialect)
     dialect.notify(conn, sorted(hosts))
     return results, hosts
@@ -375,6 +394,13 @@ def enqueue_direct(
         writes.enqueue(entry_id, msg_id, target, now)
         writes.reference(msg_id, 1, now)
     spool.write_messages(conn, dialect, [(m, msg) for m, msg, _ in items], now, publisher)
+    tracking.record(
+        conn,
+        dialect,
+        tracking.PUBLISHED,
+        [m for m, _, _ in items],
+        details=[publisher] * len(items),
+    )
     writes.flush(conn, dialect)
     hosts = Counter(target[2] for _, _, target in items)
     dialect.notify(conn, sorted(hosts))

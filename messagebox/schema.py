@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 
 metadata = sa.MetaData()
 
@@ -339,6 +339,22 @@ publish's transaction: a location that crashed after the commit finds the receip
 restart and does not publish the input again. Cleanup trims them past their retention."""
 sa.Index("mb_receipt_received_at", receipt.c.received_at)
 
+tracking = sa.Table(
+    "mb_tracking",
+    metadata,
+    sa.Column("tracked_at", Stamp, nullable=False),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("msg", sa.Uuid, nullable=False),
+    sa.Column("sub", sa.BigInteger),
+    sa.Column("host", sa.Text),
+    sa.Column("entry", sa.BigInteger),
+    sa.Column("detail", sa.Text),
+)
+"""Tracked events (:mod:`messagebox.tracking`), written only while tracking is enabled,
+in the transaction of what they record; cleanup trims them past their retention."""
+sa.Index("mb_tracking_msg", tracking.c.msg)
+sa.Index("mb_tracking_at", tracking.c.tracked_at)
+
 UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "2": ("3", ()),
     "3": (
@@ -349,6 +365,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             "DROP TABLE mb_service_instance",
         ),
     ),
+    "4": ("5", ()),  # adds mb_tracking
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

@@ -6,12 +6,15 @@ the age of a queue's oldest entry is measured against ``now()`` in the same tran
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from messagebox import schema, subscriptions
-from messagebox.models import HostStats, QueueStats, Stats
+from messagebox.models import HostStats, QueueStats, Stats, Throughput
+from messagebox.tracking import EVENTS
 
 
 def _leased() -> sa.ColumnElement[bool]:
@@ -65,6 +68,15 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
             )
         )
     return out
+
+
+def heartbeat_ages(conn: sa.Connection) -> list[tuple[str, str, float]]:
+    """Every registered host instance as (host, instance id, seconds since its last
+    heartbeat), by the database clock."""
+    i = schema.instance
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    rows = conn.execute(sa.select(i.c.host, i.c.id, i.c.heartbeat_at).order_by(i.c.host, i.c.id))
+    return [(r.host, r.id, max((now - r.heartbeat_at).total_seconds(), 0.0)) for r in rows]
 
 
 def host_stats(conn: sa.Connection) -> list[HostStats]:
@@ -124,3 +136,26 @@ def counts(conn: sa.Connection) -> Stats:
         host_instances=_total(conn, schema.instance),
         service_instances=_by(conn, schema.service_instance.c.state),
     )
+
+
+def throughput(conn: sa.Connection, windows: Sequence[float]) -> list[Throughput]:
+    """Tracked events per kind within each window (seconds back from the database's
+    ``now()``), one pass over the longest window."""
+    t = schema.tracking
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    starts = [now - timedelta(seconds=w) for w in windows]
+    if not starts:
+        return []
+    query = (
+        sa.select(t.c.event, *(_count(t.c.tracked_at >= start) for start in starts))
+        .where(t.c.tracked_at >= min(starts))
+        .group_by(t.c.event)
+    )
+    found = {row[0]: row[1:] for row in conn.execute(query)}
+    return [
+        Throughput(
+            seconds=float(w),
+            events={e: int(found[e][i]) if e in found else 0 for e in EVENTS},
+        )
+        for i, w in enumerate(windows)
+    ]

@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import metrics, schema, tracking
 from messagebox.dialects import Dialect, dialect_for
 from messagebox.errors import BackendUnavailable, MessageBoxError, NoSchema, StorageError
 
@@ -58,6 +58,8 @@ class Store:
         if not create and not self.dialect.database_exists(self.url):
             raise NoSchema(f"no database at {shown}")
         self.engine = self.dialect.create_engine(self.url)
+        self.tracking = tracking.SettingsCache()
+        """This process's view of the store's tracking settings (re-read every few s)."""
         database = self.url.database or ""
         self.key = (
             os.path.abspath(database)
@@ -135,11 +137,19 @@ class Store:
         with self.dialect.serial() if serial else nullcontext():
             try:
                 with self.engine.begin() as conn:
-                    yield conn
+                    tracking.begin(conn, self.tracking)
+                    try:
+                        yield conn
+                    except BaseException:
+                        tracking.discard(conn)
+                        raise
+                    counts = tracking.committed(conn)  # read now: the commit follows
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
+        if counts:
+            metrics.apply(counts)  # committed: count it
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -18,7 +18,7 @@ WHERE id IN (
     ORDER BY priority DESC, id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
 
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
@@ -50,7 +50,7 @@ WHERE id IN (
     ORDER BY q.id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
@@ -80,4 +80,4 @@ WHERE id IN (
     ORDER BY q.priority DESC, q.id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at

@@ -43,7 +43,7 @@ SET lease_owner = %(owner)s,
     attempts = q.attempts + 1
 FROM c
 WHERE q.id = c.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at
 
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
@@ -81,7 +81,7 @@ SET lease_owner = %(owner)s,
     attempts = q.attempts + 1
 FROM run
 WHERE q.id = run.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
@@ -126,4 +126,4 @@ SET lease_owner = %(owner)s,
     attempts = q.attempts + 1
 FROM free
 WHERE q.id = free.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at

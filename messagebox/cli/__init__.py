@@ -23,7 +23,12 @@
     suspended reroute [ID ...]             route routing failures again
     cleanup [--batch N]                    delete unreferenced messages, dead leases
     stats                                  counts of everything
-    host run module:app [--threads N] [--duration S]
+    tracking status | enable [--retention AGE] | disable
+    tracking events [MESSAGE_ID] [--event E] [--host H] [--subscription REF] [--since AGE]
+                                           a message's history, or the newest events
+    metrics                                the store's gauges, in the Prometheus format
+    host run module:app [--threads N] [--duration S] [--log-format text|json]
+            [--metrics-port PORT]
     spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
 
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (one
@@ -116,15 +121,33 @@ def _host_run(args: argparse.Namespace) -> int:
     import logging
 
     from hosts.app import load_app
+    from messagebox import logs
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    try:
+        logs.configure(args.log_level, args.log_format)
+    except ValueError as exc:
+        print(f"messagebox host run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     settings = {} if args.threads is None else {"dequeue_threads": args.threads}
     try:
         app = load_app(args.app)
         url = args.url or os.environ.get("MESSAGEBOX_URL") or app.url or DEFAULT_URL
         instance = app.instance(url, **settings)
+        if args.metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            try:
+                start_http_server(args.metrics_port)
+            except OSError as exc:
+                instance.box.close()
+                raise MessageBoxError(
+                    f"cannot serve metrics on port {args.metrics_port}: {exc}"
+                ) from exc
+            logging.getLogger("messagebox.hosts").info(
+                "metrics at http://0.0.0.0:%d/metrics",
+                args.metrics_port,
+                extra={"event": "metrics-serving", "port": args.metrics_port},
+            )
         print(f"host instance {instance.id} running; Ctrl-C stops it", file=sys.stderr)
         instance.run(duration=args.duration)
     except MessageBoxError as exc:

@@ -587,7 +587,8 @@ def cleanup(args: argparse.Namespace, out: Terminal) -> None:
         f"deleted {report.messages} messages and {report.parts} parts; "
         f"released {report.released_leases} leases of {report.dead_instances} "
         f"dead instances; purged {report.purged_subscriptions} instance "
-        f"subscriptions in {report.seconds:.2f} s"
+        f"subscriptions; trimmed {report.tracking_events} tracked events "
+        f"in {report.seconds:.2f} s"
         + (" (skipped: another cleanup is running)" if report.skipped else "")
     )
 
@@ -621,6 +622,136 @@ def stats(args: argparse.Namespace, out: Terminal) -> None:
     )
 
 
+def _tracking_json(settings: Any) -> dict[str, Any]:
+    return {
+        "enabled": settings.enabled,
+        "retention_seconds": settings.retention.total_seconds(),
+    }
+
+
+def _say_tracking(out: Terminal, settings: Any) -> None:
+    if out.json:
+        out.emit(_tracking_json(settings))
+    elif settings.enabled:
+        out.say(f"tracking is enabled; events are kept {age(settings.retention.total_seconds())}")
+    else:
+        out.say(f"tracking is disabled (retention {age(settings.retention.total_seconds())})")
+
+
+def tracking_status(args: argparse.Namespace, out: Terminal) -> None:
+    with open_box(args) as box:
+        _say_tracking(out, box.tracking())
+
+
+def tracking_enable(args: argparse.Namespace, out: Terminal) -> None:
+    retention = None if args.retention is None else inputs.duration(args.retention, "--retention")
+    if retention is not None and retention.total_seconds() <= 0:
+        raise inputs.UsageError(f"--retention {args.retention!r}: must be more than zero")
+    with open_box(args) as box:
+        _say_tracking(out, box.configure_tracking(True, retention=retention))
+
+
+def tracking_disable(args: argparse.Namespace, out: Terminal) -> None:
+    with open_box(args) as box:
+        _say_tracking(out, box.configure_tracking(False))
+
+
+def tracking_events(args: argparse.Namespace, out: Terminal) -> None:
+    from datetime import UTC, datetime
+
+    from messagebox.errors import UnknownMessage
+    from messagebox.tracking import EVENTS
+
+    if args.event is not None and args.event not in EVENTS:
+        raise inputs.UsageError(f"--event {args.event!r}: one of {', '.join(EVENTS)}")
+    since = (
+        None if args.since is None else datetime.now(UTC) - inputs.duration(args.since, "--since")
+    )
+    message_id = None if args.message_id is None else inputs.message_id(args.message_id)
+    with open_box(args) as box:
+        subscription = None
+        if args.subscription is not None:
+            sub = inputs.ref(args.subscription)
+            subscription = sub if isinstance(sub, int) else box.subscription(sub).id
+        if args.host is not None:
+            box.host(args.host)  # an unknown host is an error, not an empty answer
+        found = box.tracked(
+            message_id,
+            event=args.event,
+            host=args.host,
+            subscription=subscription,
+            since=since,
+            limit=args.limit,
+        )
+        if message_id is not None and not found:
+            try:
+                box.message_summary(message_id)
+            except UnknownMessage:
+                raise UnknownMessage(
+                    f"no message {message_id} is stored, and no event of it is tracked"
+                ) from None
+            if not box.tracking().enabled:
+                out.note("tracking is disabled: `messagebox tracking enable` turns it on")
+        names = {x.id: x.name for x in box.subscriptions()}
+    if out.json:
+        out.emit(
+            [
+                {
+                    "at": e.at,
+                    "event": e.event,
+                    "message_id": str(e.message_id),
+                    "subscription": e.subscription,
+                    "host": e.host,
+                    "entry": e.entry,
+                    "detail": e.detail,
+                }
+                for e in found
+            ]
+        )
+        return
+    out.table(
+        ["at", "event", "message", "subscription", "host", "entry", "detail"],
+        [
+            [
+                e.at.isoformat(timespec="milliseconds"),
+                e.event,
+                str(e.message_id),
+                names.get(e.subscription, e.subscription) if e.subscription is not None else "-",
+                e.host or "-",
+                e.entry if e.entry is not None else "-",
+                _first_line(e.detail),
+            ]
+            for e in found
+        ],
+        empty="no tracked events",
+    )
+    if message_id is None and len(found) == args.limit:
+        out.note(f"(the newest {args.limit}; --limit shows more)")
+
+
+def metrics(args: argparse.Namespace, out: Terminal) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from messagebox.metrics import StoreCollector
+
+    with open_box(args) as box:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(StoreCollector(box))
+        text = generate_latest(registry).decode()
+    if out.json:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out.emit(
+            [
+                {"name": sample.name, "labels": sample.labels, "value": sample.value}
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+            ]
+        )
+    else:
+        sys.stdout.write(text)
+
+
 COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] = {
     ("init", ""): init,
     ("publish", ""): publish,
@@ -641,5 +772,11 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("suspended", "reroute"): suspended_reroute,
     ("cleanup", ""): cleanup,
     ("stats", ""): stats,
+    ("tracking", ""): tracking_status,
+    ("tracking", "status"): tracking_status,
+    ("tracking", "enable"): tracking_enable,
+    ("tracking", "disable"): tracking_disable,
+    ("tracking", "events"): tracking_events,
+    ("metrics", ""): metrics,
 }
 """The function of each (command, action); "" when there is no action."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,14 @@ class UsageError(Exception):
 def ref(text: str) -> int | str:
     """A subscription reference: digits are an id, anything else a name."""
     return int(text) if text.isdigit() else text
+
+
+def message_id(text: str) -> uuid.UUID:
+    """A message id (a UUID)."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a message id (a UUID)") from None
 
 
 def read_arg(text: str, what: str) -> str:
@@ -98,14 +107,14 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)")
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-def duration(text: str) -> timedelta:
+def duration(text: str, option: str = "--older-than") -> timedelta:
     """``90s``, ``15m``, ``2h``, ``7d``, ``1h30m``, or a number of seconds."""
     compact = text.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+(?:\.\d+)?", compact):
         return timedelta(seconds=float(compact))
     parts = _DURATION.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
-        raise UsageError(f"--older-than {text!r}: expected an age such as 90s, 15m, 2h, 7d, 1h30m")
+        raise UsageError(f"{option} {text!r}: expected an age such as 90s, 15m, 2h, 7d, 1h30m")
     return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 

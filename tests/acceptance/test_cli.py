@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from messagebox import Message, MessageBox
+from messagebox import schema as mb_schema
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
 from tests.conftest import table_counts
@@ -110,7 +111,7 @@ def test_only_init_creates_a_database(tmp_path: Path) -> None:
     assert not path.exists()
     # and init creates it, saying which schema version
     made = ok(cli("init", "--json", url=url))
-    assert made == {"url": url, "schema_version": "4"}
+    assert made == {"url": url, "schema_version": mb_schema.SCHEMA_VERSION}
     assert path.exists()
 
 

@@ -30,6 +30,8 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
+        if old_tables and version in ("2", "3", "4"):
+            conn.execute(sa.text("DROP TABLE mb_tracking"))
         if old_tables and version in ("2", "3"):
             make_version_3(conn)
         if old_tables and version == "2":
@@ -48,9 +50,10 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3"])
+@pytest.mark.parametrize("old", ["2", "3", "4"])
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
-    # Given a database as version 2 (no receipts) or 3 (no convoys) left it, with data
+    # Given a database as version 2 (no receipts), 3 (no convoys) or 4 (no tracking)
+    # left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -58,7 +61,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "4"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "5"
         assert box.receipts("port/location", ["k"]) == {}
         assert [h.name for h in box.hosts()] == ["kept"]
         [sub] = box.subscriptions()
@@ -67,6 +70,9 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
         routed = box.publish([Message(b"x", promoted={"a.B": 2, "a.C": "k"})])
         assert routed[0].subscriptions
+        box.configure_tracking(True)
+        box.publish([Message(b"y", promoted={"a.B": 2, "a.C": "k"})])
+        assert [e.event for e in box.tracked(event="published")] == ["published"]
 
 
 def test_an_unknown_version_is_refused(backend_url: str):
@@ -74,5 +80,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 4"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 5"):
         MessageBox(backend_url)
