@@ -218,6 +218,40 @@ def build() -> argparse.ArgumentParser:
     cleanup.add_argument("--batch", type=_positive, default=10_000, help="messages per transaction")
     command(sub, "stats", "counts: messages, queue entries, suspended, subscriptions, hosts")
 
+    track = command(sub, "tracking", "message tracking: status, enable, disable, events")
+    track_sub = track.add_subparsers(dest="action", metavar="ACTION")
+    command(track_sub, "status", "whether tracking is enabled, and its retention")
+    enable = command(
+        track_sub,
+        "enable",
+        "record published, routed, delivered, failed, suspended, resumed, terminated events",
+    )
+    enable.add_argument(
+        "--retention", metavar="AGE", help="keep events this long: 12h, 7d, 2w (default: 7d)"
+    )
+    command(track_sub, "disable", "stop recording (events recorded so far are kept)")
+    events = command(
+        track_sub,
+        "events",
+        "tracked events, oldest first: one message's history, or the newest matching",
+    )
+    events.add_argument("message_id", nargs="?", help="only this message's events")
+    events.add_argument("--event", help="only this event (published, routed, delivered, …)")
+    events.add_argument("--host", help="only this host's")
+    events.add_argument("--subscription", metavar="REF", help="a subscription id or name")
+    events.add_argument("--since", metavar="AGE", help="only the last AGE: 15m, 2h, 7d")
+    events.add_argument("--limit", type=_positive, default=1000, help="at most (default 1000)")
+    command(
+        sub,
+        "metrics",
+        "print the store's metrics once, in the Prometheus text format",
+        description="Print the store's gauges (queue depth, oldest entry, suspended "
+        "entries, host instances, heartbeat ages) in the Prometheus text format: for a "
+        "node_exporter textfile collector or a quick look. Counters of published, "
+        "routed, delivered… messages live in the processes that do the work: scrape "
+        "`messagebox host run --metrics-port` and `messagebox console` (/metrics).",
+    )
+
     host = sub.add_parser("host", help="run host instances")
     host_sub = host.add_subparsers(dest="host_command", required=True)
     run = host_sub.add_parser("run", help="run an instance of a HostApp until SIGINT/SIGTERM")
@@ -225,6 +259,18 @@ def build() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines as text, or as JSON objects (structured logs); default text",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve this instance's Prometheus metrics at http://0.0.0.0:PORT/metrics",
+    )
     _spark_parser(sub)
     return parser
 
