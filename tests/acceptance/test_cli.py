@@ -330,6 +330,13 @@ BAD_INPUT = [
     (["route", "explain", '{"orders.Total": }'], 2, "--properties-json is not JSON"),
     (["hosts", "add", "shipping"], 1, "host 'shipping' exists already"),
     (["suspended", "list", "--limit", "0"], 2, "0 is not positive"),
+    (["tracking", "enable", "--retention", "0s"], 2, "--retention '0s': must be more than zero"),
+    (["tracking", "enable", "--retention", "soon"], 2, "--retention 'soon': expected an age"),
+    (["tracking", "events", "--event", "delivred"], 2, "--event 'delivred': one of published"),
+    (["tracking", "events", "not-a-uuid"], 2, "'not-a-uuid' is not a message id"),
+    (["tracking", "events", "01a20db1-0000-7000-8000-000000000000"], 3, "no message"),
+    (["tracking", "events", "--host", "nowhere"], 3, "no host named 'nowhere'"),
+    (["tracking", "events", "--subscription", "nothing"], 3, "no subscription"),
 ]  # fmt: skip
 
 
@@ -348,6 +355,45 @@ def test_bad_input_gives_a_clear_error_and_changes_nothing(url: str, files: list
         assert says in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
     assert counts(url) == before
+
+
+def test_tracking_from_the_command_line(url: str, files: list[str]) -> None:
+    # Given tracking enabled for two days
+    assert cli("tracking", url=url).stdout == "tracking is disabled (retention 7d 0h)\n"
+    enabled = ok(cli("tracking", "enable", "--retention", "2d", "--json", url=url))
+    assert enabled == {"enabled": True, "retention_seconds": 172800.0}
+    # When an order is published
+    [sent] = ok(cli("publish", files[0], "-p", "orders.Region=EU", "--json", url=url))
+    # Then its history shows it published and routed, as JSON and as a table
+    history = ok(cli("tracking", "events", sent["message_id"], "--json", url=url))
+    assert [(e["event"], e["host"]) for e in history] == [
+        ("published", None),
+        ("routed", "shipping"),
+    ]
+    table = cli("tracking", "events", "--event", "routed", url=url).stdout.splitlines()
+    assert table[0].split() == ["AT", "EVENT", "MESSAGE", "SUBSCRIPTION", "HOST", "ENTRY", "DETAIL"]
+    assert "ship-eu" in table[1]
+    assert sent["message_id"] in table[1]
+    # and disabling keeps the retention and the events
+    assert cli("tracking", "disable", url=url).stdout == "tracking is disabled (retention 2d 0h)\n"
+    assert len(ok(cli("tracking", "events", "--json", url=url))) == 2
+
+
+def test_metrics_prints_the_gauges_in_the_prometheus_format(url: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    result = cli("metrics", url=url)
+    assert result.returncode == 0, result.stderr
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(result.stdout)
+        for s in family.samples
+    }
+    assert samples[("messagebox_queue_depth", (("host", "shipping"), ("state", "ready")))] == 2
+    assert samples[("messagebox_suspended_entries", (("reason", ROUTING_FAILURE),))] == 1
+    assert samples[("messagebox_messages", ())] == 3
+    as_json = ok(cli("metrics", "--json", url=url))
+    assert {"name": "messagebox_messages", "labels": {}, "value": 3.0} in as_json
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------
@@ -375,3 +421,8 @@ def test_core_commands_on_postgresql(pg_url: str, files: list[str]) -> None:
     bad = cli("suspended", "terminate", str(failure["id"]), "999", url=pg_url)
     assert (bad.returncode, "no suspended entry 999" in bad.stderr) == (3, True)
     assert counts(pg_url) == before
+    # Tracking works there too
+    assert ok(cli("tracking", "enable", "--json", url=pg_url))["enabled"] is True
+    ok(cli("suspended", "terminate", str(failure["id"]), "--json", url=pg_url))
+    history = ok(cli("tracking", "events", us[0]["message_id"], "--json", url=pg_url))
+    assert [e["event"] for e in history] == ["terminated"]

@@ -3,10 +3,16 @@ embedded default (DuckDB)."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import Message, MessageBox
 from predicates import P
@@ -62,3 +68,85 @@ def test_host_run_names_a_bad_target(tmp_path: Path) -> None:
     done = cli("--url", url, "host", "run", "tests.apps.recorder:record")
     assert done.returncode == 1
     assert "is not a HostApp" in done.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_host_run_serves_metrics_and_logs_json(tmp_path: Path) -> None:
+    # Given 20 messages for the recorder app, one of which its service fails
+    url = f"duckdb:///{tmp_path / 'box.duckdb'}"
+    with MessageBox(url) as box:
+        box.create_host("workers", poll_max_seconds=0.1, retry_backoff_seconds=0.2)
+        box.subscribe("record", host="workers", filter=P("t.N") >= 0, name="record-all")
+        box.publish(Message(b"x", promoted={"t.N": i}) for i in range(19))
+        [bad] = box.publish([Message(b"x", promoted={"t.N": 99, "t.Fail": True})])
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    # When a host instance runs with a metrics port and JSON logs
+    command = ["host", "run", "tests.apps.recorder:app", "--duration", "6"]
+    options = ["--log-format", "json", "--metrics-port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "messagebox.cli", "--url", url, *command, *options],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MB_TEST_OUT": str(out)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(body)
+                for s in family.samples
+            }
+            if samples.get(("messagebox_delivered_total", (("host", "workers"),))) == 19 and (
+                samples.get(("messagebox_delivery_failures_total", (("host", "workers"),)), 0) >= 1
+            ):
+                break
+            time.sleep(0.2)
+    finally:
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    # Then the scrape parses, and counts the deliveries, the failure and the claims
+    assert samples[("messagebox_delivered_total", (("host", "workers"),))] == 19
+    assert samples[("messagebox_delivery_failures_total", (("host", "workers"),))] >= 1
+    assert samples[("messagebox_claim_seconds_count", (("host", "workers"),))] >= 1
+    assert samples[("messagebox_claim_latency_seconds_count", (("host", "workers"),))] >= 20
+    # and every log line is a JSON object; the failure names its message and entry
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert logs
+    assert all({"time", "level", "logger", "message"} <= set(x) for x in logs)
+    [started] = [x for x in logs if x.get("event") == "instance-started"]
+    assert started["host"] == "workers"
+    failure = next(x for x in logs if x.get("event") == "delivery-failed")
+    assert failure["message_id"] == str(bad.message_id)
+    assert failure["service"] == "record"
+    assert failure["error"].startswith("RuntimeError: told to fail")
+    assert failure["level"] == "warning"
+    assert any(x.get("event") == "instance-stopped" for x in logs)
+
+
+def test_host_run_refuses_a_taken_metrics_port(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'box.duckdb'}"
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli(
+            "--url", url, "host", "run", "tests.apps.recorder:app", "--metrics-port", str(port)
+        )
+    assert done.returncode == 1
+    assert f"cannot serve metrics on port {port}" in done.stderr

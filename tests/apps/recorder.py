@@ -1,8 +1,9 @@
 """A host app whose one service appends each delivery to a file, for process tests.
 
 Environment: ``MB_TEST_OUT`` (a directory; each process writes ``<pid>.log``),
-``MB_TEST_SLOW`` (seconds each delivery takes). A line is ``message sub attempt pid``,
-written with one unbuffered ``write`` so that a killed process loses no written line.
+``MB_TEST_SLOW`` (seconds each delivery takes). A message with ``t.Fail`` true fails.
+A line is ``message sub attempt pid``, written with one unbuffered ``write`` so that a
+killed process loses no written line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def record(d: Delivery) -> None:
     if _fd is None:
         out = Path(os.environ["MB_TEST_OUT"]) / f"{os.getpid()}.log"
         _fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    if d.properties.get("t.Fail"):
+        raise RuntimeError(f"told to fail {d.message_id}")
     slow = float(os.environ.get("MB_TEST_SLOW", "0"))
     if slow:
         time.sleep(slow)

@@ -118,8 +118,9 @@ def test_a_message_s_whole_life_is_tracked_in_order(
     # When it is resumed and then delivered
     box.resume(entry.id)
     instances.append(
-        HostInstance(box, "h", {"orders": lambda d: None, "audit": lambda d: None}, settings=FAST)
-        .start()
+        HostInstance(
+            box, "h", {"orders": lambda d: None, "audit": lambda d: None}, settings=FAST
+        ).start()
     )
     wait_for(lambda: not box.queue_depth(), "the delivery")
     # Then the history ends resumed, delivered

@@ -1,0 +1,199 @@
+"""Prometheus metrics, on both backends: this process's counters count what committed
+(published, routed, routing failures, delivered, failed, suspended, resumed,
+terminated), claims are timed, and the store's gauges (queue depth, oldest entry,
+suspended entries, host instances) are read at scrape time."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from hosts import Delivery, HostInstance
+from messagebox import Message, MessageBox
+from messagebox.errors import RoutingFailure
+from messagebox.metrics import exposition
+from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
+from predicates import P
+
+FAST = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.05,
+    "retry_backoff_seconds": 0.0,
+    "max_attempts": 2,
+    "cleanup_interval_seconds": 0.0,
+}
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+class Delta:
+    """Counter values now, to compare with later ones."""
+
+    NAMES = (
+        ("messagebox_published_total", {}),
+        ("messagebox_routing_failures_total", {"outcome": "suspended"}),
+        ("messagebox_routing_failures_total", {"outcome": "dropped"}),
+        ("messagebox_suspended_total", {"reason": ROUTING_FAILURE}),
+        ("messagebox_suspended_total", {"reason": DELIVERY_FAILURE}),
+    )
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.before = self.read()
+
+    def read(self) -> dict[str, float]:
+        found = {f"{n}{sorted(lb.items())}": value(n, **lb) for n, lb in self.NAMES}
+        for name in (
+            "messagebox_routed_total",
+            "messagebox_delivered_total",
+            "messagebox_delivery_failures_total",
+            "messagebox_resumed_total",
+            "messagebox_terminated_total",
+        ):
+            found[name] = value(name, host=self.host)
+        return found
+
+    def __call__(self) -> dict[str, float]:
+        now = self.read()
+        return {k: now[k] - self.before[k] for k in now if now[k] != self.before[k]}
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def host(box: MessageBox) -> str:
+    """A host of a name of its own, so that its counters are this test's."""
+    name = f"h{uuid.uuid4().hex[:8]}"
+    box.create_host(name, **FAST)
+    box.subscribe("orders", host=name, filter=P("t.Kind") == "order", name="orders")
+    return name
+
+
+@pytest.fixture
+def instances() -> Iterator[list[HostInstance]]:
+    started: list[HostInstance] = []
+    yield started
+    for inst in started:
+        inst.stop(timeout=5)
+
+
+def test_publishing_counts_published_routed_and_routing_failures(
+    box: MessageBox, host: str
+) -> None:
+    delta = Delta(host)
+    # When three messages are published: two route, one matches nothing (suspended)
+    box.publish(
+        [
+            Message(b"1", promoted={"t.Kind": "order"}),
+            Message(b"2", promoted={"t.Kind": "order"}),
+            Message(b"3", promoted={"t.Kind": "other"}),
+        ]
+    )
+    # and one more matches nothing and is dropped by the policy
+    box.publish([Message(b"4", promoted={"t.Kind": "other"})], policy="drop")
+    # Then the counters say so
+    assert delta() == {
+        "messagebox_published_total[]": 3,
+        "messagebox_routed_total": 2,
+        "messagebox_routing_failures_total[('outcome', 'suspended')]": 1,
+        "messagebox_routing_failures_total[('outcome', 'dropped')]": 1,
+        "messagebox_suspended_total[('reason', 'routing-failure')]": 1,
+    }
+
+
+def test_a_rolled_back_publish_counts_nothing(box: MessageBox, host: str) -> None:
+    delta = Delta(host)
+    with pytest.raises(RoutingFailure):
+        box.publish(
+            [Message(b"1", promoted={"t.Kind": "order"}), Message(b"2", promoted={})],
+            policy="raise",
+        )
+    assert delta() == {}
+
+
+def test_delivery_counts_delivered_failed_suspended_resumed_terminated(
+    box: MessageBox, host: str, instances: list[HostInstance]
+) -> None:
+    box.publish([Message(str(i).encode(), promoted={"t.Kind": "order"}) for i in range(3)])
+    delta = Delta(host)
+    claims = value("messagebox_claim_seconds_count", host=host)
+
+    def orders(d: Delivery) -> None:
+        if d.body == b"0":
+            raise RuntimeError("no")
+
+    # When a host instance delivers two and fails the third twice (suspended)
+    inst = HostInstance(box, host, {"orders": orders}, settings=FAST).start()
+    instances.append(inst)
+    wait_for(lambda: bool(box.suspended(host=host)), "the suspension")
+    wait_for(lambda: not box.queue_depth(host), "the deliveries")
+    inst.stop(timeout=5)
+    assert delta() == {
+        "messagebox_delivered_total": 2,
+        "messagebox_delivery_failures_total": 2,
+        "messagebox_suspended_total[('reason', 'delivery-failure')]": 1,
+    }
+    # and the claims were timed, and each entry's wait on the queue observed once
+    assert value("messagebox_claim_seconds_count", host=host) > claims
+    assert value("messagebox_claim_latency_seconds_count", host=host) >= 3
+    # When the suspended entry is resumed, suspended again by hand and terminated
+    [entry] = box.suspended(host=host)
+    box.resume(entry.id)
+    assert delta()["messagebox_resumed_total"] == 1
+    with box.store.transaction() as conn:  # claim it and fail it permanently
+        from messagebox import delivery
+        from messagebox.models import HostSettings
+
+        [claim] = delivery.claim(
+            conn, box.store.dialect, host=host, owner="t", n=1, lease_seconds=30, ordered=False
+        )
+        delivery.finish(
+            conn,
+            box.store.dialect,
+            "t",
+            [],
+            [delivery.Failure(claim, "gave up", permanent=True)],
+            HostSettings(),
+            set(),
+        )
+    [entry] = box.suspended(host=host)
+    box.terminate(entry.id)
+    got = delta()
+    assert got["messagebox_terminated_total"] == 1
+    assert got["messagebox_suspended_total[('reason', 'delivery-failure')]"] == 2
+    assert got["messagebox_delivery_failures_total"] == 3
+
+
+def test_the_exposition_has_the_store_s_gauges(box: MessageBox, host: str) -> None:
+    # Given two queued messages and a routing failure
+    box.publish([Message(b"1", promoted={"t.Kind": "order"}) for _ in range(2)])
+    box.publish([Message(b"x", promoted={"t.Kind": "other"})])
+    # When the metrics are scraped
+    body, content_type = exposition(box)
+    assert content_type.startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+    # Then the gauges show the queue and the suspended queue, and the counters are there
+    assert samples[("messagebox_queue_depth", (("host", host), ("state", "ready")))] == 2
+    assert samples[("messagebox_queue_depth", (("host", host), ("state", "leased")))] == 0
+    assert samples[("messagebox_queue_oldest_seconds", (("host", host),))] >= 0
+    assert samples[("messagebox_suspended_entries", (("reason", ROUTING_FAILURE),))] == 1
+    assert samples[("messagebox_host_instances", (("host", host),))] == 0
+    assert samples[("messagebox_messages", ())] == 3
+    assert ("messagebox_routed_total", (("host", host),)) in samples
