@@ -782,12 +782,15 @@ class MessageBox:
         """Enable or disable message tracking for every process using this store;
         ``retention`` (a timedelta, or seconds) is how long events are kept (default:
         unchanged, else 7 days). Other processes see the change within a few seconds."""
-        if isinstance(retention, int | float) and not isinstance(retention, bool):
-            retention = timedelta(seconds=retention)
+        if isinstance(retention, bool) or not isinstance(retention, timedelta | int | float | None):
+            raise ValidationError(
+                f"tracking retention must be a timedelta or seconds, not {retention!r}"
+            )
+        keep = timedelta(seconds=retention) if isinstance(retention, int | float) else retention
         with self.store.transaction(serial=True) as conn:
             current = tracking.read_settings(conn)
             settings = TrackingSettings(
-                enabled=enabled, retention=current.retention if retention is None else retention
+                enabled=enabled, retention=current.retention if keep is None else keep
             )
             tracking.write_settings(conn, settings)
         self.store.tracking.invalidate()
