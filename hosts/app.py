@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -207,8 +209,12 @@ class HostApp:
 
 def load_app(target: str) -> HostApp:
     """The :class:`HostApp` named by ``module:attribute`` (``attribute`` defaults to
-    ``app``)."""
+    ``app``). The module is looked for in the working directory first, as ``python -m``
+    and uvicorn do."""
     module_name, _, attribute = target.partition(":")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
