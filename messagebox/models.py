@@ -281,3 +281,14 @@ class Stats:
     """Registered host instances (live or not yet found dead)."""
     service_instances: dict[str, int]
     """Orchestration instances by state: running, suspended, completed."""
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Tracked events over a recent window, by the database clock (DESIGN.md §10's
+    tracking data: counted only while tracking is enabled)."""
+
+    seconds: float
+    """The window: events tracked at most this many seconds ago."""
+    events: dict[str, int]
+    """Events by kind (every kind of :data:`messagebox.tracking.EVENTS`, zeros included)."""

@@ -30,6 +30,8 @@
     host run module:app [--threads N] [--duration S] [--log-format text|json]
             [--metrics-port PORT]
     spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
+    console [--bind ADDR] [--port N] [--token-file PATH]
+                                           the web console (token: MESSAGEBOX_CONSOLE_TOKEN)
 
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (one
 function per command), ``terminal`` (tables, JSON, progress).
@@ -92,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipelines.spark_cli import run
 
         return run(args)
+    if args.command == "console":
+        from messagebox.console.cli import run as serve
+
+        return serve(args)
 
     from messagebox.cli.commands import COMMANDS
     from messagebox.cli.inputs import UsageError

@@ -271,6 +271,23 @@ def build() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve this instance's Prometheus metrics at http://0.0.0.0:PORT/metrics",
     )
+    console = sub.add_parser(
+        "console",
+        help="serve the web console (messagebox/console/cli.py)",
+        description="Serve the web console: hosts, instances, queues, subscriptions, "
+        "suspended entries, messages and routing explanations. Read-only unless a token "
+        "is configured; then resume and terminate need it (a form field or an "
+        "Authorization: Bearer header).",
+        epilog="environment: MESSAGEBOX_CONSOLE_TOKEN, the action token (--token-file "
+        "wins); never give a token on the command line.",
+        formatter_class=_Formatter,
+        allow_abbrev=False,  # --token must not be read as --token-file
+    )
+    console.add_argument("--bind", default="127.0.0.1", help="address (default 127.0.0.1)")
+    console.add_argument("--port", type=_positive, default=8080, help="port (default 8080)")
+    console.add_argument(
+        "--token-file", metavar="PATH", help="a file whose first line is the action token"
+    )
     _spark_parser(sub)
     return parser
 

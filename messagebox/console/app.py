@@ -1,0 +1,117 @@
+"""The console's web application: :func:`create_app`, its routes and its navigation.
+
+Every route is in :data:`ROUTES` and every nav bar entry in :data:`NAV`; a new page is
+a function in :mod:`messagebox.console.pages`, a template extending ``base.html``, one
+line in each list. Errors are HTML pages: an unknown id is 404, malformed input 400,
+an action without the right token 403, each naming the culprit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from messagebox.console import pages
+from messagebox.errors import MessageBoxError
+
+if TYPE_CHECKING:
+    from messagebox.engine import MessageBox
+
+ROUTES: list[BaseRoute] = [
+    Route("/", pages.overview, name="overview"),
+    Route("/subscriptions", pages.subscriptions, name="subscriptions"),
+    Route("/suspended", pages.suspended, name="suspended"),
+    Route("/suspended/{entry_id}", pages.suspended_entry, name="suspended_entry"),
+    Route("/suspended/{entry_id}/resume", pages.resume, methods=["POST"], name="resume"),
+    Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
+    Route("/messages/{message_id}", pages.message, name="message"),
+    Route("/explain", pages.explain, name="explain"),
+    Mount("/static", StaticFiles(packages=[("messagebox.console", "static")]), name="static"),
+]
+"""Every route of the console."""
+
+NAV: list[tuple[str, str]] = [
+    ("overview", "Overview"),
+    ("subscriptions", "Subscriptions"),
+    ("suspended", "Suspended"),
+    ("explain", "Explain"),
+]
+"""The nav bar: (route name, label), in order."""
+
+
+@jinja2.pass_context
+def _path(context: Any, name: str, /, **params: Any) -> str:
+    """The path of a named route (relative to the host, so right behind a proxy)."""
+    request: Request = context["request"]
+    return str(request.scope.get("root_path", "")) + str(request.app.url_path_for(name, **params))
+
+
+def templates() -> Jinja2Templates:
+    """The page templates (every value escaped), with the console's filters."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("messagebox.console", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["nav"] = NAV
+    env.globals["path"] = _path
+    env.filters.update(pages.FILTERS)
+    return Jinja2Templates(env=env)
+
+
+SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'none'; frame-ancestors 'none'; form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+"""Sent with every response: no scripts, no framing, forms post only here."""
+
+
+class _SecurityHeaders:
+    """ASGI middleware: adds :data:`SECURITY_HEADERS` to every HTTP response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(box: MessageBox, *, token: str | None = None) -> Starlette:
+    """The console over ``box``. Read-only unless ``token`` is given: then resume and
+    terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header."""
+    if token is not None and not token:
+        raise ValueError("the console token must not be empty (None disables actions)")
+    app = Starlette(
+        routes=ROUTES,
+        middleware=[Middleware(_SecurityHeaders)],
+        exception_handlers={
+            HTTPException: pages.http_error,
+            MessageBoxError: pages.messagebox_error,
+        },
+    )
+    app.state.console = pages.Console(box=box, token=token, templates=templates())
+    return app

@@ -1,0 +1,83 @@
+"""``messagebox console``: serve the web console with uvicorn (arguments in
+:mod:`messagebox.cli.parser`).
+
+The action token (resume, terminate) comes from ``MESSAGEBOX_CONSOLE_TOKEN`` or
+``--token-file PATH`` (the file wins), never from the command line, where other users
+could read it. Without one the console is read-only. Exit codes: 0 after a clean stop
+(Ctrl-C), 1 a messagebox error (no such database), 2 bad usage (an unreadable or
+empty token file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from messagebox.errors import MessageBoxError, NoSchema
+
+TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
+
+
+class _Usage(Exception):
+    """A bad option (exit code 2)."""
+
+
+def token(token_file: str | None) -> str | None:
+    """The action token: the file's first line, else the environment's; None when
+    neither is given. An empty one is refused rather than taken as no token."""
+    if token_file is not None:
+        try:
+            text = Path(token_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _Usage(f"--token-file: cannot read {token_file!r}: {exc}") from exc
+        found = text.strip().splitlines()[0].strip() if text.strip() else ""
+        if not found:
+            raise _Usage(f"--token-file: {token_file!r} is empty")
+        return found
+    env = os.environ.get(TOKEN_ENV)
+    if env is None:
+        return None
+    if not env.strip():
+        raise _Usage(f"{TOKEN_ENV} is set but empty (unset it for a read-only console)")
+    return env.strip()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the console until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from messagebox.console import create_app
+    from messagebox.engine import MessageBox
+
+    try:
+        secret = token(args.token_file)
+    except _Usage as exc:
+        print(f"messagebox console: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        box = MessageBox(args.url, create=False)
+    except NoSchema as exc:
+        print(f"messagebox: {exc}; `messagebox init` creates it", file=sys.stderr)
+        return 1
+    except MessageBoxError as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return 1
+    with box:
+        mode = (
+            "resume and terminate need the token"
+            if secret is not None
+            else f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
+        )
+        host = f"[{args.bind}]" if ":" in args.bind else args.bind
+        print(f"console at http://{host}:{args.port}/ — {mode}", file=sys.stderr, flush=True)
+        uvicorn.run(
+            create_app(box, token=secret),
+            host=args.bind,
+            port=args.port,
+            log_level="warning",
+            lifespan="off",
+            ws="none",
+        )
+    return 0

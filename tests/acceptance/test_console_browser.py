@@ -1,0 +1,292 @@
+"""The web console as an operator uses it, on the embedded default (DuckDB): in a real
+browser (headless Debian chromium through selenium), an entry suspended by a failing
+service is resumed with the token and then delivered; and ``messagebox console`` as a
+command, with its token from a file or the environment.
+
+The browser test skips when chromium or chromedriver is missing, except when
+``CI=true``: there it fails. DuckDB allows one process per file, so the browser test
+serves the console from a thread of the test process, beside the host instance.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from hosts import Delivery, HostInstance
+from messagebox import Message, MessageBox
+from messagebox.console import create_app
+from messagebox.console.cli import TOKEN_ENV
+from predicates import P
+from tests.conftest import IN_CI
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+TOKEN = "open-sesame"
+FAST = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.1,
+    "retry_backoff_seconds": 0.0,
+    "heartbeat_seconds": 0.2,
+    "dead_after_seconds": 2.0,
+    "cleanup_interval_seconds": 0.0,
+    "max_attempts": 1,
+}
+
+
+def require_browser() -> None:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if not missing:
+        return
+    reason = f"{' and '.join(missing)} missing (apt-get install chromium chromium-driver)"
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def serving(box: MessageBox, token: str | None) -> Iterator[str]:
+    """The console over ``box``, served by uvicorn from a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(box, token=token),
+        log_level="warning",
+        lifespan="off",
+        ws="none",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, "the console to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(10)
+    driver.implicitly_wait(5)  # a click's page may still be loading: wait for elements
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_an_operator_resumes_a_failed_delivery_in_the_browser(
+    tmp_path: Path, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    box = MessageBox(f"duckdb:///{tmp_path / 'box.duckdb'}")
+    box.create_host("shipping", **FAST)
+    box.subscribe("ship", host="shipping", filter=P("orders.Region") == "EU", name="ship-eu")
+    # Given a service that fails its first delivery (max_attempts 1: suspended at once)
+    healthy = threading.Event()
+    delivered: list[tuple[str, int]] = []
+
+    def ship(delivery: Delivery) -> None:
+        if not healthy.is_set():
+            raise RuntimeError("the warehouse is offline")
+        delivered.append((str(delivery.message_id), delivery.attempt))
+
+    inst = HostInstance(box, "shipping", {"ship": ship}).start()
+    try:
+        [routed] = box.publish([Message(b"<order/>", promoted={"orders.Region": "EU"})])
+        wait_for(lambda: len(box.suspended()) == 1, "the delivery failure")
+        [entry] = box.suspended()
+        assert entry.reason == "delivery-failure"
+        healthy.set()  # the warehouse is back
+        with serving(box, TOKEN) as base:
+            # When the operator opens the suspended queue
+            browser.get(f"{base}/suspended")
+            row = browser.find_element(By.ID, f"entry-{entry.id}")
+            assert "RuntimeError: the warehouse is offline" in row.text
+            # and first types a wrong token
+            row.find_element(By.NAME, "token").send_keys("guess")
+            row.find_element(By.CSS_SELECTOR, "button.resume").click()
+            # Then the console refuses it and nothing changes
+            assert "wrong token" in browser.find_element(By.ID, "error").text
+            assert [e.id for e in box.suspended()] == [entry.id]
+            # When the operator types the token and clicks Resume
+            browser.get(f"{base}/suspended")
+            row = browser.find_element(By.ID, f"entry-{entry.id}")
+            row.find_element(By.NAME, "token").send_keys(TOKEN)
+            row.find_element(By.CSS_SELECTOR, "button.resume").click()
+            # Then the page says it was resumed, and the service gets the message
+            assert browser.find_element(By.ID, "notice").text == f"Entry {entry.id} resumed."
+            wait_for(lambda: bool(delivered), "the delivery after resume")
+            assert delivered == [(str(routed.message_id), 1)]
+            wait_for(lambda: not box.queue_depth(), "the queue to drain")
+            # and the overview shows every queue empty, nothing suspended
+            browser.get(f"{base}/")
+            assert browser.find_element(By.ID, "queues-empty").text == "Every queue is empty."
+            counts = browser.find_element(By.ID, "counts").text
+            assert "queued\n0" in counts
+            assert "suspended\n0" in counts
+            browser.get(f"{base}/suspended")
+            assert browser.find_element(By.ID, "no-suspended").text == "No suspended entries."
+    finally:
+        inst.stop(5.0)
+        box.close()
+
+
+# --- `messagebox console` as a command ---
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    clean = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    return subprocess.Popen(
+        [sys.executable, "-m", "messagebox.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**clean, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def suspended_store(path: Path) -> tuple[str, int]:
+    """A DuckDB store with one resumable suspended entry; its URL and the entry's id."""
+    url = f"duckdb:///{path}"
+    with MessageBox(url) as box:
+        box.create_host("shipping")
+        box.subscribe("ship", host="shipping", filter=P("orders.Region") == "EU")
+        box.publish([Message(b"<order/>", promoted={"orders.Region": "EU"})])
+        box.set_service_state("ship", "unenlisted")  # suspends it, resumable
+        box.set_service_state("ship", "started")
+        [entry] = box.suspended()
+    return url, entry.id
+
+
+@pytest.mark.parametrize("source", ["token-file", "environment"])
+def test_the_console_command_serves_pages_and_takes_its_token(tmp_path: Path, source: str) -> None:
+    url, entry_id = suspended_store(tmp_path / "box.duckdb")
+    port = free_port()
+    args = ["--url", url, "console", "--port", str(port)]
+    env = None
+    if source == "token-file":
+        token_file = tmp_path / "token"
+        token_file.write_text(f"{TOKEN}\n")
+        args += ["--token-file", str(token_file)]
+    else:
+        env = {TOKEN_ENV: TOKEN}
+    proc = cli(*args, env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                return httpx.get(f"{base}/", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, "messagebox console to serve", timeout=20)
+        assert "<td>shipping</td>" in httpx.get(f"{base}/").text
+        action = f"{base}/suspended/{entry_id}/resume"
+        wrong = httpx.post(action, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 403
+        done = httpx.post(action, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert done.status_code == 303
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert f"console at http://127.0.0.1:{port}/ — resume and terminate need the token" in err
+    with MessageBox(url) as box:
+        assert box.suspended() == []
+        assert sum(q.depth for q in box.queue_stats()) == 1
+
+
+def test_the_console_command_is_read_only_without_a_token(tmp_path: Path) -> None:
+    url, entry_id = suspended_store(tmp_path / "box.duckdb")
+    port = free_port()
+    proc = cli("--url", url, "console", "--bind", "127.0.0.1", "--port", str(port))
+    try:
+        action = f"http://127.0.0.1:{port}/suspended/{entry_id}/terminate"
+
+        def answered() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+            except httpx.TransportError:
+                return False
+            return True
+
+        wait_for(answered, "messagebox console to serve", timeout=20)
+        refused = httpx.post(action, data={"token": TOKEN})
+        assert refused.status_code == 403
+        assert "actions are disabled" in refused.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+    assert "read-only (set MESSAGEBOX_CONSOLE_TOKEN or --token-file" in err
+    with MessageBox(url) as box:
+        assert [e.id for e in box.suspended()] == [entry_id]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--token-file", "{empty}"], 2, "--token-file: '{empty}' is empty"),
+        (["--token-file", "{missing}"], 2, "--token-file: cannot read '{missing}'"),
+        (["--token", "x"], 2, "unrecognized arguments: --token"),
+        ([], 1, "`messagebox init` creates it"),
+    ],
+)
+def test_the_console_command_refuses_bad_tokens_and_missing_stores(
+    tmp_path: Path, args: list[str], code: int, says: str
+) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    names = {"empty": str(empty), "missing": str(tmp_path / "missing")}
+    url = f"duckdb:///{tmp_path / 'none.duckdb'}"
+    proc = cli("--url", url, "console", *[a.format(**names) for a in args])
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert says.format(**names) in err
+    assert not (tmp_path / "none.duckdb").exists()
