@@ -288,6 +288,12 @@ def build() -> argparse.ArgumentParser:
     console.add_argument(
         "--token-file", metavar="PATH", help="a file whose first line is the action token"
     )
+    console.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines as text, or as JSON objects (structured logs); default text",
+    )
     _spark_parser(sub)
     return parser
 

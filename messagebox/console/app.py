@@ -35,6 +35,8 @@ ROUTES: list[BaseRoute] = [
     Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
     Route("/messages/{message_id}", pages.message, name="message"),
     Route("/explain", pages.explain, name="explain"),
+    Route("/tracking", pages.tracking, name="tracking"),
+    Route("/metrics", pages.metrics, name="metrics"),
     Mount("/static", StaticFiles(packages=[("messagebox.console", "static")]), name="static"),
 ]
 """Every route of the console."""
@@ -44,6 +46,7 @@ NAV: list[tuple[str, str]] = [
     ("subscriptions", "Subscriptions"),
     ("suspended", "Suspended"),
     ("explain", "Explain"),
+    ("tracking", "Tracking"),
 ]
 """The nav bar: (route name, label), in order."""
 

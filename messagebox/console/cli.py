@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     except MessageBoxError as exc:
         print(f"messagebox: {exc}", file=sys.stderr)
         return 1
+    from messagebox import logs
+
+    logs.configure("INFO", args.log_format)
     with box:
         mode = (
             "resume and terminate need the token"
@@ -77,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.bind,
             port=args.port,
             log_level="warning",
+            log_config=None,  # uvicorn's records go to the root logger, as text or JSON
             lifespan="off",
             ws="none",
         )

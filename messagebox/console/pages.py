@@ -53,7 +53,7 @@ PREVIEW_BYTES = 4096
 HEX_PREVIEW_BYTES = 256
 """A binary part's preview shows this many bytes in hex."""
 LIST_LIMIT = 500
-"""Suspended entries listed at most."""
+"""Suspended entries (and tracked events) listed at most."""
 
 
 @dataclass(frozen=True)
@@ -390,7 +390,48 @@ def message(request: Request) -> Response:
         previews=previews,
         entries=c.box.suspended(message_id=message_id, limit=LIST_LIMIT),
         preview_bytes=PREVIEW_BYTES,
+        history=c.box.tracked(message_id, limit=LIST_LIMIT),
+        names={s.id: s.name for s in c.box.subscriptions()},
     )
+
+
+def tracking(request: Request) -> Response:
+    """Tracked events, oldest first: one message's history, or the newest matching."""
+    from messagebox.tracking import EVENTS
+
+    c = _console(request)
+    params = request.query_params
+    message_text = (params.get("message") or "").strip()
+    message_id = _message_id(message_text) if message_text else None
+    event = params.get("event") or None
+    if event is not None and event not in EVENTS:
+        raise HTTPException(400, f"unknown event {event!r}; one of: {', '.join(EVENTS)}")
+    host = params.get("host") or None
+    if host is not None:
+        c.box.host(host)  # an unknown host is a 404, not an empty list
+    events = c.box.tracked(message_id, event=event, host=host, limit=LIST_LIMIT)
+    return c.render(
+        request,
+        "tracking.html",
+        title="Tracking" if message_id is None else f"History of {message_id}",
+        settings=c.box.tracking(),
+        events=events,
+        names={s.id: s.name for s in c.box.subscriptions()},
+        event_kinds=EVENTS,
+        hosts=[h.name for h in c.box.hosts()],
+        event=event,
+        host=host,
+        message=message_text,
+        limit=LIST_LIMIT,
+    )
+
+
+def metrics(request: Request) -> Response:
+    """The Prometheus exposition: this process's counters and the store's gauges."""
+    from messagebox.metrics import exposition
+
+    body, content_type = exposition(_console(request).box)
+    return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
 
 
 @dataclass(frozen=True)

@@ -330,6 +330,9 @@ def unknown_message() -> str:
         ("GET", "/explain?target={unknown}", 404, "no message {unknown} in the spool"),
         ("GET", "/nowhere", 404, "no page at /nowhere"),
         ("GET", "/suspended/1/resume", 405, "GET is not allowed at /suspended/1/resume"),
+        ("GET", "/tracking?message=nope", 400, "'nope' is not a message id (a UUID)"),
+        ("GET", "/tracking?event=delivred", 400, "unknown event 'delivred'; one of: published"),
+        ("GET", "/tracking?host=nowhere", 404, "no host named 'nowhere'"),
     ],
 )
 def test_bad_ids_are_refused_naming_the_culprit_and_change_nothing(
@@ -424,3 +427,54 @@ def test_responses_forbid_scripts_and_framing(shop: MessageBox) -> None:
     assert "script-src 'none'" in policy
     assert "frame-ancestors 'none'" in policy
     assert page.headers["x-content-type-options"] == "nosniff"
+
+
+# --- tracking and metrics ---
+
+
+def test_the_tracking_page_shows_a_message_s_history(shop: MessageBox) -> None:
+    # Given tracking enabled, and an order published, delivered... and one suspended
+    shop.configure_tracking(True)
+    [routed] = shop.publish([Message(b"<order/>", promoted={"orders.Region": "EU"})])
+    web = client(shop)
+    # When its history is asked for
+    page = web.get("/tracking", params={"message": str(routed.message_id)})
+    # Then it shows the events, oldest first, with the subscription's name
+    assert page.status_code == 200
+    rows = re.findall(r'<tr class="event-(\w+)">', page.text)
+    assert rows == ["published", "routed"]
+    assert "ship-eu" in page.text
+    assert "Tracking is enabled" in page.text
+    # and the message page shows it too
+    message = web.get(f"/messages/{routed.message_id}").text
+    assert re.findall(r'<tr class="event-(\w+)">', message) == ["published", "routed"]
+    # and the newest events can be filtered by kind
+    routed_only = web.get("/tracking", params={"event": "routed"}).text
+    assert re.findall(r'<tr class="event-(\w+)">', routed_only) == ["routed"]
+    assert str(routed.message_id) in routed_only
+
+
+def test_the_tracking_page_says_when_tracking_is_off(shop: MessageBox) -> None:
+    page = client(shop).get("/tracking")
+    assert page.status_code == 200
+    assert "Tracking is disabled" in page.text
+    assert "No tracked events." in page.text
+
+
+def test_the_metrics_endpoint_is_a_prometheus_scrape(shop: MessageBox) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # When the metrics are scraped without a token (they are read-only)
+    answer = client(shop, token=None).get("/metrics")
+    # Then the scrape parses, with the store's gauges and this process's counters
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain; version=")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(answer.text)
+        for s in family.samples
+    }
+    assert samples[("messagebox_queue_depth", (("host", "shipping"), ("state", "ready")))] == 1
+    assert samples[("messagebox_suspended_entries", (("reason", SERVICE_UNENLISTED),))] == 1
+    assert samples[("messagebox_host_instances", (("host", "shipping"),))] == 0
+    assert ("messagebox_published_total", ()) in samples
