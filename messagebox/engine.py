@@ -602,8 +602,8 @@ class MessageBox:
         before: datetime | None = None,
         limit: int = 1000,
     ) -> list[SuspendedEntry]:
-        """Suspended entries, oldest first, optionally filtered (``before``: suspended
-        before that time)."""
+        """Suspended entries, oldest first (by suspension time, then id), optionally
+        filtered (``before``: suspended before that time)."""
         s = schema.suspended
         query = SuspendedQuery(
             reason=reason,
@@ -613,7 +613,7 @@ class MessageBox:
             message_id=None if message_id is None else uuid.UUID(str(message_id)),
             before=before,
         )
-        select = sa.select(s).where(*query.where()).order_by(s.c.id).limit(limit)
+        select = sa.select(s).where(*query.where()).order_by(s.c.suspended_at, s.c.id).limit(limit)
         with self.store.transaction() as conn:
             return [_suspended_entry(r) for r in conn.execute(select)]
 

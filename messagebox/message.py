@@ -72,7 +72,10 @@ class Message:
     ``Message(body=b"...", promoted={"orders.Total": 12})`` or
     ``Message(parts={"body": b"...", "attachment": f}, promoted=..., written=...)``.
     Promoted properties route; written properties travel in the context only.
-    ``id`` is normally assigned at publish; give one (a UUID) to make a publish idempotent.
+    ``id`` is normally assigned at publish; give one (a UUID) to make a publish
+    idempotent: publishing the same id again stores nothing and raises
+    :class:`~messagebox.errors.AlreadyExists`, so a retry after an unknown outcome
+    (a lost connection at commit) cannot store the message twice.
     """
 
     __slots__ = ("body_part", "id", "parts", "promoted", "written")

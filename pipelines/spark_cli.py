@@ -12,8 +12,9 @@ import argparse
 import re
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlparse
 
 from messagebox.errors import MessageBoxError
 
@@ -48,6 +49,29 @@ def input_format(path: Path, given: str) -> str:
     raise MessageBoxError(
         f"cannot tell the format of {path} from its file names; give --format parquet, csv or json"
     )
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _input(text: str, given: str) -> tuple[str, str]:
+    """Where Spark reads the input, and its format. A URI (``hdfs://``, ``s3a://``,
+    ``file://``…) goes to Spark as it is, its format from its name or ``--format``; a
+    local path must exist, its format from its files' names when not given."""
+    if _URI.match(text):
+        if given != "auto":
+            return text, given
+        fmt = _FORMATS.get(PurePosixPath(urlparse(text).path).suffix.lower())
+        if fmt is None:
+            raise MessageBoxError(
+                f"cannot tell the format of {text} from its name; give --format parquet, "
+                "csv or json"
+            )
+        return text, fmt
+    path = Path(text)
+    if not path.exists():
+        raise MessageBoxError(f"--input {path}: no such file or folder")
+    return str(path), input_format(path, given)
 
 
 def _spark_error(exc: Exception) -> str:
@@ -104,10 +128,7 @@ def _route(args: argparse.Namespace, step: _Steps) -> int:
     source = args.subscriptions or args.explicit_url
     if not source:
         raise MessageBoxError("give --subscriptions (a MessageBox URL or a JSON file), or --url")
-    path = Path(args.input)
-    if not path.exists():
-        raise MessageBoxError(f"--input {path}: no such file or folder")
-    fmt = input_format(path, args.format)
+    location, fmt = _input(args.input, args.format)
     targets = load_subscriptions(source)
     step(f"{len(targets):,} subscriptions loaded")
     spark = _session(args)
@@ -121,8 +142,8 @@ def _route(args: argparse.Namespace, step: _Steps) -> int:
         reader = reader.option("inferTimestamp", "true")
     if fmt == "csv":
         reader = reader.option("header", "true")
-    df = reader.load(str(path))
-    step(f"reading {path} ({fmt}): columns {', '.join(df.columns)}")
+    df = reader.load(location)
+    step(f"reading {location} ({fmt}): columns {', '.join(df.columns)}")
     routes = route_dataframe(
         df, targets, key=args.key, layout=args.layout, validate=not args.no_validate
     )

@@ -143,11 +143,12 @@ class Predicate(BaseModel):
         """A canonical text key: equal for predicates that always agree."""
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
 
-    def matches(self, properties: Mapping[str, Value]) -> bool:
-        """Reference semantics of this predicate on normalised properties."""
-        from predicates.evaluate import predicate_holds
+    def matches(self, properties: Mapping[str, object]) -> bool:
+        """The reference evaluator: does a message with these properties satisfy this
+        predicate? (Values are normalised first, as :meth:`Filter.matches` does.)"""
+        from predicates.evaluate import normalize_properties, predicate_holds
 
-        return predicate_holds(self, properties)
+        return predicate_holds(self, normalize_properties(properties))
 
 
 def _check_operand(op: Op, value: Any) -> Any:

@@ -110,6 +110,25 @@ def test_spark_route_errors_name_the_culprit(
     assert usage.value.code == 2
 
 
+def test_spark_route_reads_a_uri_as_spark_does(
+    spark: Any, store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the input as a URI (as hdfs:// or s3a:// would be), not a local path
+    (tmp_path / "in.csv").write_text(CSV)
+    out = tmp_path / "out"
+    uri = (tmp_path / "in.csv").as_uri()
+    # When it is routed, the format told by the URI's name
+    code = main(["--url", store, "spark", "route", "--input", uri, "--output", str(out)])
+    # Then Spark read it
+    assert code == 0, capsys.readouterr().err
+    assert "done: 3 (message, subscription) pairs" in capsys.readouterr().err
+    # and a URI whose name says no format needs --format
+    remote = ["--input", "s3a://bucket/orders", "--output", str(tmp_path / "out2")]
+    code = main(["--url", store, "spark", "route", *remote])
+    assert code == 1
+    assert "cannot tell the format of s3a://bucket/orders" in capsys.readouterr().err
+
+
 def test_spark_what_if_prints_the_moves(
     spark: Any, store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -445,6 +445,21 @@ class Runner:
                     value.close()
 
 
+@contextlib.contextmanager
+def _adapters_restored() -> Iterator[None]:
+    """Leave the process's adapter registry as it was (howto-adapter.md adds mem://)."""
+    import adapters
+
+    adapters._builtins()
+    saved = dict(adapters._receive), dict(adapters._send)
+    try:
+        yield
+    finally:
+        for table, before in zip((adapters._receive, adapters._send), saved, strict=True):
+            table.clear()
+            table.update(before)
+
+
 def run_document(doc: Document, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MESSAGEBOX_URL"}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -453,6 +468,7 @@ def run_document(doc: Document, tmp_path: Path, request: pytest.FixtureRequest) 
     workdir = tmp_path / "work"
     workdir.mkdir()
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_adapters_restored())  # a doc may register its own adapters
         spark = None
         if "spark" in doc.requires:
             spark = request.getfixturevalue("spark")

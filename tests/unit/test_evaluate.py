@@ -412,3 +412,12 @@ def test_the_low_level_evaluators_agree_with_filter_matches() -> None:
     assert predicate_holds(pred, properties) is True
     assert pred.matches(properties) is True
     assert filter_matches(filt, properties) is True
+
+
+def test_a_predicate_normalises_values_as_a_filter_does() -> None:
+    # Given a value that normalisation changes (a Decimal becomes a float)
+    pred = P("a.T") == 120.5
+    # Then Predicate.matches agrees with Filter.matches on them
+    assert pred.matches({"a.T": Decimal("120.50")})
+    assert Filter.of(pred).matches({"a.T": Decimal("120.50")})
+    assert not pred.matches({"a.T": Decimal("120.51")})
