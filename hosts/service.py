@@ -53,10 +53,10 @@ class Delivery:
         self.host_instance = host_instance
         self._instance_id = instance_id
         self.settled = False
-        self.in_step = False
-        """True while an orchestration step handles it (publishing is the step's)."""
         """Set by a service that completed the queue entry itself, in its own
         transaction (an orchestration step); the host instance then leaves it alone."""
+        self.in_step = False
+        """True while an orchestration step handles it (publishing is the step's)."""
 
     @property
     def instance_id(self) -> str | None:

@@ -24,6 +24,7 @@ from messagebox import delivery, notify, router, schema, spool, subscriptions, t
 from messagebox import stats as box_stats
 from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
+    AlreadyExists,
     AlreadyReceived,
     Conflict,
     MessageValidationError,
@@ -420,6 +421,14 @@ class MessageBox:
                     raise
                 self._throttle.wait(self.store, exc.hosts, deadline)
                 continue
+            except AlreadyExists as exc:
+                if not receipts:
+                    raise
+                # a concurrent publish recorded one of the receipts after our check (its
+                # insert won the unique key): say so as the check would have
+                with self.store.transaction() as conn:
+                    self._refuse_received(conn, [(loc, key) for loc, key, _ in receipts], exc)
+                raise
             except Conflict:
                 # a concurrent publish created the same convoy instance first (DuckDB
                 # refuses the later commit); nothing was stored, so route again
@@ -442,20 +451,7 @@ class MessageBox:
         keys = [(loc, key) for loc, key, _ in receipts]
         if len(set(keys)) != len(keys):
             raise ValidationError("the batch records one receipt twice")
-        locations = sorted({loc for loc, _ in keys})
-        found = conn.execute(
-            sa.select(r.c.location, r.c.key, r.c.messages).where(
-                r.c.location.in_(locations), r.c.key.in_([k for _, k in keys])
-            )
-        ).all()
-        dupes = [row for row in found if (row.location, row.key) in set(keys)]
-        if dupes:
-            raise AlreadyReceived(
-                f"{dupes[0].location}: input {dupes[0].key!r} was published already"
-                + (f" (and {len(dupes) - 1} more)" if len(dupes) > 1 else "")
-                + "; nothing was stored",
-                message_ids=json.loads(dupes[0].messages),
-            )
+        MessageBox._refuse_received(conn, keys)
         now = _now()
         conn.execute(
             r.insert(),
@@ -469,6 +465,27 @@ class MessageBox:
                 for loc, key, indexes in receipts
             ],
         )
+
+    @staticmethod
+    def _refuse_received(
+        conn: sa.Connection, keys: Sequence[tuple[str, str]], cause: Exception | None = None
+    ) -> None:
+        """Raise :class:`AlreadyReceived` if a (location, key) has a receipt already."""
+        r = schema.receipt
+        found = conn.execute(
+            sa.select(r.c.location, r.c.key, r.c.messages).where(
+                r.c.location.in_(sorted({loc for loc, _ in keys})),
+                r.c.key.in_([k for _, k in keys]),
+            )
+        ).all()
+        dupes = [row for row in found if (row.location, row.key) in set(keys)]
+        if dupes:
+            raise AlreadyReceived(
+                f"{dupes[0].location}: input {dupes[0].key!r} was published already"
+                + (f" (and {len(dupes) - 1} more)" if len(dupes) > 1 else "")
+                + "; nothing was stored",
+                message_ids=json.loads(dupes[0].messages),
+            ) from cause
 
     def receipts(self, location: str, keys: Sequence[str]) -> dict[str, list[uuid.UUID]]:
         """Of ``keys``, those a receive location has recorded, with the message ids

@@ -139,7 +139,12 @@ def build() -> argparse.ArgumentParser:
         choices=["suspend", "stop"],
         help="ordered: what a message that exhausts its retries does (default suspend)",
     )
-    add.add_argument("--state", default="started", choices=["started", "stopped"])
+    add.add_argument(
+        "--state",
+        default="started",
+        choices=["started", "stopped"],
+        help="stopped: messages are routed and held until the service starts (default started)",
+    )
     remove = command(
         subs_sub,
         "remove",
@@ -166,7 +171,7 @@ def build() -> argparse.ArgumentParser:
     hosts_sub = hosts.add_subparsers(dest="action", metavar="ACTION")
     command(hosts_sub, "list", "hosts, their instances, queue depths and suspended entries")
     host_add = command(hosts_sub, "add", "create a host")
-    host_add.add_argument("name")
+    host_add.add_argument("name", help="the host's name")
     host_add.add_argument(
         "--set",
         action="append",
@@ -188,7 +193,7 @@ def build() -> argparse.ArgumentParser:
     _suspended_filters(sus_list)
     sus_list.add_argument("--limit", type=_positive, default=1000, help="at most (default 1000)")
     show = command(sus_sub, "show", "one entry: its error, its message's context and parts")
-    show.add_argument("id", type=_entry_id)
+    show.add_argument("id", type=_entry_id, help="a suspended entry id")
     for action, text in (
         ("resume", "put entries back on their queues (resumable ones)"),
         ("terminate", "delete entries and release their messages"),
@@ -200,7 +205,7 @@ def build() -> argparse.ArgumentParser:
             description=f"{text[0].upper()}{text[1:]}: the ids given (all or none), or "
             "with --all-matching every entry matching the filters (at least one).",
         )
-        act.add_argument("ids", nargs="*", type=_entry_id, metavar="ID")
+        act.add_argument("ids", nargs="*", type=_entry_id, metavar="ID", help="suspended entry ids")
         act.add_argument(
             "--all-matching",
             action="store_true",
@@ -380,7 +385,12 @@ def _spark_parser(sub: Any) -> None:
         choices=["auto", "parquet", "csv", "json"],
         help="input format (default: from the file names)",
     )
-    route.add_argument("--output-format", default="parquet", choices=["parquet", "csv", "json"])
+    route.add_argument(
+        "--output-format",
+        default="parquet",
+        choices=["parquet", "csv", "json"],
+        help="the format of the written pairs (default parquet)",
+    )
     route.add_argument("--key", default="key", help="the message key column (default key)")
     route.add_argument("--layout", default="auto", choices=["auto", "wide", "long"])
     route.add_argument("--schema", help="the input schema as DDL (default: inferred)")

@@ -15,6 +15,7 @@ from messagebox import (
     UnknownSubscription,
     ValidationError,
 )
+from messagebox.errors import AlreadyReceived
 from predicates import P
 from tests.conftest import table_counts
 
@@ -160,3 +161,27 @@ def test_bad_host_settings_are_refused(box: MessageBox):
     with pytest.raises(ValidationError, match="claim_batch"):
         box.create_host("h2", claim_batch=0)
     assert box.hosts() == []
+
+
+def test_a_receipt_recorded_between_check_and_insert_is_already_received(
+    ready: MessageBox, monkeypatch: pytest.MonkeyPatch
+):
+    # Given an input published once, with its receipt
+    [first] = ready.publish([Message(b"1", promoted={"a.B": 1})], receipts=[("loc", "k", [0])])
+    before = table_counts(ready)
+    # When a second publish of it passes the check (as when a concurrent publish records
+    # the receipt after the check) and only the insert meets the stored key
+    checks = iter([None])
+    real = MessageBox._refuse_received
+
+    def late(conn: object, keys: object, cause: Exception | None = None) -> None:
+        if next(checks, "again") is None:
+            return  # the first check saw nothing yet
+        real(conn, keys, cause)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MessageBox, "_refuse_received", staticmethod(late))
+    # Then it is refused as already received, naming the first publish's message
+    with pytest.raises(AlreadyReceived, match="loc: input 'k' was published already") as info:
+        ready.publish([Message(b"1", promoted={"a.B": 1})], receipts=[("loc", "k", [0])])
+    assert info.value.message_ids == [str(first.message_id)]
+    assert table_counts(ready) == before
