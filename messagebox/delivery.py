@@ -187,16 +187,7 @@ def suspend_rows(
             "enqueued_at": [r.enqueued_at for r in rows],
         },
     )
-    tracking.record(
-        conn,
-        dialect,
-        tracking.SUSPENDED,
-        [r.msg for r in rows],
-        subs=[r.sub for r in rows],
-        hosts=[r.host for r in rows],
-        entries=[r.id for r in rows],
-        details=[reason] * len(rows),
-    )
+    tracking.record_rows(conn, dialect, tracking.SUSPENDED, rows, reason)
 
 
 def queue_columns() -> list[sa.Column[Any]]:
@@ -305,16 +296,7 @@ def finish(
 
 def delivered(conn: sa.Connection, dialect: Dialect, rows: Sequence[Any], owner: str) -> None:
     """Track completed deliveries (rows with id, msg, sub and host)."""
-    tracking.record(
-        conn,
-        dialect,
-        tracking.DELIVERED,
-        [r.msg for r in rows],
-        subs=[r.sub for r in rows],
-        hosts=[r.host for r in rows],
-        entries=[r.id for r in rows],
-        details=[owner] * len(rows),
-    )
+    tracking.record_rows(conn, dialect, tracking.DELIVERED, rows, owner)
 
 
 def _failed(conn: sa.Connection, dialect: Dialect, failures: Sequence[tuple[Failure, str]]) -> None:
@@ -531,15 +513,7 @@ def resume(
         },
     )
     _unsuspend_instances(conn, (r.instance_id for r in rows))
-    tracking.record(
-        conn,
-        dialect,
-        tracking.RESUMED,
-        [r.msg for r in rows],
-        subs=[r.sub for r in rows],
-        hosts=[r.host for r in rows],
-        entries=[r.id for r in rows],
-    )
+    tracking.record_rows(conn, dialect, tracking.RESUMED, rows)
     dialect.notify(conn, sorted({r.host for r in rows}))
     return [r.id for r in rows]
 
@@ -564,15 +538,7 @@ def terminate(
         s.delete().where(*where).returning(s.c.id, s.c.msg, s.c.instance_id, s.c.sub, s.c.host)
     ).all()
     release(conn, dialect, (r.msg for r in rows))
-    tracking.record(
-        conn,
-        dialect,
-        tracking.TERMINATED,
-        [r.msg for r in rows],
-        subs=[r.sub for r in rows],
-        hosts=[r.host for r in rows],
-        entries=[r.id for r in rows],
-    )
+    tracking.record_rows(conn, dialect, tracking.TERMINATED, rows)
     _unsuspend_instances(conn, (r.instance_id for r in rows))  # the instance goes on without it
     return sorted(r.id for r in rows)
 

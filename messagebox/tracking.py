@@ -194,6 +194,27 @@ def record(
     )
 
 
+def record_rows(
+    conn: sa.Connection,
+    dialect: Dialect,
+    event: str,
+    rows: Sequence[Any],
+    detail: str | None = None,
+) -> None:
+    """Record ``event`` for queue or suspended rows (each with ``id``, ``msg``, ``sub``
+    and ``host``), with one detail for all."""
+    record(
+        conn,
+        dialect,
+        event,
+        [r.msg for r in rows],
+        subs=[r.sub for r in rows],
+        hosts=[r.host for r in rows],
+        entries=[r.id for r in rows],
+        details=None if detail is None else [detail] * len(rows),
+    )
+
+
 # --- settings, queries, trimming ---
 
 

@@ -8,8 +8,9 @@ there a missing server is a failure. Each test gets its own schema (PostgreSQL) 
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -115,3 +116,12 @@ def spark() -> Iterator[Any]:
         yield s
     finally:
         s.stop()
+
+
+def wait_for(cond: Callable[[], object], what: str = "condition", timeout: float = 20.0) -> None:
+    """Poll ``cond`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)

@@ -16,8 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from messagebox import Message, MessageBox
 from messagebox.console import create_app
 from messagebox.console.cli import TOKEN_ENV
 from predicates import P
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -55,14 +54,6 @@ def require_browser() -> None:
     if IN_CI:
         pytest.fail(f"CI=true but {reason}")
     pytest.skip(reason)
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @contextmanager

@@ -40,3 +40,13 @@ def shared_box(
             yield box
         finally:
             box.close()
+
+
+@pytest.fixture
+def instances() -> Iterator[list[HostInstance]]:
+    """Host instances a test started (it appends them); stopped at its end even if it
+    fails."""
+    started: list[HostInstance] = []
+    yield started
+    for inst in started:
+        inst.stop(timeout=5)

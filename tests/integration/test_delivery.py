@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -25,7 +25,7 @@ from messagebox.errors import (
 )
 from messagebox.models import DELIVERY_FAILURE, SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED
 from predicates import P
-from tests.conftest import table_counts
+from tests.conftest import table_counts, wait_for
 
 FAST = {
     "poll_min_seconds": 0.01,
@@ -37,14 +37,6 @@ FAST = {
 }
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def drained(box: MessageBox) -> Callable[[], bool]:
     return lambda: not box.queue_depth()
 
@@ -53,15 +45,6 @@ def msgs(n: int, start: int = 0, **extra: object) -> list[Message]:
     return [
         Message(f"body {i}".encode(), promoted={"t.N": i, **extra}) for i in range(start, start + n)
     ]
-
-
-@pytest.fixture
-def instances() -> Iterator[list[HostInstance]]:
-    """Instances started by a test; stopped at its end even if it fails."""
-    started: list[HostInstance] = []
-    yield started
-    for inst in started:
-        inst.stop(timeout=5)
 
 
 def run(

@@ -5,9 +5,7 @@ suspended entries, host instances) are read at scrape time."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
 
 import pytest
 from prometheus_client import REGISTRY
@@ -19,6 +17,7 @@ from messagebox.errors import RoutingFailure
 from messagebox.metrics import exposition
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
 from predicates import P
+from tests.conftest import wait_for
 
 FAST = {
     "poll_min_seconds": 0.01,
@@ -65,14 +64,6 @@ class Delta:
         return {k: now[k] - self.before[k] for k in now if now[k] != self.before[k]}
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def host(box: MessageBox) -> str:
     """A host of a name of its own, so that its counters are this test's."""
@@ -80,14 +71,6 @@ def host(box: MessageBox) -> str:
     box.create_host(name, **FAST)
     box.subscribe("orders", host=name, filter=P("t.Kind") == "order", name="orders")
     return name
-
-
-@pytest.fixture
-def instances() -> Iterator[list[HostInstance]]:
-    started: list[HostInstance] = []
-    yield started
-    for inst in started:
-        inst.stop(timeout=5)
 
 
 def test_publishing_counts_published_routed_and_routing_failures(

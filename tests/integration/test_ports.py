@@ -42,7 +42,7 @@ from pipelines import (
     XmlReceive,
 )
 from predicates import P
-from tests.conftest import table_counts
+from tests.conftest import table_counts, wait_for
 
 FAST: dict[str, Any] = {
     "dequeue_threads": 2,
@@ -170,14 +170,6 @@ def sent(folder: Path) -> list[tuple[str, Any]]:
         ((name.rsplit(".", 1)[0], parsed(body)) for name, body in files(folder).items()),
         key=repr,
     )
-
-
-def wait_for(cond: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 @contextmanager

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +18,7 @@ from messagebox.errors import RoutingFailure, ValidationError
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
 from messagebox.tracking import EVENTS, TrackingSettings
 from predicates import P
+from tests.conftest import wait_for
 
 FAST = {
     "poll_min_seconds": 0.01,
@@ -29,14 +29,6 @@ FAST = {
 }
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def tracked_box(box: MessageBox) -> MessageBox:
     box.create_host("h", **FAST)
@@ -44,14 +36,6 @@ def tracked_box(box: MessageBox) -> MessageBox:
     box.subscribe("audit", host="h", filter=P("t.Kind").exists(), name="audit")
     box.configure_tracking(True, retention=timedelta(hours=1))
     return box
-
-
-@pytest.fixture
-def instances() -> Iterator[list[HostInstance]]:
-    started: list[HostInstance] = []
-    yield started
-    for inst in started:
-        inst.stop(timeout=5)
 
 
 def events(box: MessageBox, message_id: object) -> list[tuple[str, str | None]]:
