@@ -283,11 +283,15 @@ def parse_assignment(text: str) -> tuple[str, Value]:
 def properties_from_json(data: object) -> dict[str, Value]:
     """Properties from decoded JSON: an object of name to a JSON scalar or a typed
     ``[tag, value]`` pair (``["d", "2024-05-01T10:00:00+00:00"]`` for a datetime, as in
-    a stored context). Raises ``ValueError`` naming the property."""
+    a stored context). Names come back canonical; a name given twice (``BTS.X`` and
+    ``messagebox.X``) is refused. Raises ``ValueError`` naming the property."""
     if not isinstance(data, dict):
         raise ValueError(f"properties must be a JSON object, not {type(data).__name__}")
     out: dict[str, Value] = {}
-    for name, raw in data.items():
+    for given, raw in data.items():
+        name = canonical_name(given)
+        if name in out:
+            raise ValueError(f"property {given!r} is given twice")
         try:
             if isinstance(raw, list):
                 value = decode_value(raw)

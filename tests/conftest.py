@@ -118,6 +118,16 @@ def spark() -> Iterator[Any]:
         s.stop()
 
 
+# host settings that poll quickly and give up on a failing message after two attempts
+FAST_FAILING = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.05,
+    "retry_backoff_seconds": 0.0,
+    "max_attempts": 2,
+    "cleanup_interval_seconds": 0.0,
+}
+
+
 def wait_for(cond: Callable[[], object], what: str = "condition", timeout: float = 20.0) -> None:
     """Poll ``cond`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

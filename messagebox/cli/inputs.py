@@ -67,7 +67,7 @@ def assignments(items: Sequence[str], option: str) -> dict[str, Value]:
 
 def properties(args: argparse.Namespace) -> dict[str, Value]:
     """Promoted properties from --properties-json, then -p (a name given by both is an error)."""
-    from messagebox.properties import canonical_name, properties_from_json
+    from messagebox.properties import properties_from_json
 
     found: dict[str, Value] = {}
     if args.properties_json is not None:
@@ -77,11 +77,7 @@ def properties(args: argparse.Namespace) -> dict[str, Value]:
         except json.JSONDecodeError as exc:
             raise UsageError(f"--properties-json is not JSON: {exc}") from exc
         try:
-            for name, value in properties_from_json(data).items():
-                canon = canonical_name(name)
-                if canon in found:
-                    raise ValueError(f"property {name!r} is given twice")
-                found[canon] = value
+            found.update(properties_from_json(data))
         except ValueError as exc:
             raise UsageError(f"--properties-json: {exc}") from exc
     for name, value in assignments(args.properties, "--property").items():

@@ -34,7 +34,6 @@ from messagebox.errors import (
 from messagebox.models import SUSPENDED_REASONS
 from messagebox.properties import (
     Value,
-    canonical_name,
     parse_assignment,
     properties_from_json,
 )
@@ -169,16 +168,10 @@ def _properties_json(text: str) -> dict[str, Value]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"the properties are not JSON: {exc}") from exc
-    found: dict[str, Value] = {}
     try:
-        for name, value in properties_from_json(data).items():
-            canon = canonical_name(name)
-            if canon in found:
-                raise ValueError(f"property {name!r} is given twice")
-            found[canon] = value
-    except (ValueError, TypeError) as exc:
+        return properties_from_json(data)
+    except ValueError as exc:
         raise ValidationError(f"properties: {exc}") from exc
-    return found
 
 
 def _assignments(text: str) -> dict[str, Value]:

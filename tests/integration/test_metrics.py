@@ -17,15 +17,8 @@ from messagebox.errors import RoutingFailure
 from messagebox.metrics import exposition
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
 from predicates import P
+from tests.conftest import FAST_FAILING as FAST
 from tests.conftest import wait_for
-
-FAST = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.05,
-    "retry_backoff_seconds": 0.0,
-    "max_attempts": 2,
-    "cleanup_interval_seconds": 0.0,
-}
 
 
 def value(name: str, **labels: str) -> float:

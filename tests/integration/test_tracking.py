@@ -18,15 +18,8 @@ from messagebox.errors import RoutingFailure, ValidationError
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
 from messagebox.tracking import EVENTS, TrackingSettings
 from predicates import P
+from tests.conftest import FAST_FAILING as FAST
 from tests.conftest import wait_for
-
-FAST = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.05,
-    "retry_backoff_seconds": 0.0,
-    "max_attempts": 2,
-    "cleanup_interval_seconds": 0.0,
-}
 
 
 @pytest.fixture

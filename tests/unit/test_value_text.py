@@ -83,3 +83,11 @@ def test_json_properties_take_scalars_and_typed_pairs() -> None:
 def test_malformed_json_properties_name_the_property(data: object, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         properties_from_json(data)
+
+
+def test_json_properties_come_back_canonical_and_a_name_given_twice_is_refused() -> None:
+    assert properties_from_json({"BTS.ReceivePortName": "in"}) == {
+        "messagebox.ReceivePortName": "in"
+    }
+    with pytest.raises(ValueError, match=re.escape("property 'messagebox.X' is given twice")):
+        properties_from_json({"BTS.X": 1, "messagebox.X": 2})
