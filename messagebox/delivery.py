@@ -417,12 +417,16 @@ class SuspendedQuery:
     subscription: int | None = None
     message_id: uuid.UUID | None = None
     before: datetime | None = None
+    id_range: tuple[int, int] | None = None  # (above, through): one batch of a bulk run
 
     def where(self) -> list[sa.ColumnElement[bool]]:
         s = schema.suspended
         clauses: list[sa.ColumnElement[bool]] = []
         if self.ids is not None:
             clauses.append(s.c.id.in_(list(self.ids)))
+        if self.id_range is not None:
+            clauses.append(s.c.id > self.id_range[0])
+            clauses.append(s.c.id <= self.id_range[1])
         if self.reason is not None:
             clauses.append(s.c.reason == self.reason)
         if self.host is not None:

@@ -15,6 +15,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -674,25 +675,36 @@ class MessageBox:
         *,
         resumable: bool,
     ) -> list[int]:
-        """Run a suspended-queue action (resume, terminate) once, or in batches."""
+        """Run a suspended-queue action (resume, terminate) once, or in batches.
+
+        Batches walk the ids that matched at the start, lowest first, so an entry
+        suspended again meanwhile (a resumed entry failing again) is not taken twice."""
         if batch is not None and (type(batch) is not int or batch < 1):
             raise ValidationError(f"batch must be a positive int, not {batch!r}")
         chunked = batch is not None and query.ids is None
-        total = 0
+        total = last = highest = 0
         if chunked:
             s = schema.suspended
-            count = sa.select(sa.func.count()).select_from(s).where(*query.where())
+            count = sa.select(sa.func.count(), sa.func.min(s.c.id), sa.func.max(s.c.id))
+            count = count.where(*query.where())
             if resumable:  # what delivery.resume takes in bulk
                 count = count.where(
                     s.c.resumable == sa.true(),
                     s.c.sub.in_(sa.select(schema.subscription.c.id)),
                 )
             with self.store.transaction() as conn:
-                total = int(conn.execute(count).scalar_one())
+                counted, low, high = conn.execute(count).one()
+            if not counted:
+                return []
+            total, last, highest = int(counted), int(low) - 1, int(high)
         done: list[int] = []
         while True:
+            if chunked:
+                query = replace(query, id_range=(last, highest))
             with self.store.transaction(serial=True) as conn:
                 ids = action(conn, self.store.dialect, query, batch if chunked else None)
+                if ids:
+                    last = max(ids)
                 hosts = set(
                     conn.execute(
                         sa.select(schema.queue.c.host).where(schema.queue.c.id.in_(ids)).distinct()

@@ -204,6 +204,28 @@ def test_bulk_resume_by_filter(box: MessageBox, instances: list[HostInstance]) -
     assert box.suspended() == []
 
 
+def test_bulk_resume_in_batches_takes_each_entry_once_though_it_fails_again(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    run(instances, box, "h", {"svc": Recorder(fail=lambda d: True)}, max_attempts=1)
+    box.publish(msgs(12))
+    wait_for(lambda: len(box.suspended()) == 12)
+    before = sorted(e.id for e in box.suspended())
+    calls: list[tuple[int, int]] = []
+
+    def progress(done: int, total: int) -> None:
+        calls.append((done, total))
+        assert len(calls) <= 3, f"more batches than entries: {calls}"
+        wait_for(lambda: len(box.suspended()) == 12, "the batch to fail again")
+
+    # each batch is suspended again before the next: a batch must not take it twice
+    done = box.resume(reason=DELIVERY_FAILURE, batch=5, progress=progress)
+    assert done == before
+    assert calls == [(5, 12), (10, 12), (12, 12)]
+
+
 def test_ordered_subscription_keeps_publish_order(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
