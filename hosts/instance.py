@@ -436,12 +436,7 @@ class HostInstance:
                 instances=self._has_instances(),
             )
         seconds = time.perf_counter() - started
-        now = datetime.now(UTC)
-        waits = [
-            (now - c.enqueued_at).total_seconds()
-            for c in claims
-            if c.attempts == 1 and c.enqueued_at is not None
-        ]
+        waits = [c.waited for c in claims if c.waited is not None]
         metrics.observe_claim(self.host, seconds, waits)
         if claims:
             self.stats.add(

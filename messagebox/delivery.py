@@ -53,6 +53,9 @@ class Claim:
     instance_id: str | None
     ordered: bool
     enqueued_at: datetime | None = None
+    waited: float | None = None
+    """Seconds from enqueue to this claim by the database clock, when this is the
+    entry's first claim (not after a give-back or a lapsed lease); else ``None``."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Finished:
 
 
 def _claim(row: Any) -> Claim:
+    enqueued_at, claimed_at, now = row[7], row[8], row[9]
+    first = claimed_at == now  # set by this claim: the database's now() is per transaction
     return Claim(
         id=int(row[0]),
         msg=row[1] if isinstance(row[1], uuid.UUID) else uuid.UUID(str(row[1])),
@@ -87,7 +92,8 @@ def _claim(row: Any) -> Claim:
         priority=int(row[4]),
         instance_id=row[5],
         ordered=bool(row[6]),
-        enqueued_at=row[7] if len(row) > 7 else None,
+        enqueued_at=enqueued_at,
+        waited=max(0.0, (now - enqueued_at).total_seconds()) if first else None,
     )
 
 
@@ -467,7 +473,6 @@ def resume(
             s.c.msg,
             s.c.sub,
             s.c.resumable,
-            s.c.enqueued_at,
             sub.c.host,
             sub.c.priority,
             sub.c.ordered,
@@ -511,7 +516,7 @@ def resume(
             "state": ["ready" if r.state == State.STARTED.value else "held" for r in rows],
             "attempts": [0] * len(rows),
             "available_at": [now] * len(rows),
-            "enqueued_at": [r.enqueued_at or now for r in rows],
+            "enqueued_at": [now] * len(rows),  # queued again: its wait starts now
             "instance_id": [r.instance_id for r in rows],
             "ordered": [bool(r.ordered) for r in rows],
         },

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 metadata = sa.MetaData()
 
@@ -197,6 +197,7 @@ queue = sa.Table(
     sa.Column("enqueued_at", Stamp, nullable=False),
     sa.Column("instance_id", sa.Text),
     sa.Column("ordered", sa.Boolean, nullable=False),
+    sa.Column("claimed_at", Stamp),  # the first claim; a give-back or lapsed lease keeps it
 )
 sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority.desc(), queue.c.id)
 sa.Index(
@@ -366,6 +367,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "4": ("5", ()),  # adds mb_tracking
+    "5": ("6", ("ALTER TABLE mb_queue ADD COLUMN claimed_at TIMESTAMP WITH TIME ZONE",)),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

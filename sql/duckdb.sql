@@ -9,7 +9,8 @@ batch AS (SELECT CAST(range AS INTEGER) AS msg FROM range(CAST($n AS BIGINT)))
 UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
-    attempts = attempts + 1
+    attempts = attempts + 1,
+    claimed_at = coalesce(claimed_at, now())
 WHERE id IN (
     SELECT id FROM mb_queue
     WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
@@ -18,7 +19,7 @@ WHERE id IN (
     ORDER BY priority DESC, id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
 
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
@@ -27,7 +28,8 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
 UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
-    attempts = attempts + 1
+    attempts = attempts + 1,
+    claimed_at = coalesce(claimed_at, now())
 WHERE id IN (
     WITH heads AS (
         SELECT sub, min(id) AS id,
@@ -50,7 +52,7 @@ WHERE id IN (
     ORDER BY q.id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
@@ -60,7 +62,8 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
 UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
-    attempts = attempts + 1
+    attempts = attempts + 1,
+    claimed_at = coalesce(claimed_at, now())
 WHERE id IN (
     WITH heads AS (
         SELECT instance_id, min(id) AS id,
@@ -80,4 +83,4 @@ WHERE id IN (
     ORDER BY q.priority DESC, q.id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()

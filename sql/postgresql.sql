@@ -40,10 +40,12 @@ WITH c AS MATERIALIZED (
 UPDATE mb_queue q
 SET lease_owner = %(owner)s,
     lease_expires = now() + make_interval(secs => %(lease)s),
-    attempts = q.attempts + 1
+    attempts = q.attempts + 1,
+    claimed_at = coalesce(q.claimed_at, now())
 FROM c
 WHERE q.id = c.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
+          q.claimed_at, now()
 
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
@@ -78,10 +80,12 @@ run AS MATERIALIZED (
 UPDATE mb_queue q
 SET lease_owner = %(owner)s,
     lease_expires = now() + make_interval(secs => %(lease)s),
-    attempts = q.attempts + 1
+    attempts = q.attempts + 1,
+    claimed_at = coalesce(q.claimed_at, now())
 FROM run
 WHERE q.id = run.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
+          q.claimed_at, now()
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
@@ -123,7 +127,9 @@ free AS MATERIALIZED (
 UPDATE mb_queue q
 SET lease_owner = %(owner)s,
     lease_expires = now() + make_interval(secs => %(lease)s),
-    attempts = q.attempts + 1
+    attempts = q.attempts + 1,
+    claimed_at = coalesce(q.claimed_at, now())
 FROM free
 WHERE q.id = free.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at
+RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
+          q.claimed_at, now()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox
+from messagebox import Message, MessageBox, delivery
 from messagebox import schema as mb_schema
 from messagebox.errors import StorageError
 from predicates import P
@@ -30,6 +30,8 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
+        if old_tables and version in ("2", "3", "4", "5"):
+            conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN claimed_at"))
         if old_tables and version in ("2", "3", "4"):
             conn.execute(sa.text("DROP TABLE mb_tracking"))
         if old_tables and version in ("2", "3"):
@@ -50,18 +52,19 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3", "4"])
+@pytest.mark.parametrize("old", ["2", "3", "4", "5"])
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
-    # Given a database as version 2 (no receipts), 3 (no convoys) or 4 (no tracking)
-    # left it, with data
+    # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking) or
+    # 5 (no first-claim time) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
+        [queued] = box.publish([Message(b"q", promoted={"a.B": 1})])
         set_version(box, old, old_tables=True)
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "5"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "6"
         assert box.receipts("port/location", ["k"]) == {}
         assert [h.name for h in box.hosts()] == ["kept"]
         [sub] = box.subscriptions()
@@ -73,6 +76,20 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         box.configure_tracking(True)
         box.publish([Message(b"y", promoted={"a.B": 2, "a.C": "k"})])
         assert [e.event for e in box.tracked(event="published")] == ["published"]
+        # and the entry queued before the upgrade is claimed, as a first claim
+        with box.store.transaction() as conn:
+            claims = delivery.claim(
+                conn,
+                box.store.dialect,
+                host="kept",
+                owner="o",
+                n=5,
+                lease_seconds=30,
+                ordered=False,
+            )
+        assert [c.msg for c in claims] == [queued.message_id]
+        assert claims[0].waited is not None
+        assert claims[0].waited >= 0
 
 
 def test_an_unknown_version_is_refused(backend_url: str):
@@ -80,5 +97,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 5"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 6"):
         MessageBox(backend_url)
