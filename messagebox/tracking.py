@@ -24,7 +24,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -176,8 +176,8 @@ def record(
     count(conn, event, (x or "" for x in label))
     if not _enabled(conn, state):
         return
-    if state.at is None:
-        state.at = datetime.now(UTC)
+    if state.at is None:  # the database's clock, one for every machine's events
+        state.at = conn.execute(sa.select(sa.func.now())).scalar_one()
     at = state.at
     dialect.insert(
         conn,

@@ -241,3 +241,24 @@ def test_tracking_rows_are_written_in_bulk(tracked_box: MessageBox) -> None:
     # one bulk insert per kind (DuckDB: INSERT … SELECT from Arrow; PostgreSQL: COPY,
     # which the cursor hook does not see), never a statement per row
     assert len(statements) <= 2
+
+
+def test_events_are_stamped_by_the_database_clock_not_the_process_s(
+    tracked_box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a process whose clock is a day fast (machines of one store disagree)
+    import messagebox.engine
+    import messagebox.tracking
+
+    class Fast(datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
+            return datetime.now(UTC) + timedelta(days=1)
+
+    monkeypatch.setattr(messagebox.tracking, "datetime", Fast)
+    monkeypatch.setattr(messagebox.engine, "datetime", Fast)
+    # When it publishes, the events carry the database's time
+    [routed] = tracked_box.publish([Message(b"x", promoted={"t.Kind": "order"})])
+    stamps = {e.at for e in tracked_box.tracked(routed.message_id)}
+    assert len(stamps) == 1
+    assert abs(stamps.pop() - datetime.now(UTC)) < timedelta(minutes=5)
