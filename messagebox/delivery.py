@@ -271,6 +271,8 @@ def finish(
         ).all()
         by_reason: dict[str, list[Any]] = {}
         reasons = {f.claim.id: f.reason for f in to_suspend}
+        for r in _orphans(conn, dialect, rows):  # removed while it was being delivered
+            reasons[r.id] = SUBSCRIPTION_REMOVED
         hosts_of = {r.id: r.host for r in rows}
         _failed(
             conn, dialect, [(f, hosts_of[f.claim.id]) for f in to_suspend if f.claim.id in hosts_of]
@@ -298,6 +300,36 @@ def finish(
             hold(conn, stop, State.STOPPED)
             result.stopped_subscriptions = tuple(stop)
     return result
+
+
+def _orphans(conn: sa.Connection, dialect: Dialect, rows: Sequence[Any]) -> list[Any]:
+    """The rows whose subscription no longer exists. The rest are locked FOR SHARE
+    where there are row locks (PostgreSQL), so that a concurrent removal waits, then
+    sees their suspension (on DuckDB both hold the in-process lock)."""
+    subs = {r.sub for r in rows}
+    if not subs:
+        return []
+    sub = schema.subscription
+    query = sa.select(sub.c.id).where(sub.c.id.in_(sorted(subs)))
+    if dialect.supports_skip_locked:  # has row locks
+        query = query.with_for_update(read=True)
+    kept = set(conn.execute(query).scalars())
+    return [r for r in rows if r.sub not in kept]
+
+
+def orphan_suspended(conn: sa.Connection, sub_ids: Sequence[int]) -> int:
+    """Resumable suspended entries of removed subscriptions can no longer be resumed:
+    they become ``subscription-removed`` (re-routable), keeping their error."""
+    if not sub_ids:
+        return 0
+    s = schema.suspended
+    return int(
+        conn.execute(
+            s.update()
+            .where(s.c.sub.in_(list(sub_ids)), s.c.resumable == sa.true())
+            .values(reason=SUBSCRIPTION_REMOVED, resumable=False)
+        ).rowcount
+    )
 
 
 def delivered(conn: sa.Connection, dialect: Dialect, rows: Sequence[Any], owner: str) -> None:

@@ -315,13 +315,17 @@ class MessageBox:
 
         Their entries still waiting on a queue are suspended (not resumable, reason
         ``subscription-removed``); :meth:`reroute` routes them again, :meth:`terminate`
-        drops them. An entry being delivered at that moment finishes its delivery.
+        drops them. Their resumable suspended entries become the same. An entry being
+        delivered at that moment finishes its delivery (if it fails past its retries, it
+        is suspended as ``subscription-removed`` too).
         """
         with self.store.transaction(serial=True) as conn:
             found = self._resolve(conn, refs)
             ids = [s.id for s in found]
             delivery.suspend_waiting(conn, self.store.dialect, ids, SUBSCRIPTION_REMOVED)
-            return subscriptions.unsubscribe(conn, self.store.dialect, ids)
+            removed = subscriptions.unsubscribe(conn, self.store.dialect, ids)
+            delivery.orphan_suspended(conn, ids)  # after: sees a suspension that raced it
+            return removed
 
     def set_service_state(self, service: str, state: State | str) -> int:
         """Start, stop or unenlist every subscription of a service (DESIGN.md §4).

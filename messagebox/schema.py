@@ -367,7 +367,16 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "4": ("5", ()),  # adds mb_tracking
-    "5": ("6", ("ALTER TABLE mb_queue ADD COLUMN claimed_at TIMESTAMP WITH TIME ZONE",)),
+    "5": (
+        "6",
+        (
+            "ALTER TABLE mb_queue ADD COLUMN claimed_at TIMESTAMP WITH TIME ZONE",
+            # version 5 could leave a resumable entry of a removed subscription: it can
+            # only be re-routed
+            "UPDATE mb_suspended SET reason = 'subscription-removed', resumable = false "
+            "WHERE resumable AND sub NOT IN (SELECT id FROM mb_subscription)",
+        ),
+    ),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

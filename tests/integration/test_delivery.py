@@ -16,14 +16,19 @@ import pytest
 import sqlalchemy as sa
 
 from hosts import Delivery, HostInstance
-from messagebox import Message, MessageBox, State, Throttled
+from messagebox import Message, MessageBox, State, Throttled, delivery
 from messagebox import schema as mb_schema
 from messagebox.errors import (
     PermanentFailure,
     UnknownSuspendedEntry,
     ValidationError,
 )
-from messagebox.models import DELIVERY_FAILURE, SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED
+from messagebox.models import (
+    DELIVERY_FAILURE,
+    SERVICE_UNENLISTED,
+    SUBSCRIPTION_REMOVED,
+    HostSettings,
+)
 from predicates import P
 from tests.conftest import table_counts, wait_for
 
@@ -317,6 +322,51 @@ def test_unenlisting_suspends_waiting_messages_resumably(
     box.resume(reason=SERVICE_UNENLISTED)
     wait_for(drained(box))
     assert sorted(n for _, n, _ in rec.seen) == [0, 1]
+
+
+def test_an_entry_failing_after_its_subscription_was_removed_is_suspended_for_reroute(
+    box: MessageBox,
+) -> None:
+    # Given an entry being delivered when its subscription is removed
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="old")
+    box.publish(msgs(1))
+    with box.store.transaction() as conn:
+        [claim] = delivery.claim(
+            conn, box.store.dialect, host="h", owner="o", n=1, lease_seconds=30, ordered=False
+        )
+    box.unsubscribe("old")
+    assert box.suspended() == []  # being delivered: it finishes its delivery
+    # When the delivery fails past its retries
+    with box.store.transaction() as conn:
+        failure = delivery.Failure(claim, "downstream said no", permanent=True)
+        delivery.finish(conn, box.store.dialect, "o", [], [failure], HostSettings(), set())
+    # Then it is suspended as its subscription's removal, with its error: re-routable,
+    # not resumable (there is nothing to resume it to)
+    [entry] = box.suspended()
+    assert (entry.reason, entry.resumable) == (SUBSCRIPTION_REMOVED, False)
+    assert entry.error == "downstream said no"
+    new = box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="new")
+    assert box.reroute(entry.id) == {entry.id: (new.id,)}
+
+
+def test_removing_a_subscription_makes_its_resumable_suspended_entries_reroutable(
+    box: MessageBox,
+) -> None:
+    # Given entries suspended resumably (their service was unenlisted)
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="old")
+    box.publish(msgs(2))
+    box.set_service_state("svc", "unenlisted")
+    assert [e.resumable for e in box.suspended()] == [True, True]
+    # When the subscription is removed, they can no longer be resumed, but rerouted
+    box.unsubscribe("old")
+    entries = box.suspended()
+    assert [(e.reason, e.resumable) for e in entries] == [(SUBSCRIPTION_REMOVED, False)] * 2
+    assert entries[0].error == "its service was unenlisted before it was delivered"
+    assert box.resume(reason=SERVICE_UNENLISTED) == []
+    new = box.subscribe("svc2", host="h", filter=P("t.N") >= 0, name="new")
+    assert box.reroute() == {e.id: (new.id,) for e in entries}
 
 
 def test_unsubscribe_suspends_waiting_messages_for_reroute(

@@ -60,6 +60,12 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
         [queued] = box.publish([Message(b"q", promoted={"a.B": 1})])
+        # and, as version 5 could leave, a resumable entry of a removed subscription
+        box.subscribe("gone", host="kept", filter=P("a.B") == 3, name="gone")
+        box.publish([Message(b"o", promoted={"a.B": 3})])
+        box.set_service_state("gone", "unenlisted")
+        with box.store.transaction() as conn:
+            conn.execute(sa.text("DELETE FROM mb_subscription WHERE name = 'gone'"))
         set_version(box, old, old_tables=True)
     # When it is opened again
     with MessageBox(backend_url) as box:
@@ -69,6 +75,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert [h.name for h in box.hosts()] == ["kept"]
         [sub] = box.subscriptions()
         assert sub.name == "sub"
+        [orphan] = box.suspended()
+        assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
         routed = box.publish([Message(b"x", promoted={"a.B": 2, "a.C": "k"})])
