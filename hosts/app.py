@@ -58,10 +58,7 @@ class HostApp:
     def __init__(self, host: str, *, url: str | None = None, **settings: Any) -> None:
         self.host = host
         self.url = url
-        try:
-            self.settings = HostSettings(**settings)
-        except Exception as exc:  # pydantic names the field
-            raise ValidationError(f"host app {host!r}: bad settings: {exc}") from exc
+        self.settings = HostSettings.checked(f"host app {host!r}", settings)
         self.services: dict[str, object] = {}
         self.declared: list[dict[str, Any]] = []
         self.receive_ports: list[ReceivePort] = []

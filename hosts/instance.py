@@ -47,7 +47,6 @@ from messagebox.errors import (
     MessageBoxError,
     PermanentFailure,
     RetryLater,
-    ValidationError,
 )
 from messagebox.models import (
     SUBSCRIPTION_REMOVED,
@@ -164,14 +163,13 @@ class HostInstance:
         self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
         self.box = box if isinstance(box, MessageBox) else MessageBox(box)
         stored = self.box.host(host)
-        try:
-            self.settings: HostSettings = (
-                HostSettings.model_validate({**stored.settings.model_dump(), **settings})
-                if settings
-                else stored.settings
+        self.settings: HostSettings = (
+            HostSettings.checked(
+                f"host instance of {host!r}", {**stored.settings.model_dump(), **settings}
             )
-        except Exception as exc:  # pydantic's ValidationError names the field
-            raise ValidationError(f"host instance of {host!r}: bad settings: {exc}") from exc
+            if settings
+            else stored.settings
+        )
         self.host = host
         self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}

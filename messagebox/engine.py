@@ -146,10 +146,7 @@ class MessageBox:
     def create_host(self, name: str, settings: HostSettings | None = None, **options: Any) -> Host:
         """Create a host (a logical subscriber whose instances share one queue)."""
         _check_name("host", name)
-        try:
-            config = settings or HostSettings(**options)
-        except Exception as exc:  # pydantic's ValidationError, with the field named
-            raise ValidationError(f"host {name!r}: bad settings: {exc}") from exc
+        config = settings or HostSettings.checked(f"host {name!r}", options)
         with self.store.transaction(serial=True) as conn:
             return subscriptions.create_host(conn, name, config, _now())
 

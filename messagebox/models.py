@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from messagebox.errors import ValidationError
 from messagebox.properties import Value
 from predicates import Filter, FilterExplanation
 
@@ -96,6 +99,26 @@ class HostSettings(BaseModel):
         if self.dead_after_seconds <= self.heartbeat_seconds:
             raise ValueError("dead_after_seconds must be longer than heartbeat_seconds")
         return self
+
+    @classmethod
+    def checked(cls, what: str, values: Mapping[str, Any]) -> HostSettings:
+        """Settings from ``values``; anything wrong is one ``ValidationError`` naming
+        ``what`` and each bad setting (``max_attempts: ... not 'abc'``)."""
+        try:
+            return cls.model_validate(dict(values))
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(_settings_problem(e) for e in exc.errors())
+            raise ValidationError(f"{what}: bad settings: {problems}") from None
+
+
+def _settings_problem(error: Any) -> str:
+    name = ".".join(str(x) for x in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{name!r} is not a setting (they are: {', '.join(HostSettings.model_fields)})"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not name:  # a rule across settings
+        return message
+    return f"{name}: {message[:1].lower()}{message[1:]}, not {error['input']!r}"
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ SETTINGS_TTL_SECONDS = 5.0
 MAX_DETAIL_CHARS = 1000
 SETTINGS_KEY = "tracking"
 
+MAX_RETENTION = timedelta(days=36_525)
+"""A century: a longer retention is taken for a mistake."""
+
 _STATE = "mb_tracking_state"
 """``conn.info`` key: the transaction's :class:`_TxState` (set by ``Store.transaction``)."""
 
@@ -65,6 +68,11 @@ class TrackingSettings:
         if not isinstance(self.retention, timedelta) or self.retention <= timedelta(0):
             raise ValidationError(
                 f"tracking retention must be a positive timedelta, not {self.retention!r}"
+            )
+        if self.retention > MAX_RETENTION:
+            raise ValidationError(
+                f"tracking retention must be at most {MAX_RETENTION.days} days, "
+                f"not {self.retention.days}"
             )
 
     def to_json(self) -> dict[str, Any]:

@@ -173,13 +173,8 @@ def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
 
 def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
     filt = inputs.filter_arg(args.filter)
-    from messagebox.errors import UnknownHost
-
     with open_box(args) as box:
-        if args.host not in {h.name for h in box.hosts()}:
-            raise UnknownHost(
-                f"--host: no host named {args.host!r} (`messagebox hosts add` creates one)"
-            )
+        inputs.known_host(box, args.host)
         sub = box.subscribe(
             args.service or args.name,
             host=args.host,
@@ -357,7 +352,7 @@ def hosts_add(args: argparse.Namespace, out: Terminal) -> None:
 
 def queues(args: argparse.Namespace, out: Terminal) -> None:
     with open_box(args) as box:
-        stats = box.queue_stats(args.host)
+        stats = box.queue_stats(inputs.known_host(box, args.host))
     if out.json:
         out.emit(stats)
         return
@@ -382,7 +377,7 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
 
 def instances(args: argparse.Namespace, out: Terminal) -> None:
     with open_box(args) as box:
-        found = box.instances(args.host)
+        found = box.instances(inputs.known_host(box, args.host))
     if out.json:
         out.emit(found)
         return
@@ -657,24 +652,20 @@ def tracking_disable(args: argparse.Namespace, out: Terminal) -> None:
 
 
 def tracking_events(args: argparse.Namespace, out: Terminal) -> None:
-    from datetime import UTC, datetime
 
     from messagebox.errors import UnknownMessage
     from messagebox.tracking import EVENTS
 
     if args.event is not None and args.event not in EVENTS:
         raise inputs.UsageError(f"--event {args.event!r}: one of {', '.join(EVENTS)}")
-    since = (
-        None if args.since is None else datetime.now(UTC) - inputs.duration(args.since, "--since")
-    )
+    since = None if args.since is None else inputs.ago(args.since, "--since")
     message_id = None if args.message_id is None else inputs.message_id(args.message_id)
     with open_box(args) as box:
         subscription = None
         if args.subscription is not None:
             sub = inputs.ref(args.subscription)
             subscription = sub if isinstance(sub, int) else box.subscription(sub).id
-        if args.host is not None:
-            box.host(args.host)  # an unknown host is an error, not an empty answer
+        inputs.known_host(box, args.host)
         found = box.tracked(
             message_id,
             event=args.event,

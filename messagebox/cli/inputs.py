@@ -107,17 +107,40 @@ def duration(text: str, option: str = "--older-than") -> timedelta:
     """``90s``, ``15m``, ``2h``, ``7d``, ``1h30m``, or a number of seconds."""
     compact = text.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+(?:\.\d+)?", compact):
-        return timedelta(seconds=float(compact))
+        compact += "s"
     parts = _DURATION.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
         raise UsageError(f"{option} {text!r}: expected an age such as 90s, 15m, 2h, 7d, 1h30m")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    try:
+        return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    except OverflowError:
+        raise UsageError(f"{option} {text!r}: too long") from None
+
+
+def ago(text: str, option: str) -> datetime:
+    """The time ``text`` (an age, as :func:`duration` reads it) before now."""
+    try:
+        return datetime.now(UTC) - duration(text, option)
+    except OverflowError:
+        raise UsageError(f"{option} {text!r}: further back than the year 1") from None
+
+
+def known_host(box: MessageBox, name: str | None) -> str | None:
+    """``--host`` checked: an unknown host is an error (exit 3), not an empty answer."""
+    from messagebox.errors import UnknownHost
+
+    if name is not None and name not in {h.name for h in box.hosts()}:
+        raise UnknownHost(
+            f"--host: no host named {name!r} (`messagebox hosts list` shows them, "
+            "`messagebox hosts add` creates one)"
+        )
+    return name
 
 
 def suspended_query(box: MessageBox, args: argparse.Namespace) -> dict[str, Any]:
     """The suspended-queue filters given, checked: a host, service or subscription that
     does not exist is an error (a typo would otherwise match nothing, silently)."""
-    from messagebox.errors import UnknownHost, UnknownSubscription
+    from messagebox.errors import UnknownSubscription
     from messagebox.models import SUSPENDED_REASONS
 
     query: dict[str, Any] = {}
@@ -129,9 +152,7 @@ def suspended_query(box: MessageBox, args: argparse.Namespace) -> dict[str, Any]
             )
         query["reason"] = args.reason
     if args.host is not None:
-        if args.host not in {h.name for h in box.hosts()}:
-            raise UnknownHost(f"--host: no host named {args.host!r}")
-        query["host"] = args.host
+        query["host"] = known_host(box, args.host)
     if args.service is not None:
         if not box.subscriptions(service=args.service):
             raise UnknownSubscription(f"--service: service {args.service!r} has no subscription")
@@ -141,5 +162,5 @@ def suspended_query(box: MessageBox, args: argparse.Namespace) -> dict[str, Any]
         # an id is taken as it is: a removed subscription's entries keep its id
         query["subscription"] = sub if isinstance(sub, int) else box.subscription(sub).id
     if args.older_than is not None:
-        query["before"] = datetime.now(UTC) - duration(args.older_than)
+        query["before"] = ago(args.older_than, "--older-than")
     return query

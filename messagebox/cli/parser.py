@@ -272,7 +272,7 @@ def build() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         metavar="PORT",
         help="serve this instance's Prometheus metrics at http://0.0.0.0:PORT/metrics",
     )
@@ -289,7 +289,7 @@ def build() -> argparse.ArgumentParser:
         allow_abbrev=False,  # --token must not be read as --token-file
     )
     console.add_argument("--bind", default="127.0.0.1", help="address (default 127.0.0.1)")
-    console.add_argument("--port", type=_positive, default=8080, help="port (default 8080)")
+    console.add_argument("--port", type=_port, default=8080, help="port (default 8080)")
     console.add_argument(
         "--token-file", metavar="PATH", help="a file whose first line is the action token"
     )
@@ -339,6 +339,13 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
     return value
 
 

@@ -285,6 +285,12 @@ def suspended(request: Request) -> Response:
     c = _console(request)
     reason = request.query_params.get("reason") or None
     host = request.query_params.get("host") or None
+    if host is not None:
+        c.box.host(host)  # an unknown host is a 404, not an empty list
+    if reason is not None and reason not in SUSPENDED_REASONS:
+        raise HTTPException(
+            400, f"unknown reason {reason!r}; one of: {', '.join(SUSPENDED_REASONS)}"
+        )
     entries = c.box.suspended(reason=reason, host=host, limit=LIST_LIMIT)
     done = request.query_params.get("done")
     entry = request.query_params.get("entry", "")

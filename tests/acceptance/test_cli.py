@@ -337,6 +337,15 @@ BAD_INPUT = [
     (["tracking", "events", "01a20db1-0000-7000-8000-000000000000"], 3, "no message"),
     (["tracking", "events", "--host", "nowhere"], 3, "no host named 'nowhere'"),
     (["tracking", "events", "--subscription", "nothing"], 3, "no subscription"),
+    (["tracking", "enable", "--retention", "40000d"], 1, "at most 36525 days, not 40000"),
+    (["queues", "--host", "nowhere"], 3, "no host named 'nowhere'"),
+    (["instances", "--host", "nowhere", "--json"], 3, "no host named 'nowhere'"),
+    (["suspended", "list", "--older-than", "1000000d"], 2, "further back than the year 1"),
+    (["suspended", "list", "--older-than", "9" * 30 + "d"], 2, "too long"),
+    (["hosts", "add", "x", "--set", "max_attempts=abc"], 1,
+     "host 'x': bad settings: max_attempts: input should be a valid integer"),
+    (["hosts", "add", "x", "--set", "bogus=1"], 1, "'bogus' is not a setting (they are: "),
+    (["console", "--port", "70000"], 2, "70000 is not a port (1-65535)"),
 ]  # fmt: skip
 
 

@@ -333,6 +333,8 @@ def unknown_message() -> str:
         ("GET", "/tracking?message=nope", 400, "'nope' is not a message id (a UUID)"),
         ("GET", "/tracking?event=delivred", 400, "unknown event 'delivred'; one of: published"),
         ("GET", "/tracking?host=nowhere", 404, "no host named 'nowhere'"),
+        ("GET", "/suspended?host=nowhere", 404, "no host named 'nowhere'"),
+        ("GET", "/suspended?reason=bogus", 400, "unknown reason 'bogus'; one of: "),
     ],
 )
 def test_bad_ids_are_refused_naming_the_culprit_and_change_nothing(

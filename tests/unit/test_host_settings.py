@@ -1,0 +1,32 @@
+"""Host settings: defaults, and bad ones refused in one error naming each setting."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from messagebox.errors import ValidationError
+from messagebox.models import HostSettings
+
+
+def test_no_values_give_the_defaults() -> None:
+    assert HostSettings.checked("host 'h'", {}) == HostSettings()
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"max_attempts": "abc"}, "host 'h': bad settings: max_attempts: input should be a valid"),
+        ({"lease_seconds": 0}, "lease_seconds: input should be greater than 0, not 0"),
+        ({"bogus": 1}, "'bogus' is not a setting (they are: dequeue_threads, claim_batch"),
+        (
+            {"heartbeat_seconds": 10, "dead_after_seconds": 5},
+            "bad settings: dead_after_seconds must be longer than heartbeat_seconds",
+        ),
+        ({"claim_batch": 0, "bogus": 1}, "claim_batch: input should be greater than or equal"),
+    ],
+)
+def test_bad_settings_are_one_error_naming_each(values: dict[str, object], says: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(says)):
+        HostSettings.checked("host 'h'", values)
