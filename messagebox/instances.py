@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from messagebox import delivery, router, schema, subscriptions
+from messagebox import delivery, router, schema, subscriptions, tracking
 from messagebox.dialects import Dialect, RouteRow
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate, uuid7
@@ -364,7 +364,8 @@ def complete(
     resumable, "completed with discarded messages", with a report naming the instance).
     ``services`` maps each instance id to its service; ``completed_at`` gives when each
     completed (now, by default).
-    Fired timeouts they never consumed are just dropped. Returns the messages suspended."""
+    Fired timeouts they never consumed are dropped (tracked as terminated). Returns the
+    messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
     ids = sorted(services)
     subs = list(conn.execute(sa.select(s.c.id).where(s.c.instance_id.in_(ids))).scalars())
@@ -384,7 +385,17 @@ def complete(
             )
         ).scalars()
     )
-    delivery.release(conn, dialect, [r.msg for r in rows if r.msg in timeouts])
+    dropped = [r for r in rows if r.msg in timeouts]
+    delivery.release(conn, dialect, [r.msg for r in dropped])
+    # the history ends here; not an operator's termination, so not counted as one
+    tracking.record_rows(
+        conn,
+        dialect,
+        tracking.TERMINATED,
+        dropped,
+        "timeout dropped: its instance completed",
+        counted=False,
+    )
     zombies = [r for r in rows if r.msg not in timeouts]
     for instance_id in sorted({r.instance_id for r in zombies}):
         delivery.suspend_rows(

@@ -168,9 +168,11 @@ def record(
     hosts: Sequence[str | None] | None = None,
     entries: Sequence[int | None] | None = None,
     details: Sequence[str | None] | None = None,
+    counted: bool = True,
 ) -> None:
     """Record ``event`` for each message given (with the matching sub, host, entry and
-    detail); count it for metrics by host (or by detail, for ``suspended``)."""
+    detail); unless not ``counted``, count it for metrics by host (or by detail, for
+    ``suspended``)."""
     if not msgs:
         return
     state: _TxState | None = conn.info.get(_STATE)
@@ -180,8 +182,9 @@ def record(
     none: list[Any] = [None] * n
     hosts_ = list(hosts) if hosts is not None else none
     details_ = list(details) if details is not None else none
-    label = details_ if event == SUSPENDED else hosts_
-    count(conn, event, (x or "" for x in label))
+    if counted:
+        label = details_ if event == SUSPENDED else hosts_
+        count(conn, event, (x or "" for x in label))
     if not _enabled(conn, state):
         return
     if state.at is None:  # the database's clock, one for every machine's events
@@ -208,6 +211,8 @@ def record_rows(
     event: str,
     rows: Sequence[Any],
     detail: str | None = None,
+    *,
+    counted: bool = True,
 ) -> None:
     """Record ``event`` for queue or suspended rows (each with ``id``, ``msg``, ``sub``
     and ``host``), with one detail for all."""
@@ -220,6 +225,7 @@ def record_rows(
         hosts=[r.host for r in rows],
         entries=[r.id for r in rows],
         details=None if detail is None else [detail] * len(rows),
+        counted=counted,
     )
 
 

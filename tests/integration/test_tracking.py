@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import REGISTRY
 
 from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox
@@ -262,3 +263,41 @@ def test_events_are_stamped_by_the_database_clock_not_the_process_s(
     stamps = {e.at for e in tracked_box.tracked(routed.message_id)}
     assert len(stamps) == 1
     assert abs(stamps.pop() - datetime.now(UTC)) < timedelta(minutes=5)
+
+
+def test_a_fired_timeout_dropped_by_its_completed_instance_ends_its_history(
+    tracked_box: MessageBox,
+) -> None:
+    from messagebox import instances
+
+    box = tracked_box
+    sub = box.subscription("orders")
+    terminated = REGISTRY.get_sample_value("messagebox_terminated_total", {"host": "h"}) or 0
+    # Given a timeout fired for an instance, still on its queue
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    with box.store.transaction() as conn:
+        conn.execute(
+            mb_schema.timer.insert().values(
+                id=1, instance_id="i-1", service="orders", host="h", sub=sub.id,
+                name="payment", due_at=past, created_at=past,
+            )
+        )  # fmt: skip
+        instances.fire_timers(conn, box.store.dialect, "h", datetime.now(UTC))
+    [entry] = box.queue_depth()
+    assert entry.depth == 1
+    # When the instance completes before consuming it
+    with box.store.transaction() as conn:
+        assert (
+            instances.complete(conn, box.store.dialect, {"i-1": "orders"}, datetime.now(UTC)) == 0
+        )
+    # Then the timeout's history ends terminated, saying why, and nothing is left of it
+    [event] = box.tracked(event="terminated")
+    assert event.detail == "timeout dropped: its instance completed"
+    history = [e.event for e in box.tracked(event.message_id)]
+    assert history == ["published", "routed", "terminated"]
+    assert box.queue_depth() == []
+    assert box.suspended() == []
+    assert box.references(event.message_id) == 0
+    # and it is not counted as an operator's termination
+    after = REGISTRY.get_sample_value("messagebox_terminated_total", {"host": "h"}) or 0
+    assert after == terminated
