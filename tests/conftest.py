@@ -20,7 +20,9 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import MessageBox
+from messagebox import delivery as mb_delivery
 from messagebox import schema as mb_schema
+from messagebox.models import HostSettings
 
 PG_DSN = os.environ.get("MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -94,6 +96,38 @@ def box(backend_url: str) -> Iterator[MessageBox]:
         yield b
     finally:
         b.close()
+
+
+def claim(
+    box: MessageBox,
+    host: str,
+    *,
+    n: int = 1,
+    owner: str = "t",
+    lease_seconds: float = 30.0,
+    instances: bool = False,
+) -> list[mb_delivery.Claim]:
+    """Claim up to ``n`` entries of ``host`` as a host instance ``owner`` would."""
+    with box.store.transaction(serial=True) as conn:
+        return mb_delivery.claim(
+            conn,
+            box.store.dialect,
+            host=host,
+            owner=owner,
+            n=n,
+            lease_seconds=lease_seconds,
+            ordered=False,
+            instances=instances,
+        )
+
+
+def fail_for_good(
+    box: MessageBox, claimed: mb_delivery.Claim, error: str, owner: str = "t"
+) -> None:
+    """Fail a claimed entry permanently, as a host instance would: it is suspended."""
+    with box.store.transaction(serial=True) as conn:
+        failure = mb_delivery.Failure(claimed, error, permanent=True)
+        mb_delivery.finish(conn, box.store.dialect, owner, [], [failure], HostSettings(), set())
 
 
 def table_counts(box: MessageBox) -> dict[str, int]:

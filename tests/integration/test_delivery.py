@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from hosts import Delivery, HostInstance
-from messagebox import Message, MessageBox, State, Throttled, delivery
+from messagebox import Message, MessageBox, State, Throttled
 from messagebox import schema as mb_schema
 from messagebox.errors import (
     PermanentFailure,
@@ -27,10 +27,9 @@ from messagebox.models import (
     DELIVERY_FAILURE,
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
-    HostSettings,
 )
 from predicates import P
-from tests.conftest import table_counts, wait_for
+from tests.conftest import claim, fail_for_good, table_counts, wait_for
 
 FAST = {
     "poll_min_seconds": 0.01,
@@ -331,16 +330,11 @@ def test_an_entry_failing_after_its_subscription_was_removed_is_suspended_for_re
     box.create_host("h", **FAST)
     box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="old")
     box.publish(msgs(1))
-    with box.store.transaction() as conn:
-        [claim] = delivery.claim(
-            conn, box.store.dialect, host="h", owner="o", n=1, lease_seconds=30, ordered=False
-        )
+    [claimed] = claim(box, "h")
     box.unsubscribe("old")
     assert box.suspended() == []  # being delivered: it finishes its delivery
     # When the delivery fails past its retries
-    with box.store.transaction() as conn:
-        failure = delivery.Failure(claim, "downstream said no", permanent=True)
-        delivery.finish(conn, box.store.dialect, "o", [], [failure], HostSettings(), set())
+    fail_for_good(box, claimed, "downstream said no")
     # Then it is suspended as its subscription's removal, with its error: re-routable,
     # not resumable (there is nothing to resume it to)
     [entry] = box.suspended()

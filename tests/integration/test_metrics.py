@@ -16,10 +16,10 @@ from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox, delivery
 from messagebox.errors import RoutingFailure
 from messagebox.metrics import exposition
-from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE, HostSettings
+from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
 from predicates import P
 from tests.conftest import FAST_FAILING as FAST
-from tests.conftest import wait_for
+from tests.conftest import claim, fail_for_good, wait_for
 
 
 def value(name: str, **labels: str) -> float:
@@ -130,19 +130,8 @@ def test_delivery_counts_delivered_failed_suspended_resumed_terminated(
     [entry] = box.suspended(host=host)
     box.resume(entry.id)
     assert delta()["messagebox_resumed_total"] == 1
-    with box.store.transaction() as conn:  # claim it and fail it permanently
-        [claim] = delivery.claim(
-            conn, box.store.dialect, host=host, owner="t", n=1, lease_seconds=30, ordered=False
-        )
-        delivery.finish(
-            conn,
-            box.store.dialect,
-            "t",
-            [],
-            [delivery.Failure(claim, "gave up", permanent=True)],
-            HostSettings(),
-            set(),
-        )
+    [claimed] = claim(box, host)  # claim it and fail it permanently
+    fail_for_good(box, claimed, "gave up")
     [entry] = box.suspended(host=host)
     box.terminate(entry.id)
     got = delta()
@@ -154,42 +143,28 @@ def test_delivery_counts_delivered_failed_suspended_resumed_terminated(
 def test_an_entry_s_wait_is_its_first_claim_s_and_a_resumed_entry_waits_from_its_resume(
     box: MessageBox, host: str
 ) -> None:
-    def claim(lease: float = 30) -> list[delivery.Claim]:
-        with box.store.transaction() as conn:
-            return delivery.claim(
-                conn,
-                box.store.dialect,
-                host=host,
-                owner="t",
-                n=5,
-                lease_seconds=lease,
-                ordered=False,
-            )
-
     box.publish([Message(b"1", promoted={"t.Kind": "order"})])
     time.sleep(0.3)
     # The first claim has waited since the publish
-    [first] = claim(lease=0.05)
+    [first] = claim(box, host, n=5, lease_seconds=0.05)
     assert first.waited is not None
     assert first.waited >= 0.3
     # A lapsed lease, then a give-back, are claimed again, but not waited again
     time.sleep(0.1)
-    [again] = claim()
+    [again] = claim(box, host, n=5)
     assert again.attempts == 2
     assert again.waited is None
     with box.store.transaction() as conn:
         assert delivery.give_back(conn, "t", [again]) == 1
-    [given_back] = claim()
+    [given_back] = claim(box, host, n=5)
     assert given_back.attempts == 2
     assert given_back.waited is None
     # Suspended, then resumed: it waits again, from its resume
-    with box.store.transaction() as conn:
-        failure = delivery.Failure(given_back, "gave up", permanent=True)
-        delivery.finish(conn, box.store.dialect, "t", [], [failure], HostSettings(), set())
+    fail_for_good(box, given_back, "gave up")
     time.sleep(0.3)
     [entry] = box.suspended(host=host)
     box.resume(entry.id)
-    [resumed] = claim()
+    [resumed] = claim(box, host, n=5)
     assert resumed.attempts == 1
     assert resumed.waited is not None
     assert resumed.waited < 0.3

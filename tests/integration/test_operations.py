@@ -13,11 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox, State
-from messagebox import delivery as mb_delivery
 from messagebox.errors import NoSchema, UnknownMessage, UnknownSuspendedEntry
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
-from tests.conftest import table_counts
+from tests.conftest import claim, table_counts
 from tests.strategies import filters, messages
 
 
@@ -98,16 +97,7 @@ def test_queue_stats_count_ready_held_and_leased_entries_and_the_oldest(
     )
     shop.set_service_state("bill", "stopped")
     # and one shipping entry claimed by a host instance
-    with shop.store.transaction(serial=True) as conn:
-        [_claim] = mb_delivery.claim(
-            conn,
-            shop.store.dialect,
-            host="shipping",
-            owner="test-instance",
-            n=1,
-            lease_seconds=60,
-            ordered=False,
-        )
+    [_claimed] = claim(shop, "shipping", owner="test-instance", lease_seconds=60)
     # When the queue statistics are read
     found = {q.host: q for q in shop.queue_stats()}
     # Then each host's subscription shows its entries by state and its oldest's age

@@ -33,6 +33,7 @@ from messagebox.errors import MessageBoxError
 from messagebox.ids import uuid7
 from messagebox.models import HostSettings, Outcome, RoutingPolicy
 from messagebox.properties import decode_value
+from tests.conftest import claim
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.orchestrator:app"
@@ -378,22 +379,12 @@ def test_a_message_committed_late_with_an_older_id_waits_for_the_running_step(pg
     with MessageBox(pg_url, publisher="tests") as box:
         app.setup(box)
 
-        def claim(owner: str) -> list[delivery.Claim]:
-            with box.store.transaction(serial=True) as conn:
-                return delivery.claim(
-                    conn,
-                    box.store.dialect,
-                    host=HOST,
-                    owner=owner,
-                    n=10,
-                    lease_seconds=60,
-                    ordered=False,
-                    instances=True,
-                )
+        def take(owner: str) -> list[delivery.Claim]:
+            return claim(box, HOST, n=10, owner=owner, lease_seconds=60, instances=True)
 
         # Given a running instance for X whose first order was handled
         box.publish([message("order")])
-        [first] = claim("h1")
+        [first] = take("h1")
         with box.store.transaction(serial=True) as conn:
             delivery.finish(conn, box.store.dialect, "h1", [first], [], HostSettings(), set())
         # When a second order for X is being published (its entry id taken) while a
@@ -410,10 +401,10 @@ def test_a_message_committed_late_with_an_older_id_waits_for_the_running_step(pg
             )
             [routed] = box.publish([message("payment")])
             assert routed.outcome is Outcome.ROUTED
-            h1 = claim("h1")
+            h1 = take("h1")
             assert [c.msg for c in h1] == [routed.message_id]
         # and the second order commits (with the lower entry id) while h1's step runs
-        h2 = claim("h2")
+        h2 = take("h2")
 
         # Then h2 gets nothing of instance X until h1's step is done
         assert [c for c in h2 if c.instance_id == first.instance_id] == []

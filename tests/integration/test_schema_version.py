@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, delivery
+from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.errors import StorageError
 from predicates import P
+from tests.conftest import claim
 
 
 def make_version_3(conn: sa.Connection) -> None:
@@ -85,16 +86,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         box.publish([Message(b"y", promoted={"a.B": 2, "a.C": "k"})])
         assert [e.event for e in box.tracked(event="published")] == ["published"]
         # and the entry queued before the upgrade is claimed, as a first claim
-        with box.store.transaction() as conn:
-            claims = delivery.claim(
-                conn,
-                box.store.dialect,
-                host="kept",
-                owner="o",
-                n=5,
-                lease_seconds=30,
-                ordered=False,
-            )
+        claims = claim(box, "kept", n=5)
         assert [c.msg for c in claims] == [queued.message_id]
         assert claims[0].waited is not None
         assert claims[0].waited >= 0
