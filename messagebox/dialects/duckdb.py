@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -43,6 +44,16 @@ def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
     if isinstance(t, sa.LargeBinary):
         return pa.large_binary()
     return pa.string()  # Text, and Uuid as its text form (cast on insert)
+
+
+SMALL_INSERT = 12
+"""Inserts of at most this many rows bind parameters instead of an Arrow table."""
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
 
 
 _STAGED_SCHEMA = pa.schema(
@@ -115,6 +126,10 @@ class DuckDBDialect(Dialect):
     def insert(
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:
+        rows = len(next(iter(columns.values()), ()))
+        if rows <= SMALL_INSERT:
+            self._insert_values(conn, table, columns, rows)
+            return
         arrays = []
         exprs = []
         for col_name, values in columns.items():
@@ -131,6 +146,33 @@ class DuckDBDialect(Dialect):
                 f"INSERT INTO {table.name} ({', '.join(columns)}) "
                 f"SELECT {', '.join(exprs)} FROM {name}"
             )
+
+    @staticmethod
+    def _insert_values(
+        conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]], rows: int
+    ) -> None:
+        """A few rows as one ``INSERT ... VALUES`` with parameters: registering an Arrow
+        table costs more than the insert itself below about a dozen rows."""
+        if not rows:
+            return
+        slots, cols = [], []
+        for col_name, values in columns.items():
+            t = table.c[col_name].type
+            if isinstance(t, sa.Uuid):
+                slots.append("CAST(? AS UUID)")
+                cols.append([None if v is None else str(v) for v in values])
+            elif isinstance(t, sa.DateTime):  # naive is UTC, as in the Arrow path
+                slots.append("?")
+                cols.append([_utc(v) for v in values])
+            else:
+                slots.append("?")
+                cols.append(list(values))
+        row = f"({', '.join(slots)})"
+        params = tuple(v for i in range(rows) for v in (c[i] for c in cols))
+        conn.exec_driver_sql(
+            f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES " + ", ".join([row] * rows),
+            params,
+        )
 
     def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
         return {"host": host, "owner": owner, "n": n, "lease_us": int(lease_seconds * 1e6)}
