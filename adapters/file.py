@@ -281,11 +281,11 @@ class FileReceive(ReceiveAdapter):
 
     def _live_tags(self) -> set[str]:
         dead_after = {h.name: h.settings.dead_after_seconds for h in self._box.hosts()}
-        now = datetime.now(UTC)
+        ages = self._box.heartbeat_ages()  # by the database's clock, as every machine sees it
         return {
             owner_tag(i.id)
             for i in self._box.instances()
-            if (now - i.heartbeat_at).total_seconds() < dead_after.get(i.host, 30.0)
+            if ages.get(i.id, float("inf")) < dead_after.get(i.host, 30.0)
         }
 
 

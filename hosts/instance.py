@@ -39,7 +39,7 @@ import sqlalchemy as sa
 
 from hosts.orchestration import timer_channel
 from hosts.service import Delivery, Handler, MessageBatch, as_handler
-from messagebox import delivery, instances, metrics, notify
+from messagebox import clock, delivery, instances, metrics, notify
 from messagebox.delivery import Claim, Failure
 from messagebox.engine import MessageBox
 from messagebox.errors import (
@@ -697,7 +697,7 @@ class HostInstance:
                 if due is not None and due <= 0:
                     with store.transaction(serial=True) as conn:
                         hosts = instances.fire_timers(
-                            conn, store.dialect, self.host, datetime.now(UTC)
+                            conn, store.dialect, self.host, clock.now(conn)
                         )
                     if hosts:
                         self.stats.add(timers_fired=sum(hosts.values()))

@@ -82,7 +82,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel
 
 from hosts.service import Delivery
-from messagebox import instances, notify
+from messagebox import clock, instances, notify
 from messagebox.errors import (
     Conflict,
     InstanceCompleted,
@@ -380,12 +380,15 @@ class OrchestrationService:
         store = deliveries[which[0]].box.store if which else None
         stored: dict[str, instances.Stored] = {}
         convoys: set[str] = set()
-        if ids and store is not None:
+        now = datetime.now(UTC)
+        if store is not None:
             try:
                 with store.transaction() as conn:
-                    stored = instances.load(conn, ids)
-                    missing = [i for i in ids if i not in stored]
-                    convoys = instances.in_convoy(conn, missing) if missing else set()
+                    now = clock.now(conn)  # timeouts fall due by the store's clock
+                    if ids:
+                        stored = instances.load(conn, ids)
+                        missing = [i for i in ids if i not in stored]
+                        convoys = instances.in_convoy(conn, missing) if missing else set()
             except Exception as exc:  # the store failed: every step fails (and is retried)
                 for i in which:
                     errors[i] = exc
@@ -394,14 +397,18 @@ class OrchestrationService:
         for i in which:
             d = deliveries[i]
             try:
-                steps[i] = self._run(d, stored.get(d.instance_id or ""), convoys)
+                steps[i] = self._run(d, stored.get(d.instance_id or ""), convoys, now)
                 errors[i] = None
             except Exception as exc:
                 errors[i] = exc
         return steps
 
     def _run(
-        self, d: Delivery, stored: instances.Stored | None, convoys: set[str]
+        self,
+        d: Delivery,
+        stored: instances.Stored | None,
+        convoys: set[str],
+        now: datetime,
     ) -> instances.Step:
         """Run the handler for one delivery on its instance's saved state."""
         message = d.message
@@ -418,7 +425,6 @@ class OrchestrationService:
             )
         if instance_id is None:  # no correlation: each activation is an instance
             instance_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mb-entry:{d.entry_id}"))
-        now = datetime.now(UTC)
         values: dict[str, Value] = (
             dict(stored.correlation)
             if stored is not None
@@ -481,7 +487,7 @@ class OrchestrationService:
                 conn,
                 store.dialect,
                 list(steps.values()),
-                datetime.now(UTC),
+                clock.now(conn),
                 publisher=f"orchestration:{self.name}",
             )
         for i in steps:

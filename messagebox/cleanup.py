@@ -23,11 +23,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from messagebox import delivery, instances, schema, subscriptions, tracking
+from messagebox import clock, delivery, instances, schema, subscriptions, tracking
 from messagebox.store import Store
 
 
@@ -126,7 +125,7 @@ def _purge_completed(
     # completion removed these already; a message routed as the instance completed
     # (another process's publish) is caught here at the latest
     report.discarded_messages += instances.complete(
-        conn, store.dialect, done, datetime.now(UTC), {r.id: r.completed_at for r in rows}
+        conn, store.dialect, done, clock.now(conn), {r.id: r.completed_at for r in rows}
     )
     conn.execute(si.delete().where(si.c.id.in_(list(done))))
     report.purged_instances += len(done)

@@ -16,12 +16,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from messagebox import delivery, notify, router, schema, spool, subscriptions, tracking
+from messagebox import clock, delivery, notify, router, schema, spool, subscriptions, tracking
 from messagebox import stats as box_stats
 from messagebox.delivery import SuspendedQuery
 from messagebox.errors import (
@@ -71,10 +71,6 @@ if TYPE_CHECKING:
 
 
 PUBLISH_CONFLICT_RETRIES = 20
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _check_name(what: str, name: object) -> str:
@@ -148,7 +144,7 @@ class MessageBox:
         _check_name("host", name)
         config = settings or HostSettings.checked(f"host {name!r}", options)
         with self.store.transaction(serial=True) as conn:
-            return subscriptions.create_host(conn, name, config, _now())
+            return subscriptions.create_host(conn, name, config, clock.now(conn))
 
     def hosts(self) -> list[Host]:
         """Every host, by name."""
@@ -211,7 +207,7 @@ class MessageBox:
         if not checked:
             return []
         with self.store.transaction(serial=True) as conn:
-            return subscriptions.subscribe(conn, self.store.dialect, checked, _now())
+            return subscriptions.subscribe(conn, self.store.dialect, checked, clock.now(conn))
 
     @staticmethod
     def _spec(index: int, spec: Mapping[str, Any]) -> subscriptions.SubscriptionSpec:
@@ -414,7 +410,7 @@ class MessageBox:
                         ids,
                         policy=routing,
                         publisher=self.publisher,
-                        now=_now(),
+                        now=clock.now(conn),
                         before_write=self._throttle.check,
                         suspensions=suspend,
                     )
@@ -454,7 +450,7 @@ class MessageBox:
         if len(set(keys)) != len(keys):
             raise ValidationError("the batch records one receipt twice")
         MessageBox._refuse_received(conn, keys)
-        now = _now()
+        now = clock.now(conn)
         conn.execute(
             r.insert(),
             [
@@ -788,7 +784,7 @@ class MessageBox:
                 ids = list(entry_ids)
             else:
                 ids = list(conn.execute(sa.select(s.c.id).where(reroutable)).scalars())
-            done = router.reroute(conn, self.store.dialect, ids, _now()) if ids else {}
+            done = router.reroute(conn, self.store.dialect, ids, clock.now(conn)) if ids else {}
             hosts = set(
                 conn.execute(
                     sa.select(schema.subscription.c.host).where(

@@ -479,9 +479,13 @@ def fire_timers(
 def next_due(conn: sa.Connection, host: str) -> float | None:
     """Seconds until the host's next timer is due (0 if one is), or None."""
     t = schema.timer
-    due = conn.execute(sa.select(sa.func.min(t.c.due_at)).where(t.c.host == host)).scalar()
+    due, now = conn.execute(  # both by the database's clock
+        sa.select(sa.func.min(t.c.due_at), sa.func.now()).where(t.c.host == host)
+    ).one()
     if due is None:
         return None
     if due.tzinfo is None:
         due = due.replace(tzinfo=UTC)
-    return max(float((due - datetime.now(UTC)).total_seconds()), 0.0)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    return max(float((due - now).total_seconds()), 0.0)

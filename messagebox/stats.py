@@ -63,7 +63,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
                 held=n_held,
                 leased=n_leased,
                 oldest_enqueued_at=r.oldest,
-                # publish times come from the publisher's clock: never a negative age
+                # enqueued by a transaction that began after this one: never a negative age
                 oldest_age_seconds=max((now - r.oldest).total_seconds(), 0.0),
             )
         )

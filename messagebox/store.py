@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 
 import sqlalchemy as sa
 
-from messagebox import metrics, schema, tracking
+from messagebox import clock, metrics, schema, tracking
 from messagebox.dialects import Dialect, dialect_for
 from messagebox.errors import BackendUnavailable, MessageBoxError, NoSchema, StorageError
 
@@ -138,11 +138,14 @@ class Store:
             try:
                 with self.engine.begin() as conn:
                     tracking.begin(conn, self.tracking)
+                    clock.begin(conn)
                     try:
                         yield conn
                     except BaseException:
                         tracking.discard(conn)
                         raise
+                    finally:
+                        clock.end(conn)
                     counts = tracking.committed(conn)  # read now: the commit follows
             except MessageBoxError:
                 raise

@@ -29,7 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import clock, schema
 from messagebox.dialects import Dialect
 from messagebox.errors import ValidationError
 
@@ -122,8 +122,6 @@ class _TxState:
     cache: SettingsCache
     enabled: bool | None = None
     counts: Counter[tuple[str, str]] | None = None
-    at: datetime | None = None
-    """One time for every event of the transaction (its order breaks ties)."""
 
 
 def begin(conn: sa.Connection, cache: SettingsCache) -> None:
@@ -187,9 +185,7 @@ def record(
         count(conn, event, (x or "" for x in label))
     if not _enabled(conn, state):
         return
-    if state.at is None:  # the database's clock, one for every machine's events
-        state.at = conn.execute(sa.select(sa.func.now())).scalar_one()
-    at = state.at
+    at = clock.now(conn)  # one time for the transaction's events (their order breaks ties)
     dialect.insert(
         conn,
         schema.tracking,

@@ -1,0 +1,35 @@
+"""The store's clock. Every time a transaction writes (publish, queue, timer and
+tracking stamps) is the database's, read once per transaction, so machines whose own
+clocks disagree still agree on order, ages and due times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+_KEY = "mb_clock"
+"""``conn.info`` key: the transaction's time, once read (``Store.transaction`` sets it)."""
+
+
+def begin(conn: sa.Connection) -> None:
+    """Start caching the time for a store transaction (``Store.transaction`` calls it)."""
+    conn.info[_KEY] = None
+
+
+def end(conn: sa.Connection) -> None:
+    """Forget the transaction's time."""
+    conn.info.pop(_KEY, None)
+
+
+def now(conn: sa.Connection) -> datetime:
+    """The database's time for this transaction, in UTC."""
+    at: datetime | None = conn.info.get(_KEY)
+    if at is None:
+        at = conn.execute(sa.select(sa.func.now())).scalar_one()
+        if at.tzinfo is None:  # a time without zone is the database's UTC
+            at = at.replace(tzinfo=UTC)
+        at = at.astimezone(UTC)
+        if _KEY in conn.info:
+            conn.info[_KEY] = at
+    return at
