@@ -858,6 +858,12 @@ class MessageBox:
         with self.store.transaction() as conn:
             return delivery.instances(conn, host)
 
+    def now(self) -> datetime:
+        """The database's time: every time the store writes or compares is read from it,
+        whatever the clocks of the machines that publish and deliver."""
+        with self.store.transaction() as conn:
+            return clock.now(conn)
+
     def heartbeat_ages(self) -> dict[str, float]:
         """Seconds since each registered host instance's last heartbeat, by instance id
         (by the database clock)."""

@@ -658,9 +658,11 @@ def tracking_events(args: argparse.Namespace, out: Terminal) -> None:
 
     if args.event is not None and args.event not in EVENTS:
         raise inputs.UsageError(f"--event {args.event!r}: one of {', '.join(EVENTS)}")
-    since = None if args.since is None else inputs.ago(args.since, "--since")
+    if args.since is not None:
+        inputs.duration(args.since, "--since")  # a usage error before connecting
     message_id = None if args.message_id is None else inputs.message_id(args.message_id)
     with open_box(args) as box:
+        since = None if args.since is None else inputs.ago(args.since, "--since", box.now())
         subscription = None
         if args.subscription is not None:
             sub = inputs.ref(args.subscription)

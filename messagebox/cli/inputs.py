@@ -8,7 +8,7 @@ import argparse
 import json
 import re
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,10 +117,11 @@ def duration(text: str, option: str = "--older-than") -> timedelta:
         raise UsageError(f"{option} {text!r}: too long") from None
 
 
-def ago(text: str, option: str) -> datetime:
-    """The time ``text`` (an age, as :func:`duration` reads it) before now."""
+def ago(text: str, option: str, now: datetime) -> datetime:
+    """The time ``text`` (an age, as :func:`duration` reads it) before ``now`` (the
+    database's, so that an operator's clock does not move the cut-off)."""
     try:
-        return datetime.now(UTC) - duration(text, option)
+        return now - duration(text, option)
     except OverflowError:
         raise UsageError(f"{option} {text!r}: further back than the year 1") from None
 
@@ -162,5 +163,5 @@ def suspended_query(box: MessageBox, args: argparse.Namespace) -> dict[str, Any]
         # an id is taken as it is: a removed subscription's entries keep its id
         query["subscription"] = sub if isinstance(sub, int) else box.subscription(sub).id
     if args.older_than is not None:
-        query["before"] = ago(args.older_than, "--older-than")
+        query["before"] = ago(args.older_than, "--older-than", box.now())
     return query

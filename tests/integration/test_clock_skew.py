@@ -4,6 +4,9 @@ host instance a day fast or slow delivers as one in sync would."""
 
 from __future__ import annotations
 
+import importlib
+import json
+import pkgutil
 import sys
 import time
 from collections.abc import Callable
@@ -12,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
+import adapters
+import hosts
+import messagebox
 from adapters.file import IN_PROGRESS, FileReceive, location_tag, owner_tag
 from hosts import HostInstance
 from messagebox import Message, MessageBox, delivery, schema
+from messagebox.cli import main as cli_main
 from messagebox.models import InstanceInfo
 from predicates import P
 from tests.conftest import claim
@@ -30,11 +37,19 @@ def skewed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> N
     the database's is right."""
     offset: timedelta = request.param
 
-    class Skewed(datetime):
+    class AnyDatetime(type):
+        def __instancecheck__(cls, obj: object) -> bool:  # isinstance(x, datetime) holds
+            return isinstance(obj, datetime)
+
+    class Skewed(datetime, metaclass=AnyDatetime):
         @classmethod
         def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
             return datetime.now(tz) + offset  # type: ignore[arg-type]
 
+    for package in (messagebox, hosts, adapters):  # load them all: some load lazily
+        for found in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if not found.name.endswith(".__main__"):
+                importlib.import_module(found.name)
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] in {"messagebox", "hosts", "adapters", "predicates"} and (
             getattr(module, "datetime", None) is datetime
@@ -123,3 +138,23 @@ def test_a_machine_with_a_skewed_clock_recovers_only_dead_instances_files(
         assert adapter.stats["recovered"] == 1
     finally:
         adapter.stop(5.0)
+
+
+def test_the_cli_s_ages_are_counted_back_from_the_database_s_time(
+    skewed: None, box: MessageBox, backend_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a routing failure suspended just now (tracked), and an operator's machine
+    # whose clock is a day off
+    box.configure_tracking(True)
+    [failed] = box.publish([Message(b"x", promoted={"t.Kind": "stray"})])
+    assert len(box.suspended()) == 1
+
+    def listed(*args: str) -> list[object]:
+        assert cli_main(["--url", backend_url, *args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    # Then "older than an hour" is none of it and "older than 0 s" all of it, and the
+    # last hour's history has its events (a day off either way would swap them)
+    assert listed("suspended", "list", "--older-than", "1h") == []
+    assert len(listed("suspended", "list", "--older-than", "0s")) == 1
+    assert listed("tracking", "events", str(failed.message_id), "--since", "1h") != []
