@@ -22,14 +22,16 @@ def end(conn: sa.Connection) -> None:
     conn.info.pop(_KEY, None)
 
 
+def utc(at: datetime) -> datetime:
+    """``at`` in UTC; a time without a zone (as DuckDB returns) is taken as UTC."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
 def now(conn: sa.Connection) -> datetime:
     """The database's time for this transaction, in UTC."""
     at: datetime | None = conn.info.get(_KEY)
     if at is None:
-        at = conn.execute(sa.select(sa.func.now())).scalar_one()
-        if at.tzinfo is None:  # a time without zone is the database's UTC
-            at = at.replace(tzinfo=UTC)
-        at = at.astimezone(UTC)
+        at = utc(conn.execute(sa.select(sa.func.now())).scalar_one())
         if _KEY in conn.info:
             conn.info[_KEY] = at
     return at

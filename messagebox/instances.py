@@ -24,13 +24,13 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from messagebox import delivery, router, schema, subscriptions, tracking
+from messagebox import clock, delivery, router, schema, subscriptions, tracking
 from messagebox.dialects import Dialect, RouteRow
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate, uuid7
@@ -460,7 +460,7 @@ def fire_timers(
                 r.sub,
             )
             continue
-        due_at = (r.due_at if r.due_at.tzinfo else r.due_at.replace(tzinfo=UTC)).astimezone(UTC)
+        due_at = clock.utc(r.due_at)
         message = Message(
             json.dumps({"timer": r.name, "instance": r.instance_id, "due_at": due_at.isoformat()}),
             promoted={"messagebox.MessageType": TIMEOUT_TYPE},
@@ -484,8 +484,4 @@ def next_due(conn: sa.Connection, host: str) -> float | None:
     ).one()
     if due is None:
         return None
-    if due.tzinfo is None:
-        due = due.replace(tzinfo=UTC)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return max(float((due - now).total_seconds()), 0.0)
+    return max(float((clock.utc(due) - clock.utc(now)).total_seconds()), 0.0)

@@ -13,12 +13,13 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 import pyarrow as pa
 import sqlalchemy as sa
 
+from messagebox import clock
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
@@ -48,12 +49,6 @@ def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
 
 SMALL_INSERT = 12
 """Inserts of at most this many rows bind parameters instead of an Arrow table."""
-
-
-def _utc(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 _STAGED_SCHEMA = pa.schema(
@@ -155,7 +150,8 @@ class DuckDBDialect(Dialect):
         table costs more than the insert itself below about a dozen rows."""
         if not rows:
             return
-        slots, cols = [], []
+        slots: list[str] = []
+        cols: list[list[Any]] = []
         for col_name, values in columns.items():
             t = table.c[col_name].type
             if isinstance(t, sa.Uuid):
@@ -163,7 +159,7 @@ class DuckDBDialect(Dialect):
                 cols.append([None if v is None else str(v) for v in values])
             elif isinstance(t, sa.DateTime):  # naive is UTC, as in the Arrow path
                 slots.append("?")
-                cols.append([_utc(v) for v in values])
+                cols.append([clock.utc(v) if isinstance(v, datetime) else v for v in values])
             else:
                 slots.append("?")
                 cols.append(list(values))
