@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import MessageBox
 
@@ -20,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 N_FILES = 600
 
 
-def start(url: str, inbound: Path, out: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+def start(
+    url: str, inbound: Path, out: Path, log: Path, *extra: str, **env: str
+) -> subprocess.Popen[bytes]:
     with log.open("ab") as err:
         return subprocess.Popen(
             [
@@ -34,6 +40,7 @@ def start(url: str, inbound: Path, out: Path, log: Path, **env: str) -> subproce
                 "tests.apps.receiver:app",
                 "--log-level",
                 "WARNING",
+                *extra,
             ],
             env={
                 **os.environ,
@@ -46,6 +53,26 @@ def start(url: str, inbound: Path, out: Path, log: Path, **env: str) -> subproce
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def queue_depth(port: int) -> float | None:
+    """Entries on the receiver's queue, as the running host's metrics report them."""
+    try:
+        body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None  # not serving yet
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(body)
+        if family.name == "messagebox_queue_depth"
+        for sample in family.samples
+    )
 
 
 def wait_for(condition, timeout: float, what: str, log: Path) -> None:  # type: ignore[no-untyped-def]
@@ -77,13 +104,19 @@ def test_killed_receive_location_publishes_each_file_exactly_once(backend_url: s
     wait_for(lambda: len(outputs()) >= random.randint(150, 350), 60, "some outputs", log)
     second.send_signal(signal.SIGKILL)
     second.wait(10)
-    # and a third host finishes the work
-    third = start(backend_url, inbound, out, log)
+    # and a third host finishes the work: every file received and sent, and the entries
+    # the killed host had claimed (their files possibly already written) sent again
+    port = free_port()
+    third = start(backend_url, inbound, out, log, "--metrics-port", str(port))
     try:
         wait_for(
-            lambda: not list(inbound.iterdir()) and len(set(outputs())) >= N_FILES,
+            lambda: (
+                not list(inbound.iterdir())
+                and len(set(outputs())) >= N_FILES
+                and queue_depth(port) == 0
+            ),
             120,
-            "every file to be received and sent",
+            "every file to be received and sent, and the queue empty",
             log,
         )
     finally:
