@@ -161,11 +161,23 @@ class StoreCollector(Collector):
         )
 
 
+class _ProcessCollector(Collector):
+    """This process's counters: whatever the default registry holds."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
+
+
+def registry(box: MessageBox) -> CollectorRegistry:
+    """A registry of this process's counters and ``box``'s gauges, to serve (for
+    example with ``prometheus_client.start_http_server(port, registry=...)``)."""
+    both = CollectorRegistry(auto_describe=False)
+    both.register(_ProcessCollector())
+    both.register(StoreCollector(box))
+    return both
+
+
 def exposition(box: MessageBox | None = None) -> tuple[bytes, str]:
     """The text exposition: this process's counters, and ``box``'s gauges when given.
     Returns the body and its content type."""
-    if box is None:
-        return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(box))
-    return generate_latest(REGISTRY) + generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY if box is None else registry(box)), CONTENT_TYPE_LATEST

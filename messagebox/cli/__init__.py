@@ -142,8 +142,10 @@ def _host_run(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             from prometheus_client import start_http_server
 
+            from messagebox.metrics import registry
+
             try:
-                start_http_server(args.metrics_port)
+                start_http_server(args.metrics_port, registry=registry(instance.box))
             except OSError as exc:
                 instance.box.close()
                 raise MessageBoxError(

@@ -274,7 +274,8 @@ def build() -> argparse.ArgumentParser:
         "--metrics-port",
         type=_port,
         metavar="PORT",
-        help="serve this instance's Prometheus metrics at http://0.0.0.0:PORT/metrics",
+        help="serve this instance's counters and the store's gauges (Prometheus) at "
+        "http://0.0.0.0:PORT/metrics",
     )
     console = sub.add_parser(
         "console",

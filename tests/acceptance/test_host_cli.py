@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,25 +40,40 @@ def test_host_run_delivers_then_cleanup_empties(tmp_path: Path) -> None:
         box.publish(Message(b"x", promoted={"t.N": i}) for i in range(50))
     out = tmp_path / "out"
     out.mkdir()
-    done = cli(
-        "--url",
-        url,
-        "host",
-        "run",
-        "tests.apps.recorder:app",
-        "--duration",
-        "3",
-        env={"MB_TEST_OUT": str(out)},
-    )
-    assert done.returncode == 0, done.stderr
-    assert "running; Ctrl-C stops it" in done.stderr
-    lines = [line for f in out.glob("*.log") for line in f.read_text().splitlines()]
-    assert len(lines) == 50
+
+    def lines() -> list[str]:
+        return [line for f in out.glob("*.log") for line in f.read_text().splitlines()]
+
+    proc = host_run(url, "tests.apps.recorder:app", env={"MB_TEST_OUT": str(out)})
+    try:
+        deadline = time.monotonic() + 60
+        while len(lines()) < 50 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "running; Ctrl-C stops it" in stderr
+    assert len(lines()) == 50
     cleaned = cli("--url", url, "cleanup")
     assert cleaned.returncode == 0, cleaned.stderr
     assert cleaned.stdout.startswith("deleted 50 messages and 50 parts")
     listed = cli("--url", url, "instances")
     assert (listed.returncode, listed.stdout) == (0, "")  # it unregistered on the way out
+
+
+def host_run(
+    url: str, app: str, *options: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``messagebox host run`` in the background; stop it with SIGTERM."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "messagebox.cli", "--url", url, "host", "run", app, *options],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_host_run_names_a_bad_target(tmp_path: Path) -> None:
@@ -88,20 +104,12 @@ def test_host_run_serves_metrics_and_logs_json(tmp_path: Path) -> None:
     out.mkdir()
     port = free_port()
     # When a host instance runs with a metrics port and JSON logs
-    command = ["host", "run", "tests.apps.recorder:app", "--duration", "6"]
     options = ["--log-format", "json", "--metrics-port", str(port)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "messagebox.cli", "--url", url, *command, *options],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "MB_TEST_OUT": str(out)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = host_run(url, "tests.apps.recorder:app", *options, env={"MB_TEST_OUT": str(out)})
     try:
         samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
             except httpx.TransportError:
@@ -118,6 +126,7 @@ def test_host_run_serves_metrics_and_logs_json(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
     finally:
+        proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     # Then the scrape parses, and counts the deliveries, the failure and the claims
@@ -125,6 +134,10 @@ def test_host_run_serves_metrics_and_logs_json(tmp_path: Path) -> None:
     assert samples[("messagebox_delivery_failures_total", (("host", "workers"),))] >= 1
     assert samples[("messagebox_claim_seconds_count", (("host", "workers"),))] >= 1
     assert samples[("messagebox_claim_latency_seconds_count", (("host", "workers"),))] >= 20
+    # and serves the store's gauges too (on DuckDB no other process can read them)
+    assert samples[("messagebox_host_instances", (("host", "workers"),))] == 1
+    assert ("messagebox_queue_depth", (("host", "workers"), ("state", "ready"))) in samples
+    assert samples[("messagebox_messages", ())] == 20
     # and every log line is a JSON object; the failure names its message and entry
     logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert logs

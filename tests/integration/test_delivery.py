@@ -95,6 +95,7 @@ def test_every_pair_is_handled_once_and_cleanup_empties_storage(
         [("all", n) for n in range(100)] + [("low", n) for n in range(50)]
     )
     assert all(attempt == 1 for *_, attempt in rec.seen)
+    inst.stop()  # a worker counts its entries just after their commit: let it finish
     assert inst.stats.snapshot()["completed"] == 150
     assert all(box.references(r.message_id) == 0 for r in routed)
     report = box.cleanup()
@@ -435,7 +436,7 @@ def test_graceful_stop_gives_back_unstarted_claims(box: MessageBox) -> None:
     assert entered.wait(5)
     stopper = threading.Thread(target=inst.stop, kwargs={"timeout": 5})
     stopper.start()
-    time.sleep(0.1)
+    wait_for(inst._stopping.is_set, what="the stop to begin")  # no new work from here
     release.set()
     stopper.join()
     assert len(handled) == 1
@@ -538,6 +539,7 @@ def test_ten_thousand_messages_several_subscriptions_exactly_once(
     assert len(pairs) == 20_300
     assert set(pairs.values()) == {1}
     assert [n for s, n, _ in rec.seen if s == "ordered"] == list(range(300))
+    inst.stop()  # a worker counts its entries just after their commit: let it finish
     stats = inst.stats.snapshot()
     assert stats["completed"] == 20_300
     assert stats["redelivered"] == 0

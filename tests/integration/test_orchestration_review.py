@@ -59,10 +59,10 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
     try:
         # When an order is published (and a second one later)
         box.publish([msg("order", 1)])
-        wait_until(lambda: calls["n"] >= 1)
+        assert wait_until(lambda: calls["n"] >= 1, 30.0)
         box.publish([msg("order", 2)])
         # Then both are handled: the failed attempt is retried like any failure
-        handled = wait_until(lambda: len(sink.orders("handled")) == 2, 4.0)
+        handled = wait_until(lambda: len(sink.orders("handled")) == 2, 30.0)
         alive = [t.is_alive() for t in host._threads]
         assert handled, f"handled {sink.orders('handled')}; dequeue threads alive: {alive}"
     finally:
@@ -117,8 +117,8 @@ def test_timeouts_fire_when_the_database_session_is_not_in_utc(paris: None, back
         # When an order is never paid
         box.publish([msg("order", 1)])
         # Then its timeout runs and cancels it
-        assert wait_until(lambda: host.stats.snapshot()["timers_fired"] == 1, 4.0)
-        assert wait_until(lambda: sink.orders("cancel") == [1], 3.0), (
+        assert wait_until(lambda: host.stats.snapshot()["timers_fired"] == 1, 30.0)
+        assert wait_until(lambda: sink.orders("cancel") == [1], 30.0), (
             f"the timer fired but the @timeout method never ran; instance states: "
             f"{[r.state for r in instance_rows(box)]}"
         )
@@ -197,7 +197,7 @@ def test_a_completing_step_can_start_the_next_instance_of_its_correlation(
         # When round 1 of order 9 is published
         box.publish([msg("round", 9, **{"t.Round": 1})])
         # Then rounds 1, 2 and 3 run, each in its own instance, and nothing is discarded
-        wait_until(lambda: len(sink.orders("done")) == 3, 3.0)
+        wait_until(lambda: len(sink.orders("done")) >= 3, 30.0)
         zombies = box.suspended(reason=INSTANCE_COMPLETED)
         assert zombies == [], f"{len(zombies)} zombie(s): {zombies[0].error}"
         assert len(sink.orders("done")) == 3

@@ -67,7 +67,9 @@ def start_workers(url: str, out: Path, n: int, slow: float = 0.0) -> list[subpro
 def records(out: Path) -> list[tuple[str, int, int, int]]:
     found = []
     for log in out.glob("*.log"):
-        for line in log.read_text().splitlines():
+        text = log.read_text()
+        # a line still being appended is read next time
+        for line in text[: text.rfind("\n") + 1].splitlines():
             msg, sub, attempt, pid = line.split()
             found.append((msg, int(sub), int(attempt), int(pid)))
     return found

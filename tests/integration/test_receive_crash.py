@@ -67,12 +67,13 @@ def queue_depth(port: int) -> float | None:
         body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     except httpx.HTTPError:
         return None  # not serving yet
-    return sum(
+    depths = [
         sample.value
         for family in text_string_to_metric_families(body)
         if family.name == "messagebox_queue_depth"
         for sample in family.samples
-    )
+    ]
+    return sum(depths) if depths else None  # no gauge is not an empty queue
 
 
 def wait_for(condition, timeout: float, what: str, log: Path) -> None:  # type: ignore[no-untyped-def]
@@ -101,7 +102,8 @@ def test_killed_receive_location_publishes_each_file_exactly_once(backend_url: s
     assert len(taken) == 25  # the last batch: published, but its files still taken
     # and the next host is SIGKILLed at a random moment mid-run
     second = start(backend_url, inbound, out, log)
-    wait_for(lambda: len(outputs()) >= random.randint(150, 350), 60, "some outputs", log)
+    kill_at = random.randint(150, 350)
+    wait_for(lambda: len(outputs()) >= kill_at, 60, f"{kill_at} outputs", log)
     second.send_signal(signal.SIGKILL)
     second.wait(10)
     # and a third host finishes the work: every file received and sent, and the entries
