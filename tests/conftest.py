@@ -18,11 +18,17 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings
 
 from messagebox import MessageBox
 from messagebox import delivery as mb_delivery
 from messagebox import schema as mb_schema
 from messagebox.models import HostSettings
+
+# No per-example deadline: on a loaded two-core CI machine one slow example would fail
+# a property that holds ("unreliable test timings"); hypothesis still shrinks failures.
+settings.register_profile("messagebox", deadline=None)
+settings.load_profile("messagebox")
 
 PG_DSN = os.environ.get("MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
