@@ -91,8 +91,8 @@ def browser() -> Iterator[object]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(10)
-    driver.implicitly_wait(5)  # a click's page may still be loading: wait for elements
+    driver.set_page_load_timeout(60)
+    driver.implicitly_wait(30)  # a click's page may still be loading: wait for elements
     try:
         yield driver
     finally:
@@ -217,15 +217,15 @@ def test_the_console_command_serves_pages_and_takes_its_token(tmp_path: Path, so
                 return False
 
         wait_for(up, "messagebox console to serve", timeout=20)
-        assert "<td>shipping</td>" in httpx.get(f"{base}/").text
+        assert "<td>shipping</td>" in httpx.get(f"{base}/", timeout=30).text
         action = f"{base}/suspended/{entry_id}/resume"
-        wrong = httpx.post(action, headers={"Authorization": "Bearer nope"})
+        wrong = httpx.post(action, headers={"Authorization": "Bearer nope"}, timeout=30)
         assert wrong.status_code == 403
-        done = httpx.post(action, headers={"Authorization": f"Bearer {TOKEN}"})
+        done = httpx.post(action, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
         assert done.status_code == 303
     finally:
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=10)
+        _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert f"console at http://127.0.0.1:{port}/ — resume and terminate need the token" in err
     with MessageBox(url) as box:
@@ -249,12 +249,12 @@ def test_the_console_command_is_read_only_without_a_token(tmp_path: Path) -> Non
             return True
 
         wait_for(answered, "messagebox console to serve", timeout=20)
-        refused = httpx.post(action, data={"token": TOKEN})
+        refused = httpx.post(action, data={"token": TOKEN}, timeout=30)
         assert refused.status_code == 403
         assert "actions are disabled" in refused.text
     finally:
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=10)
+        _out, err = proc.communicate(timeout=30)
     assert "read-only (set MESSAGEBOX_CONSOLE_TOKEN or --token-file" in err
     with MessageBox(url) as box:
         assert [e.id for e in box.suspended()] == [entry_id]

@@ -131,7 +131,7 @@ def test_a_machine_with_a_skewed_clock_recovers_only_dead_instances_files(
     adapter = FileReceive(f"file://{tmp_path}/*.xml", interval=60, recover_interval=60)
     adapter.start(box, "other", lambda *args, **kwargs: None)  # type: ignore[arg-type]
     try:
-        wait_until(lambda: not gone.exists(), 10, "the dead instance's file recovered")
+        wait_until(lambda: not gone.exists(), 30, "the dead instance's file recovered")
         adapter.recover()
         # Then it takes over the dead instance's file and leaves the live one's alone
         assert busy.exists()

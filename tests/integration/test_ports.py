@@ -815,8 +815,9 @@ def test_a_100_mb_file_is_suspended_as_too_large_and_streams_back_whole(
     read_in = time.monotonic() - started
     assert size == len(data)
     assert sha.hexdigest() == digest
-    # (about 2 s to store and 1 s to stream back on either backend, on a laptop)
-    assert stored_in < 60
+    # (about 2 s to store and 1 s to stream back on either backend, on a laptop; the
+    # bounds only catch a pathology, such as reading the file a byte at a time)
+    assert stored_in < 120
     assert read_in < 60
 
 

@@ -6,20 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
-from hypothesis import strategies as st
 
 from messagebox.instances import correlation_key, message_ids
 from messagebox.properties import normalize_value, values_equal
-
-values = st.one_of(
-    st.text(max_size=20),
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.booleans(),
-    st.datetimes(
-        min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
-    ),
-)
+from tests.strategies import values
 
 
 @given(values, values)
