@@ -8,6 +8,7 @@ there a missing server is a failure. Each test gets its own schema (PostgreSQL) 
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -169,6 +170,13 @@ FAST_FAILING = {
     "max_attempts": 2,
     "cleanup_interval_seconds": 0.0,
 }
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 just now (a child process binds it next)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def wait_for(cond: Callable[[], object], what: str = "condition", timeout: float = 20.0) -> None:

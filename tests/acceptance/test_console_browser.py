@@ -29,7 +29,7 @@ from messagebox import Message, MessageBox
 from messagebox.console import create_app
 from messagebox.console.cli import TOKEN_ENV
 from predicates import P
-from tests.conftest import IN_CI, wait_for
+from tests.conftest import IN_CI, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -172,12 +172,6 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         cwd=ROOT,
         env={**clean, "PYTHONPATH": str(ROOT), **(env or {})},
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def suspended_store(path: Path) -> tuple[str, int]:

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import Message, MessageBox
 from predicates import P
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,12 +85,6 @@ def test_host_run_names_a_bad_target(tmp_path: Path) -> None:
     done = cli("--url", url, "host", "run", "tests.apps.recorder:record")
     assert done.returncode == 1
     assert "is not a HostApp" in done.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_host_run_serves_metrics_and_logs_json(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import MessageBox
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 N_FILES = 600
@@ -53,12 +53,6 @@ def start(
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def queue_depth(port: int) -> float | None:
