@@ -7,12 +7,13 @@
    fulfilment orchestration of :mod:`fulfilment`);
 2. starts a host instance (the receive locations, the send ports and the orchestration
    run in it);
-3. drops a day of generated orders (thousands; single XML orders, XML batches, JSON
-   arrays from the web shop, and a few bad files) into the inbound folder, then the
-   web shop's payments (some in two parts, some never) into the payments folder;
+3. drops the payment gateway's captures of the web shop's orders (some in two parts,
+   some only in part, some never) into the payments folder, then, once they are in, a
+   day of generated orders (thousands; single XML orders, XML batches, JSON arrays from
+   the web shop, and a few bad files) into the inbound folder;
 4. shows progress while the orders are received, routed and written to the outbound
-   folders, and while each web order is paid, shipped and confirmed, or cancelled when
-   its payment times out;
+   folders, and while each web order is shipped and confirmed, or cancelled when the
+   rest of its payment does not come in time;
 5. checks every outbound folder against the reference evaluator's prediction (and the
    fulfilment against the generated payments) and ends with a summary table: routed
    per port, suspended, throughput.
@@ -62,7 +63,8 @@ class Day:
     """Orders from the web shop (the JSON files): each starts a fulfilment."""
     payment_files: list[tuple[str, bytes]] = field(default_factory=list)
     unpaid: set[str] = field(default_factory=set)
-    """Web orders that get no payment: the fulfilment cancels them on its timeout."""
+    """Web orders never paid in full (no payment, or a part only): the fulfilment
+    cancels them on its timeout."""
 
 
 def _order(rng: random.Random, n: int, when: datetime) -> dict[str, object]:
@@ -126,16 +128,20 @@ def generate(n_orders: int, seed: int = 7) -> Day:
     totals = {str(o["id"]): float(o["total"]) for o in day.orders}  # type: ignore[arg-type]
     payments: list[dict[str, object]] = []
     for order_id in day.web_orders:
-        if rng.random() < 0.08:
-            day.unpaid.add(order_id)
-            continue
         total = totals[order_id]
-        if rng.random() < 0.15:  # paid in two parts
+        draw = rng.random()
+        if draw < 0.06:  # never paid
+            day.unpaid.add(order_id)
+        elif draw < 0.09:  # a first part only
+            day.unpaid.add(order_id)
+            payments.append({"orderId": order_id, "amount": round(total * 0.4, 2)})
+        elif draw < 0.24:  # paid in two parts
             first = round(total * 0.4, 2)
             payments.append({"orderId": order_id, "amount": first})
             payments.append({"orderId": order_id, "amount": round(total - first, 2)})
         else:
             payments.append({"orderId": order_id, "amount": total})
+    rng.shuffle(payments)  # the gateway reports captures in its own order
     for start in range(0, len(payments), 25):
         chunk = payments[start : start + 25]
         day.payment_files.append((f"payments-{start:06d}.json", json.dumps(chunk).encode()))
@@ -178,6 +184,15 @@ def box_instances(box: MessageBox) -> list[str]:
         return list(
             conn.execute(sa.select(si.c.state).where(si.c.service == "fulfilment")).scalars()
         )
+
+
+def outcomes(out: Path) -> dict[str, set[str]]:
+    """The web orders each fulfilment port wrote a document for."""
+    return {
+        port: {json.loads(f.read_bytes())["orderId"] for f in (out / port).glob("*")}
+        for port in ("confirmations", "warehouse", "cancellations")
+        if (out / port).is_dir()
+    }
 
 
 def drop(folder: Path, files: list[tuple[str, bytes]]) -> None:
@@ -223,13 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"\nGenerated {len(day.orders):,} orders in {len(day.files):,} files "
         f"({day.bad_files} of them bad), {len(day.web_orders):,} of them from the web shop "
-        f"({len(day.unpaid):,} will never be paid); expecting {total_deliveries:,} "
+        f"({len(day.unpaid):,} will never be paid in full); expecting {total_deliveries:,} "
         "deliveries.\n"
     )
 
     instance.start()
     started = time.perf_counter()
     locations = [loc for p in app.receive_ports for loc in p.locations]
+    [payments] = [loc for loc in locations if loc.name == "payments-drop"]
     finished = False
     try:
         with Progress(
@@ -243,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             received = progress.add_task("received", total=n_files)
             delivered = progress.add_task("delivered", total=total_deliveries)
             fulfilled = progress.add_task("fulfilled", total=len(day.web_orders))
-            drop(root / "in", day.files)
-            paying = False
+            # the captures first: every order's step then sees all that was paid for
+            # it, so only the orders never paid in full wait, and those time out (no
+            # outcome depends on how fast this machine is)
+            drop(root / "payments", day.payment_files)
+            ordering = False
             deadline = time.monotonic() + args.timeout
             while time.monotonic() < deadline:
                 inputs = sum(loc.stats.snapshot()["inputs"] for loc in locations)
@@ -254,11 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(received, completed=inputs)
                 progress.update(delivered, completed=sent)
                 progress.update(fulfilled, completed=done)
-                if not paying and inputs >= len(day.files):
-                    # the orders are in (each web order's instance exists from the
-                    # moment it is routed): the payments may come
-                    drop(root / "payments", day.payment_files)
-                    paying = True
+                if not ordering and payments.stats.snapshot()["inputs"] >= len(
+                    day.payment_files
+                ):
+                    # every capture is published (committed): the orders may come
+                    drop(root / "in", day.files)
+                    ordering = True
                 if inputs >= n_files and sent >= total_deliveries:
                     finished = True
                     break
@@ -305,12 +325,17 @@ def main(argv: list[str] | None = None) -> int:
         f"fulfilment: {fulfilment.get('completed', 0):,} instances completed, "
         f"{fulfilment.get('running', 0):,} running, {fulfilment.get('suspended', 0):,} suspended"
         f" ({len(day.web_orders) - len(day.unpaid):,} shipped and confirmed, "
-        f"{len(day.unpaid):,} cancelled for want of payment)"
+        f"{len(day.unpaid):,} cancelled for want of payment in full)"
     )
     if fulfilment.get("completed", 0) != len(day.web_orders):
         ok = False
+    fates = outcomes(root / "out")
+    paid = set(day.web_orders) - day.unpaid
+    if fates != {"confirmations": paid, "warehouse": paid, "cancellations": day.unpaid}:
+        console.print("[red]Some web order did not get the fulfilment its payments call for.[/]")
+        ok = False
     console.print(f"cleanup: deleted {cleanup.messages:,} delivered messages")
-    if suspended.get("receive-failure", 0) != day.bad_files:
+    if suspended != Counter({"receive-failure": day.bad_files}):
         ok = False
     if not ok:
         console.print("[red]The routed files do not match the prediction (or timed out).[/]")
