@@ -113,6 +113,11 @@ class SendAdapter(ABC):
     def send(self, body: bytes, message: Outbound) -> str:
         """Transmit ``body``; return where it went (a path, a URL and status)."""
 
+    def flush(self) -> None:  # noqa: B027 - optional hook; most adapters send at once
+        """Make durable what this thread sent since its last flush, or raise. A host
+        instance calls it once per claimed batch, before the batch's deliveries are
+        recorded as complete (so an adapter may group its syncs)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook; most adapters hold nothing
         """Release connections and files."""
 

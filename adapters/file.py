@@ -29,9 +29,10 @@ The path names the file to write, with macros: ``%MessageID%``, ``%SourceFileNam
 ``%Port%``, ``%datetime%`` (UTC, ``YYYY-MM-DDThhmmss``) and ``%time%`` (``hhmmss``).
 Options: ``mode`` (``overwrite``: replace an existing file, so a retried delivery
 rewrites the same file; ``create``: fail if it exists), ``fsync`` (true: the data and
-the folder entry are on disk before the delivery completes), ``mkdir`` (true: create
-missing folders). Each file is written to a temporary name in its folder, then renamed,
-so a reader never sees half a file.
+the folder entry are on disk before the delivery completes; in overwrite mode a host
+instance syncs a claimed batch's files together, before it records them complete),
+``mkdir`` (true: create missing folders). Each file is written to a temporary name in
+its folder, then renamed, so a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -325,6 +326,8 @@ class FileSend(SendAdapter):
         self.mode = str(opts["mode"])
         self.fsync = bool(opts["fsync"])
         self.mkdir = bool(opts["mkdir"])
+        self._pending = threading.local()
+        """Per thread: files renamed in whose data and folder entry ``flush`` syncs."""
 
     def path_for(self, message: Outbound) -> Path:
         now = datetime.now(UTC)
@@ -345,10 +348,14 @@ class FileSend(SendAdapter):
         if self.mkdir:
             folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+        # overwrite mode defers the syncs to flush (once a batch, one per folder): a
+        # crash before it leaves the delivery incomplete, so the file is written again;
+        # create mode syncs at once (a half-synced file would block its own retry)
+        deferred = self.fsync and self.mode == "overwrite"
         try:
             with open(tmp, "wb") as f:
                 f.write(body)
-                if self.fsync:
+                if self.fsync and not deferred:
                     f.flush()
                     os.fsync(f.fileno())
             if self.mode == "create":
@@ -359,10 +366,34 @@ class FileSend(SendAdapter):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        if self.fsync:
-            fd = os.open(folder, os.O_RDONLY)
+        if deferred:
+            pending: list[Path] | None = getattr(self._pending, "files", None)
+            if pending is None:
+                pending = self._pending.files = []
+            pending.append(target)
+        elif self.fsync:
+            _sync_folder(folder)
+        return str(target)
+
+    def flush(self) -> None:
+        """Sync the data of the files this thread wrote since its last flush, then
+        each of their folders once."""
+        pending: list[Path] = getattr(self._pending, "files", None) or []
+        self._pending.files = []
+        for target in dict.fromkeys(pending):
+            fd = os.open(target, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        return str(target)
+        for folder in dict.fromkeys(t.parent for t in pending):
+            _sync_folder(folder)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a folder's entries (a rename into it) durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -174,6 +174,12 @@ class HostInstance:
         self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
         self._uses_instances = any(getattr(s, "uses_instances", False) for s in services.values())
+        self._flushers: dict[str, Callable[[], None]] = {
+            n: getattr(s, "flush")  # noqa: B009
+            for n, s in services.items()
+            if callable(getattr(s, "flush", None))
+        }
+        """Services that make a batch's work durable at its end (file send ports)."""
         self._batchers: dict[str, Callable[[list[Delivery]], list[Exception | None]]] = {
             n: getattr(s, "handle_many")  # noqa: B009
             for n, s in services.items()
@@ -465,7 +471,36 @@ class HostInstance:
                 failed.append(outcome)
                 if c.ordered:
                     blocked.add(c.sub)
+        done = self._flush(done, failed)
         self._finish(done, failed, unstarted)
+
+    def _flush(self, done: list[Claim], failed: list[Failure]) -> list[Claim]:
+        """Have the services that defer durability to the end of a batch (``flush``)
+        make it durable before the batch's completions are recorded; the entries of a
+        service whose flush fails are failed instead (and delivered again)."""
+        if not self._flushers or not done:
+            return done
+        services: dict[int, str] = {}
+        for c in done:
+            sub = self._subscription(c.sub)
+            if sub is not None and sub.service in self._flushers:
+                services[c.id] = sub.service
+        broken: dict[str, Exception] = {}
+        for service in sorted(set(services.values())):
+            try:
+                self._flushers[service]()
+            except Exception as exc:
+                broken[service] = exc.with_traceback(None)  # no cycle through this frame
+        if not broken:
+            return done
+        kept = []
+        for c in done:
+            sub = self._subscription(c.sub)
+            if sub is not None and services.get(c.id) in broken:
+                failed.append(self._failure(c, sub, broken[sub.service]))
+            else:
+                kept.append(c)
+        return kept
 
     def _handle_together(
         self, claims: list[Claim], batch: MessageBatch
@@ -582,6 +617,8 @@ class HostInstance:
     def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
         """Complete, fail and give back a batch in one transaction, retried on error.
         If it cannot be written, the leases expire and the entries are delivered again."""
+        if not (done or failed or unstarted):
+            return  # every step committed its own outcome (orchestrations)
         stop_subs = self._stop_on_failure()
         pause = 0.05
         for attempt in range(1, FINISH_TRIES + 1):

@@ -458,6 +458,17 @@ class SendPort:
         self.stats.add(**{"sent_backup" if which == "backup" else "sent": 1})
         log.debug("send port %s: %s -> %s", self.name, delivery.message_id, where)
 
+    def flush(self) -> None:
+        """Make this thread's sends durable (called before its batch is completed)."""
+        errors = []
+        for which, adapter in self.adapters.items():
+            try:
+                adapter.flush()
+            except Exception as exc:
+                errors.append(f"{which} transport {adapter.url}: {exc}")
+        if errors:
+            raise OSError(f"send port {self.name!r}: " + "; ".join(errors))
+
     def close(self) -> None:
         for adapter in self.adapters.values():
             adapter.close()

@@ -113,8 +113,8 @@ def claim(
     (when ``instances``; at most half the batch while other entries wait, so neither
     kind starves the other), then the rest by priority and age."""
 
-    def take(sql: str, most: int) -> int:
-        params = dialect.claim_params(host, owner, most, lease_seconds)
+    def take(sql: str, most: int, **extra: int) -> int:
+        params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
         got = [_claim(r) for r in conn.exec_driver_sql(sql, params)]
         claims.extend(got)
         return len(got)
@@ -123,6 +123,12 @@ def claim(
     if ordered:
         take(dialect.claim_ordered_sql, n)
     room = n - len(claims)
+    if instances and room and dialect.claim_mixed_sql is not None:
+        # one statement for both kinds, interleaved; a claim of one entry alternates
+        first = next(_turns) % 2 if room == 1 else 0
+        take(dialect.claim_mixed_sql, room, first_kind=first)
+        claims.sort(key=lambda c: (-c.priority, c.id))
+        return claims
     # half each; a claim of one entry alternates between the kinds
     share = room // 2 if room > 1 else (next(_turns) % 2 if room == 1 else 0)
     heads = take(dialect.claim_instance_sql, share) if instances and share else 0

@@ -21,6 +21,53 @@ WHERE id IN (
 )
 RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
 
+-- name: claim_mixed --
+-- claim and claim_instance in one statement (each DuckDB UPDATE costs milliseconds
+-- whatever its row count): the claimable heads of service instances and the other
+-- ready entries, each kind ranked by priority and age, interleaved one of each kind at
+-- a time ($first_kind first: 1 for instance heads), so neither kind takes more than
+-- half the batch while the other waits.
+UPDATE mb_queue
+SET lease_owner = $owner,
+    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
+    attempts = attempts + 1,
+    claimed_at = coalesce(claimed_at, now())
+WHERE id IN (
+    WITH heads AS (
+        SELECT instance_id, min(id) AS id,
+               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
+        FROM mb_queue
+        WHERE host = $host AND instance_id IS NOT NULL
+        GROUP BY instance_id
+    ),
+    candidates AS (
+        SELECT q.id, q.priority, 1 AS kind
+        FROM heads h
+        JOIN mb_queue q ON q.id = h.id
+        WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
+          AND NOT EXISTS (
+              SELECT 1 FROM mb_suspended s
+              WHERE s.instance_id = h.instance_id AND s.resumable
+          )
+        UNION ALL
+        SELECT id, priority, 0 AS kind
+        FROM mb_queue
+        WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
+          AND available_at <= now()
+          AND (lease_expires IS NULL OR lease_expires < now())
+    ),
+    ranked AS (
+        SELECT id, kind,
+               row_number() OVER (PARTITION BY kind ORDER BY priority DESC, id) AS rn
+        FROM candidates
+        QUALIFY rn <= $n
+    )
+    SELECT id FROM ranked
+    ORDER BY rn, CASE WHEN kind = $first_kind THEN 0 ELSE 1 END
+    LIMIT $n
+)
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
+
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
 -- entries, taken only when its head is free. Its claimer handles the run in id order

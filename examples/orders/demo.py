@@ -273,9 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(received, completed=inputs)
                 progress.update(delivered, completed=sent)
                 progress.update(fulfilled, completed=done)
-                if not ordering and payments.stats.snapshot()["inputs"] >= len(
-                    day.payment_files
-                ):
+                if not ordering and payments.stats.snapshot()["inputs"] >= len(day.payment_files):
                     # every capture is published (committed): the orders may come
                     drop(root / "in", day.files)
                     ordering = True

@@ -47,6 +47,9 @@ class Dialect:
     supports_skip_locked: ClassVar[bool] = False
     supports_notify: ClassVar[bool] = False
     one_process: ClassVar[bool] = False
+    claims_mixed: ClassVar[bool] = False
+    """True when the dialect claims instance heads and other entries in one statement
+    (``claim_mixed``)."""
     """True when only one OS process may open the database (host instances are threads)."""
 
     def __init__(self) -> None:
@@ -57,6 +60,10 @@ class Dialect:
         self.claim_sql = sql.load(self.name, "claim")
         self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
         self.claim_instance_sql = sql.load(self.name, "claim_instance")
+        self.claim_mixed_sql: str | None = (
+            sql.load(self.name, "claim_mixed") if self.claims_mixed else None
+        )
+        """``claim`` and ``claim_instance`` in one statement, where a dialect has it."""
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError

@@ -67,6 +67,7 @@ _STAGED_SCHEMA = pa.schema(
 class DuckDBDialect(Dialect):
     name: ClassVar[str] = "duckdb"
     one_process: ClassVar[bool] = True
+    claims_mixed: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()

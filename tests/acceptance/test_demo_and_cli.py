@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,30 +34,48 @@ def run(
     )
 
 
-def test_the_demo_routes_a_day_of_orders_from_files_to_the_predicted_ports(tmp_path: Path):
-    # Given the demo's order routing on a DuckDB file, with a small day of orders
+@contextmanager
+def busy_cpu() -> Iterator[None]:
+    """A second process burning one CPU for the block (bounded: it stops by itself)."""
+    spin = "import time\nend = time.time() + 300\nwhile time.time() < end: pass"
+    burner = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+def test_the_demo_routes_a_day_of_orders_to_the_predicted_ports_on_a_busy_machine(
+    tmp_path: Path,
+):
+    # Given the demo's order routing on a DuckDB file, with a day large enough that
+    # receiving it takes longer than the 3 s an order waits for the rest of its payment
+    # (the demo once dropped the payments after the orders: an order's payment then
+    # raced its timeout, and lost on a slow or busy machine)
     url = f"duckdb:///{tmp_path / 'demo.duckdb'}"
-    # When it runs as `make demo` runs it
-    # (a payment has 6 s, not 3, to beat its order's timeout on a loaded machine; the demo
-    # gives up, and says why, well before the subprocess timeout)
-    result = run(
-        "examples/orders/demo.py",
-        url,
-        *("--orders", "400", "--workdir", str(tmp_path), "--timeout", "100"),
-        env={"ORDERS_PAYMENT_TIMEOUT": "6"},
-    )
-    # Then every outbound folder holds what the reference evaluator predicts
+    # When it runs as `make demo` runs it, while another process keeps a CPU busy
+    with busy_cpu():
+        result = run(
+            *("examples/orders/demo.py", url, "--orders", "2000", "--workdir", str(tmp_path)),
+            *("--timeout", "120"),
+            env={"ORDERS_PAYMENT_TIMEOUT": "3"},  # the default, whatever the environment
+        )
+    # Then every outbound folder holds what the reference evaluator predicts, and each
+    # web order was shipped and confirmed, or cancelled, as its payments call for
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Every order reached exactly the ports the reference evaluator predicts" in (
         result.stdout
     )
     assert "suspended (receive-failure): 4" in result.stdout
     assert "orders/s" in result.stdout
-    # and the inbound folder is empty: every file was published, then deleted
+    # and the inbound folders are empty: every file was published, then deleted
     assert list((tmp_path / "in").iterdir()) == []
+    assert list((tmp_path / "payments").iterdir()) == []
     written = {d.name: len(list(d.iterdir())) for d in (tmp_path / "out").iterdir()}
     assert written["errors"] == 4
-    assert sum(written.values()) > 400
+    assert written["cancellations"] > 0  # the time-out path ran
+    assert written["confirmations"] == written["warehouse"] > written["cancellations"]
 
 
 def test_cli_route_explain_and_its_exit_codes(tmp_path: Path):

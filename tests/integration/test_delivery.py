@@ -601,3 +601,51 @@ def test_notify_wakes_an_idle_instance_at_once(pg_url: str, instances: list[Host
     instances.pop().stop()
     other.close()
     box.close()
+
+
+class Flushing:
+    """A service that defers its durability to ``flush`` (as file send ports do), whose
+    first flush fails."""
+
+    def __init__(self) -> None:
+        self.handled: list[int] = []
+        self.durable: list[int] = []
+        self.pending = threading.local()
+        self.flushes = 0
+        self.lock = threading.Lock()
+
+    def handle(self, d: Delivery) -> None:
+        pending = getattr(self.pending, "n", None)
+        if pending is None:
+            pending = self.pending.n = []
+        pending.append(int(d.properties["t.N"]))  # type: ignore[arg-type]
+
+    def flush(self) -> None:
+        pending, self.pending.n = getattr(self.pending, "n", []), []
+        with self.lock:
+            self.flushes += 1
+            self.handled.extend(pending)
+            if self.flushes == 1:
+                raise OSError("disk full")
+            self.durable.extend(pending)
+
+
+def test_a_batch_is_completed_only_once_its_service_has_flushed(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    # Given a service that makes its work durable once a batch, whose first flush fails
+    box.create_host("h")
+    box.subscribe("f", host="h", filter=P("t.N") >= 0)
+    service = Flushing()
+    box.publish(msgs(20))
+    # When an instance claims the messages in batches
+    inst = run(instances, box, "h", {"f": service}, dequeue_threads=1, claim_batch=8)
+    wait_for(drained(box), what="the queue to drain")
+    # Then the batch whose flush failed was delivered again, and every message was
+    # completed only after a flush that succeeded
+    assert sorted(service.durable) == list(range(20))
+    assert len(service.handled) > 20
+    stats = inst.stats.snapshot()
+    assert stats["completed"] == 20
+    assert stats["retried"] >= 1
+    assert box.suspended() == []

@@ -28,12 +28,13 @@ MESSAGE_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 
 def outbound(
     *,
+    message_id: uuid.UUID = MESSAGE_ID,
     port: str = "out",
     message_type: str | None = "urn:orders#Order",
     properties: dict[str, object] | None = None,
 ) -> Outbound:
     return Outbound(
-        message_id=MESSAGE_ID,
+        message_id=message_id,
         port=port,
         message_type=message_type,
         properties=properties or {},
@@ -582,3 +583,49 @@ def test_http_send_options_are_typed() -> None:
 def test_an_unknown_http_send_option_is_refused() -> None:
     with pytest.raises(ValidationError, match="unknown option 'retries'"):
         HttpSend("https://partner.example/orders", retries=3)
+
+
+def test_overwrite_sends_are_synced_together_by_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a file send port that syncs (the default), overwriting
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    adapter = FileSend(file_url(tmp_path / "%Port%" / "%MessageID%"))
+    # When three messages to two folders are sent
+    ids = [uuid.UUID(int=i) for i in (1, 2, 3)]
+    for n, port in zip(ids, ("a", "a", "b"), strict=True):
+        adapter.send(b"x", outbound(message_id=n, port=port))
+    # Then each file is in place at once, synced by nothing yet
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["a", "b", *map(str, ids)])
+    assert synced == []
+    # and flush syncs each file, then each folder once
+    adapter.flush()
+    files = [str(tmp_path / p / str(n)) for n, p in zip(ids, ("a", "a", "b"), strict=True)]
+    assert synced == [*files, str(tmp_path / "a"), str(tmp_path / "b")]
+    # and a second flush has nothing left to sync
+    adapter.flush()
+    assert len(synced) == 5
+
+
+def test_create_mode_and_sends_of_other_threads_are_not_left_to_this_threads_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    # create mode syncs the file and its folder before send returns
+    FileSend(file_url(tmp_path / "c" / "%MessageID%"), mode="create").send(b"x", outbound())
+    assert len(synced) == 2
+    # an overwrite send made on another thread is that thread's to flush
+    adapter = FileSend(file_url(tmp_path / "o" / "%MessageID%"))
+    t = threading.Thread(target=adapter.send, args=(b"x", outbound()))
+    t.start()
+    t.join()
+    adapter.flush()
+    assert len(synced) == 2
