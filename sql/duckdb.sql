@@ -22,11 +22,13 @@ WHERE id IN (
 RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
 
 -- name: claim_mixed --
--- claim and claim_instance in one statement (each DuckDB UPDATE costs milliseconds
--- whatever its row count): the claimable heads of service instances and the other
--- ready entries, each kind ranked by priority and age, interleaved one of each kind at
--- a time ($first_kind first: 1 for instance heads), so neither kind takes more than
--- half the batch while the other waits.
+-- claim and claim_instance (see postgresql.sql) in one statement, since each DuckDB
+-- UPDATE costs milliseconds whatever its row count. A service instance handles one
+-- message at a time, in publish order: only the oldest entry of each instance is
+-- claimable, while none of its entries is leased and none is suspended (resumable).
+-- Those heads and the other ready entries are each ranked by priority and age, and
+-- interleaved one of each kind at a time ($first_kind first: 1 for instance heads), so
+-- neither kind takes more than half the batch while the other waits.
 UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
@@ -101,33 +103,3 @@ WHERE id IN (
 )
 RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
 
--- name: claim_instance --
--- A service instance handles one message at a time, in publish order: only the oldest
--- entry of each instance is claimable, while none of its entries is leased (one that
--- committed late with an older id waits for the running step) and no entry of the
--- instance is suspended (resumable): a failed step holds the rest until resumed.
-UPDATE mb_queue
-SET lease_owner = $owner,
-    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
-    attempts = attempts + 1,
-    claimed_at = coalesce(claimed_at, now())
-WHERE id IN (
-    WITH heads AS (
-        SELECT instance_id, min(id) AS id,
-               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
-        FROM mb_queue
-        WHERE host = $host AND instance_id IS NOT NULL
-        GROUP BY instance_id
-    )
-    SELECT q.id
-    FROM heads h
-    JOIN mb_queue q ON q.id = h.id
-    WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
-      AND NOT EXISTS (  -- a suspended step holds its instance's later messages
-          SELECT 1 FROM mb_suspended s
-          WHERE s.instance_id = h.instance_id AND s.resumable
-      )
-    ORDER BY q.priority DESC, q.id
-    LIMIT $n
-)
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()

@@ -59,11 +59,14 @@ class Dialect:
         self.route_sql = "WITH " + sql.load(self.name, "staged") + ",\n" + route
         self.claim_sql = sql.load(self.name, "claim")
         self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
-        self.claim_instance_sql = sql.load(self.name, "claim_instance")
-        self.claim_mixed_sql: str | None = (
-            sql.load(self.name, "claim_mixed") if self.claims_mixed else None
-        )
-        """``claim`` and ``claim_instance`` in one statement, where a dialect has it."""
+        self.claim_mixed_sql: str | None = None
+        """``claim`` and ``claim_instance`` in one statement, where a dialect has it
+        (then it has no ``claim_instance`` of its own)."""
+        self.claim_instance_sql = ""
+        if self.claims_mixed:
+            self.claim_mixed_sql = sql.load(self.name, "claim_mixed")
+        else:
+            self.claim_instance_sql = sql.load(self.name, "claim_instance")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError
