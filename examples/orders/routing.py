@@ -6,10 +6,10 @@ priority) to send ports, each writing to its own outbound folder. Inputs the pip
 refuse are suspended with their original bytes, and routed as error reports to the
 ``errors`` port.
 
-The web shop's orders (the JSON ones) also start the fulfilment orchestration
-(:mod:`fulfilment`): it waits for their payment, which arrives as JSON in a payments
-folder, then has them shipped (``warehouse``) and confirmed (``confirmations``), or
-cancels them (``cancellations``) when no payment comes in time.
+The web shop's orders (the JSON ones) also go to the fulfilment orchestration
+(:mod:`fulfilment`), with their payments, which arrive as JSON in a payments folder
+(before or after the order): a paid order is shipped (``warehouse``) and confirmed
+(``confirmations``); one not paid in full in time is cancelled (``cancellations``).
 
 Run it as a service with ``messagebox --url … host run routing:app`` (with this folder
 on ``PYTHONPATH`` and ``ORDERS_ROOT`` naming the working folder), or through
