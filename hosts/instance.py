@@ -480,23 +480,23 @@ class HostInstance:
         service whose flush fails are failed instead (and delivered again)."""
         if not self._flushers or not done:
             return done
-        services: dict[int, str] = {}
+        subs: dict[int, Subscription] = {}
         for c in done:
             sub = self._subscription(c.sub)
             if sub is not None and sub.service in self._flushers:
-                services[c.id] = sub.service
+                subs[c.id] = sub
         broken: dict[str, Exception] = {}
-        for service in sorted(set(services.values())):
+        for service in sorted({sub.service for sub in subs.values()}):
             try:
                 self._flushers[service]()
             except Exception as exc:
-                broken[service] = exc.with_traceback(None)  # no cycle through this frame
+                broken[service] = exc
         if not broken:
             return done
         kept = []
         for c in done:
-            sub = self._subscription(c.sub)
-            if sub is not None and services.get(c.id) in broken:
+            sub = subs.get(c.id)
+            if sub is not None and sub.service in broken:
                 failed.append(self._failure(c, sub, broken[sub.service]))
             else:
                 kept.append(c)

@@ -47,10 +47,10 @@ class Dialect:
     supports_skip_locked: ClassVar[bool] = False
     supports_notify: ClassVar[bool] = False
     one_process: ClassVar[bool] = False
+    """True when only one OS process may open the database (host instances are threads)."""
     claims_mixed: ClassVar[bool] = False
     """True when the dialect claims instance heads and other entries in one statement
     (``claim_mixed``)."""
-    """True when only one OS process may open the database (host instances are threads)."""
 
     def __init__(self) -> None:
         route = sql.load(self.name, "route")
