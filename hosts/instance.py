@@ -10,9 +10,21 @@ Threads:
   fail the whole batch in one transaction. Idle workers poll from ``poll_min_seconds``
   backing off to ``poll_max_seconds``; a publish wakes them at once (in-process, and on
   PostgreSQL through ``LISTEN/NOTIFY`` from any process).
-- a housekeeper: heartbeat (which also extends this instance's leases), releasing the
-  leases of dead instances of the host, refreshing the subscriptions, and running the
-  cleanup job every ``cleanup_interval_seconds``.
+- a housekeeper: heartbeat (which extends the leases of the entries in flight, and only
+  those), writing outcomes that could not be written before, releasing the leases of
+  dead instances of the host, refreshing the subscriptions, and running the cleanup job
+  every ``cleanup_interval_seconds``.
+- a supervisor: abandons a handler past ``handler_timeout_seconds`` (its entry fails,
+  the rest of its batch is given back) and replaces a dequeue thread that timed out or
+  ended. Python cannot stop a thread: an abandoned handler runs on until it returns,
+  and its outcome is then dropped.
+
+Faults: a handler's exception (``SystemExit`` and ``KeyboardInterrupt`` too) fails its
+entry. An entry whose previous delivery ended with no outcome (its process crashed or
+was killed) is delivered alone, marked started in storage first: when host processes
+have ended while handling it ``max_attempts`` times it is suspended (``crashed-host``),
+and entries that were merely claimed alongside it are not charged. A store failure while
+a message is read is the engine's: retried without using up an attempt.
 - on PostgreSQL, a listener on its own connection.
 
 Stopping is graceful: workers stop claiming, in-flight handlers get ``timeout`` seconds
@@ -43,12 +55,14 @@ from messagebox import clock, delivery, instances, metrics, notify
 from messagebox.delivery import Claim, Failure
 from messagebox.engine import MessageBox
 from messagebox.errors import (
+    BackendUnavailable,
     InstanceCompleted,
     MessageBoxError,
     PermanentFailure,
     RetryLater,
 )
 from messagebox.models import (
+    CRASHED_HOST,
     SUBSCRIPTION_REMOVED,
     HostSettings,
     InstanceInfo,
@@ -66,7 +80,115 @@ class _Settled:
     """A delivery the service completed itself (an orchestration step)."""
 
 
+class _Done:
+    """A delivery its service handled: completed with the batch."""
+
+
 SETTLED = _Settled()
+DONE = _Done()
+
+
+class _Abandoned(Exception):
+    """The supervisor took this batch over (a handler timed out): drop it."""
+
+
+class _Run:
+    """A claimed batch a dequeue thread handles, shared with the supervisor, which takes
+    it over when a handler runs past its time-out."""
+
+    def __init__(self, claims: list[Claim]) -> None:
+        self.claims = claims
+        self.worker = threading.current_thread()
+        self.abandoned = False
+        self._lock = threading.Lock()
+        self._done: list[Claim] = []
+        self._failed: list[Failure] = []
+        self._seen: set[int] = set()  # handed to a handler, or given an outcome
+        self._current: list[Claim] = []
+        self._deadline: float | None = None
+
+    def begin(self, claims: list[Claim], seconds: float | None) -> None:
+        """A handler starts on these claims; it has ``seconds`` (None: no limit)."""
+        with self._lock:
+            if self.abandoned:
+                raise _Abandoned
+            self._current = claims
+            self._seen.update(c.id for c in claims)
+            self._deadline = None if seconds is None else time.monotonic() + seconds
+
+    def end(self) -> None:
+        """The handler returned; raises ``_Abandoned`` if it was too late."""
+        with self._lock:
+            self._current = []
+            self._deadline = None
+            if self.abandoned:
+                raise _Abandoned
+
+    def add(self, c: Claim, outcome: Failure | _Settled | _Done) -> None:
+        with self._lock:
+            if self.abandoned:
+                raise _Abandoned
+            self._seen.add(c.id)
+            if isinstance(outcome, Failure):
+                self._failed.append(outcome)
+            elif isinstance(outcome, _Done):
+                self._done.append(c)
+
+    def take(self) -> tuple[list[Claim], list[Failure]]:
+        """The outcomes held so far, to record them."""
+        with self._lock:
+            if self.abandoned:
+                raise _Abandoned
+            done, failed = self._done, self._failed
+            self._done, self._failed = [], []
+            return done, failed
+
+    def abandon_if_overdue(
+        self, now: float
+    ) -> tuple[list[Claim], list[Claim], list[Failure], list[Claim]] | None:
+        """If its handler is past its deadline, abandon the batch and return the timed
+        out claims, the outcomes held, and the claims never started."""
+        with self._lock:
+            if self.abandoned or self._deadline is None or now < self._deadline:
+                return None
+            self.abandoned = True
+            current = {c.id for c in self._current}
+            unstarted = [c for c in self.claims if c.id not in self._seen]
+            timed_out = [c for c in self.claims if c.id in current]
+            return timed_out, self._done, self._failed, unstarted
+
+
+class _OneAtATime:
+    """Held by the one batch of a process delivering an interrupted entry."""
+
+    def __init__(self) -> None:
+        self._owner: _Run | None = None
+        self._cond = threading.Condition()
+
+    def acquire(self, run: _Run, stopping: threading.Event) -> bool:
+        with self._cond:
+            while self._owner is not None and self._owner is not run:
+                if stopping.is_set():
+                    return False
+                self._cond.wait(0.2)
+            self._owner = run
+            return True
+
+    def release(self, run: _Run) -> None:
+        with self._cond:
+            if self._owner is run:
+                self._owner = None
+                self._cond.notify_all()
+
+
+@dataclass
+class _Pending:
+    """Outcomes that could not be written, kept to be written later."""
+
+    done: list[Claim]
+    failed: list[Failure]
+    unstarted: list[Claim]
+    since: float
 
 
 @dataclass
@@ -103,6 +225,14 @@ class InstanceStats(Counters):
     zombies: int = 0
     """Messages that reached a completed service instance (suspended, not resumable)."""
     timers_fired: int = 0
+    timed_out: int = 0
+    """Handlers abandoned past ``handler_timeout_seconds`` (their entries failed)."""
+    crashed: int = 0
+    """Entries suspended because host processes ended while handling them."""
+    engine_failures: int = 0
+    """Deliveries failed by the store, not the service (retried, not charged)."""
+    threads_replaced: int = 0
+    """Dequeue threads replaced (their handler timed out, or the thread failed)."""
 
 
 class _Permits:
@@ -194,6 +324,15 @@ class HostInstance:
         self._wakes = 0
         self._permits = _Permits(self.settings.max_in_flight)
         self._threads: list[threading.Thread] = []
+        """The dequeue threads (one that timed out or failed is replaced here)."""
+        self._generation = 0
+        self._runs: set[_Run] = set()
+        self._runs_lock = threading.Lock()
+        self._alone = _OneAtATime()
+        self._in_flight: set[int] = set()
+        """Entries claimed and not yet recorded: the only leases heartbeats extend."""
+        self._pending: list[_Pending] = []
+        self._flight_lock = threading.Lock()
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None
         self._unwatch_timers: Callable[[], None] | None = None
@@ -222,6 +361,9 @@ class HostInstance:
             self._threads.append(t)
         self._service_threads.append(
             threading.Thread(target=self._housekeeper, name=f"{self.host}-housekeeper", daemon=True)
+        )
+        self._service_threads.append(
+            threading.Thread(target=self._supervisor, name=f"{self.host}-supervisor", daemon=True)
         )
         if self.box.store.dialect.supports_notify:
             self._service_threads.append(
@@ -269,9 +411,11 @@ class HostInstance:
         self._stopping.set()
         self._timer_wake.set()
         self.wake()
-        for t in self._threads:
+        with self._runs_lock:
+            workers = list(self._threads)
+        for t in workers:
             t.join(max(deadline - time.monotonic(), 0))
-        finished = not any(t.is_alive() for t in self._threads)
+        finished = not any(t.is_alive() for t in workers)
         for t in self._service_threads:
             t.join(5.0)
         if self._unwatch is not None:
@@ -400,6 +544,24 @@ class HostInstance:
                 self._wake_cond.wait(seconds)
 
     def _worker(self) -> None:
+        """A dequeue thread; anything that escapes it is logged, and the supervisor
+        starts another in its place."""
+        try:
+            self._work()
+        except BaseException as exc:
+            if not self._stopping.is_set():
+                log.critical(
+                    "host instance %s: dequeue thread %s failed (%s: %s); another takes "
+                    "its place, its claimed entries are delivered again",
+                    self.id,
+                    threading.current_thread().name,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=True,
+                    extra={"event": "thread-failed", "host_instance": self.id, "host": self.host},
+                )
+
+    def _work(self) -> None:
         idle = self.settings.poll_min_seconds
         while not self._stopping.is_set():
             with self._wake_cond:
@@ -415,16 +577,17 @@ class HostInstance:
                 log.error("host instance %s: claim failed: %s", self.id, exc)
                 self._wait(seen, self.settings.poll_max_seconds)
                 continue
+            except BaseException:
+                self._permits.give(want)
+                raise
             self._permits.give(want - len(claims))
             if not claims:
                 self._wait(seen, idle)
                 idle = min(idle * 2, self.settings.poll_max_seconds)
                 continue
             idle = self.settings.poll_min_seconds
-            try:
-                self._handle_batch(claims)
-            finally:
-                self._permits.give(len(claims))
+            if not self._handle_batch(claims):
+                return  # its handler timed out: another thread has taken this one's place
 
     def _claim(self, n: int) -> list[Claim]:
         started = time.perf_counter()
@@ -443,36 +606,128 @@ class HostInstance:
         waits = [c.waited for c in claims if c.waited is not None]
         metrics.observe_claim(self.host, seconds, waits)
         if claims:
+            with self._flight_lock:
+                self._in_flight.update(c.id for c in claims)
             self.stats.add(
                 claimed=len(claims), redelivered=sum(1 for c in claims if c.attempts > 1)
             )
         return claims
 
-    def _handle_batch(self, claims: list[Claim]) -> None:
-        done: list[Claim] = []
-        failed: list[Failure] = []
+    def _forget(self, claims: Sequence[Claim]) -> None:
+        """These entries are no longer in flight: heartbeats stop extending their leases."""
+        with self._flight_lock:
+            self._in_flight.difference_update(c.id for c in claims)
+
+    def _handle_batch(self, claims: list[Claim]) -> bool:
+        """Handle a claimed batch and record its outcomes. False when the supervisor
+        took the batch over (a handler timed out): this thread then ends."""
+        run = _Run(claims)
+        with self._runs_lock:
+            self._runs.add(run)
+        try:
+            self._handle_run(run)
+            return True
+        except _Abandoned:
+            return False
+        finally:
+            if not run.abandoned:
+                with self._runs_lock:
+                    self._runs.discard(run)
+                self._forget(claims)
+                self._permits.give(len(claims))
+                self._alone.release(run)
+
+    def _handle_run(self, run: _Run) -> None:
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
-        batch = MessageBatch(self.box, [c.msg for c in claims])
-        together = self._handle_together(claims, batch)
-        for c in claims:
+        batch = MessageBatch(self.box, [c.msg for c in run.claims])
+        fresh = [
+            c for c in run.claims if not c.interrupted and c.charges < self.settings.max_attempts
+        ]
+        together = self._handle_together(run, fresh, batch)
+        for c in run.claims:
             if c.id in together:
                 outcome = together[c.id]
+            elif c.charges >= self.settings.max_attempts:
+                outcome = self._crashed(c)
             elif self._stopping.is_set() or c.sub in blocked:
                 unstarted.append(c)
                 continue
-            else:
-                outcome = self._handle(c, batch)
-            if outcome is None:
-                done.append(c)
-            elif isinstance(outcome, _Settled):
-                self.stats.add(completed=1)
-            else:
-                failed.append(outcome)
-                if c.ordered:
+            elif c.interrupted:
+                alone = self._handle_alone(run, c, batch)
+                if alone is None:
+                    unstarted.append(c)
+                elif isinstance(alone, Failure) and c.ordered:
                     blocked.add(c.sub)
+                continue
+            else:
+                outcome = self._handle(run, c, batch)
+            self._note(run, c, outcome)
+            if isinstance(outcome, Failure) and c.ordered:
+                blocked.add(c.sub)
+        self._record(run, unstarted)
+
+    def _note(self, run: _Run, c: Claim, outcome: Failure | _Settled | _Done) -> None:
+        if isinstance(outcome, _Settled):
+            self.stats.add(completed=1)
+        run.add(c, outcome)
+
+    def _record(self, run: _Run, unstarted: Sequence[Claim] = ()) -> None:
+        """Record the outcomes the batch holds so far (after its services' flush)."""
+        done, failed = run.take()
         done = self._flush(done, failed)
-        self._finish(done, failed, unstarted)
+        self._finish(done, failed, list(unstarted))
+
+    def _handle_alone(
+        self, run: _Run, c: Claim, batch: MessageBatch
+    ) -> Failure | _Settled | _Done | None:
+        """Deliver an entry whose previous delivery ended with no outcome: alone, one at
+        a time per process, marked started in storage first and recorded at once, so
+        that a message that makes its host end is charged for it and nothing else is
+        (``crashed-host`` past ``max_attempts``). None: not started (stopping)."""
+        self._record(run)  # what came before it must not be lost if it ends the process
+        if not self._alone.acquire(run, self._stopping):
+            return None
+        try:
+            if self._stopping.is_set():
+                return None
+            try:
+                with self.box.store.transaction(serial=True) as conn:
+                    delivery.mark_started(conn, self.id, [c])
+            except MessageBoxError as exc:
+                outcome: Failure | _Settled | _Done = self._engine_failure(c, exc)
+            else:
+                together = self._handle_together(run, [c], batch)
+                outcome = together[c.id] if c.id in together else self._handle(run, c, batch)
+            self._note(run, c, outcome)
+            self._record(run)
+            return outcome
+        finally:
+            self._alone.release(run)
+
+    def _crashed(self, c: Claim) -> Failure:
+        """An entry whose host ended ``charges`` times while handling it: suspended."""
+        self.stats.add(crashed=1)
+        error = (
+            f"host instances ended {c.charges} times while handling it (the last: "
+            f"{c.crashed_by}); it is suspended so that it does not end them again"
+        )
+        log.error(
+            "host instance %s: entry %d (message %s) %s",
+            self.id,
+            c.id,
+            c.msg,
+            error,
+            extra={
+                "event": "crashed-host",
+                "host_instance": self.id,
+                "host": self.host,
+                "entry": c.id,
+                "message_id": str(c.msg),
+                "crashed_by": c.crashed_by,
+            },
+        )
+        return Failure(c, error, permanent=True, reason=CRASHED_HOST)
 
     def _flush(self, done: list[Claim], failed: list[Failure]) -> list[Claim]:
         """Have the services that defer durability to the end of a batch (``flush``)
@@ -485,11 +740,11 @@ class HostInstance:
             sub = self._subscription(c.sub)
             if sub is not None and sub.service in self._flushers:
                 subs[c.id] = sub
-        broken: dict[str, Exception] = {}
+        broken: dict[str, BaseException] = {}
         for service in sorted({sub.service for sub in subs.values()}):
             try:
                 self._flushers[service]()
-            except Exception as exc:
+            except BaseException as exc:
                 broken[service] = exc
         if not broken:
             return done
@@ -503,8 +758,8 @@ class HostInstance:
         return kept
 
     def _handle_together(
-        self, claims: list[Claim], batch: MessageBatch
-    ) -> dict[int, Failure | _Settled | None]:
+        self, run: _Run, claims: list[Claim], batch: MessageBatch
+    ) -> dict[int, Failure | _Settled | _Done]:
         """Hand the claims of services that take a batch (``handle_many``, as
         orchestrations do: their steps commit in one transaction) to them at once."""
         if not self._batchers or self._stopping.is_set():
@@ -515,17 +770,22 @@ class HostInstance:
             if sub is not None and sub.service in self._batchers:
                 d = self._delivery(c, sub, batch)
                 by_service.setdefault(sub.service, []).append((c, d))
-        outcomes: dict[int, Failure | _Settled | None] = {}
+        outcomes: dict[int, Failure | _Settled | _Done] = {}
+        timeout = self.settings.handler_timeout_seconds
         for service, pairs in by_service.items():
+            run.begin([c for c, _ in pairs], None if timeout is None else timeout * len(pairs))
             try:
-                errors = self._batchers[service]([d for _, d in pairs])
-            except Exception as exc:  # never lose the thread (and strand its claims)
+                errors: list[BaseException | None] = list(
+                    self._batchers[service]([d for _, d in pairs])
+                )
+            except BaseException as exc:  # never lose the thread (and strand its claims)
                 errors = [exc] * len(pairs)
+            run.end()
             for (c, d), error in zip(pairs, errors, strict=True):
                 if error is None:
-                    outcomes[c.id] = SETTLED if d.settled else None
+                    outcomes[c.id] = SETTLED if d.settled else DONE
                 else:
-                    outcomes[c.id] = self._failure(c, d.subscription, error)
+                    outcomes[c.id] = self._failure(c, d.subscription, error, d)
         return outcomes
 
     def _delivery(self, c: Claim, sub: Subscription, batch: MessageBatch) -> Delivery:
@@ -540,7 +800,7 @@ class HostInstance:
             instance_id=c.instance_id,
         )
 
-    def _handle(self, c: Claim, batch: MessageBatch) -> Failure | _Settled | None:
+    def _handle(self, run: _Run, c: Claim, batch: MessageBatch) -> Failure | _Settled | _Done:
         sub = self._subscription(c.sub)
         if sub is None:
             return Failure(
@@ -557,14 +817,38 @@ class HostInstance:
                 f"(it runs: {', '.join(sorted(self.handlers)) or 'no service'})",
             )
         d = self._delivery(c, sub, batch)
+        run.begin([c], self.settings.handler_timeout_seconds)
         try:
             handler(d)
-        except Exception as exc:
-            return self._failure(c, sub, exc)
-        return SETTLED if d.settled else None
+        except BaseException as exc:  # SystemExit too: a service cannot end its host
+            run.end()
+            return self._failure(c, sub, exc, d)
+        run.end()
+        return SETTLED if d.settled else DONE
 
-    def _failure(self, c: Claim, sub: Subscription, exc: Exception) -> Failure:
+    def _engine_failure(self, c: Claim, exc: BaseException) -> Failure:
+        """The store failed during a delivery: retried, without using up an attempt."""
+        self.stats.add(engine_failures=1)
+        log.warning(
+            "host instance %s: the store failed while delivering entry %d (%s); it is "
+            "delivered again, not counted as an attempt",
+            self.id,
+            c.id,
+            exc,
+        )
+        return Failure(
+            c,
+            f"{type(exc).__name__}: {exc}",
+            charge=False,
+            retry_after=self.settings.retry_backoff_seconds,
+        )
+
+    def _failure(
+        self, c: Claim, sub: Subscription, exc: BaseException, d: Delivery | None = None
+    ) -> Failure:
         """What a service's exception means for its entry."""
+        if isinstance(exc, BackendUnavailable) or (d is not None and d.storage_error):
+            return self._engine_failure(c, exc)
         self.stats.add(failed=1)
         if isinstance(exc, PermanentFailure):
             if isinstance(exc, InstanceCompleted):
@@ -588,19 +872,33 @@ class HostInstance:
                 exc,
                 extra=self._fields("retry-later", c, sub, exc),
             )
-            return Failure(c, f"RetryLater: {exc}", retry_after=exc.delay)
-        log.warning(
-            "host instance %s: service %r failed entry %d (attempt %d): %s",
-            self.id,
-            sub.service,
-            c.id,
-            c.attempts,
-            exc,
-            extra=self._fields("delivery-failed", c, sub, exc),
-        )
+            return Failure(c, f"RetryLater: {exc}", retry_after=exc.delay, charge=False)
+        if not isinstance(exc, Exception):
+            log.error(
+                "host instance %s: service %r raised %s on entry %d (attempt %d): a "
+                "service cannot end its host instance; the entry fails",
+                self.id,
+                sub.service,
+                type(exc).__name__,
+                c.id,
+                c.attempts,
+                extra=self._fields("delivery-failed", c, sub, exc),
+            )
+        else:
+            log.warning(
+                "host instance %s: service %r failed entry %d (attempt %d): %s",
+                self.id,
+                sub.service,
+                c.id,
+                c.attempts,
+                exc,
+                extra=self._fields("delivery-failed", c, sub, exc),
+            )
         return Failure(c, "".join(traceback.format_exception(exc)))
 
-    def _fields(self, event: str, c: Claim, sub: Subscription, exc: Exception) -> dict[str, Any]:
+    def _fields(
+        self, event: str, c: Claim, sub: Subscription, exc: BaseException
+    ) -> dict[str, Any]:
         """Structured log fields of an event about one queue entry."""
         return {
             "event": event,
@@ -614,41 +912,56 @@ class HostInstance:
             "error": f"{type(exc).__name__}: {exc}",
         }
 
+    def _write(
+        self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]
+    ) -> tuple[delivery.Finished, int]:
+        """Complete, fail and give back in one transaction."""
+        with self.box.store.transaction(serial=True) as conn:
+            result = delivery.finish(
+                conn,
+                self.box.store.dialect,
+                self.id,
+                done,
+                failed,
+                self.settings,
+                self._stop_on_failure(),
+            )
+            given = delivery.give_back(conn, self.id, unstarted)
+            if given:
+                self.box.store.dialect.notify(conn, [self.host])
+        return result, given
+
     def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
-        """Complete, fail and give back a batch in one transaction, retried on error.
-        If it cannot be written, the leases expire and the entries are delivered again."""
+        """Record a batch's outcomes, retried a few times on error; outcomes that still
+        cannot be written are retried by the housekeeper until their leases would have
+        lapsed (they are no longer extended: another delivery follows)."""
         if not (done or failed or unstarted):
             return  # every step committed its own outcome (orchestrations)
-        stop_subs = self._stop_on_failure()
         pause = 0.05
         for attempt in range(1, FINISH_TRIES + 1):
             try:
-                with self.box.store.transaction(serial=True) as conn:
-                    result = delivery.finish(
-                        conn,
-                        self.box.store.dialect,
-                        self.id,
-                        done,
-                        failed,
-                        self.settings,
-                        stop_subs,
-                    )
-                    given = delivery.give_back(conn, self.id, unstarted)
-                    if given:
-                        self.box.store.dialect.notify(conn, [self.host])
+                result, given = self._write(done, failed, unstarted)
                 break
             except MessageBoxError as exc:
                 if attempt == FINISH_TRIES:
                     log.error(
-                        "host instance %s: could not record %d outcomes (%s); their "
-                        "entries will be delivered again when the leases expire",
+                        "host instance %s: could not record %d outcomes (%s); retrying "
+                        "in the background, else delivered again once their leases lapse "
+                        "(within %.0f s)",
                         self.id,
-                        len(done) + len(failed),
+                        len(done) + len(failed) + len(unstarted),
                         exc,
+                        self.settings.lease_seconds,
                     )
+                    with self._flight_lock:
+                        self._pending.append(_Pending(done, failed, unstarted, time.monotonic()))
+                    self._forget([*done, *(f.claim for f in failed), *unstarted])
                     return
                 time.sleep(pause)
                 pause *= 2
+        self._account(result, given)
+
+    def _account(self, result: delivery.Finished, given: int) -> None:
         self.stats.add(
             completed=result.completed,
             retried=result.retried,
@@ -677,6 +990,139 @@ class HostInstance:
             )
             self._refresh_subscriptions()
 
+    def _retry_pending(self) -> None:
+        """Write the outcomes that could not be written before; give up on those whose
+        leases have lapsed by now (they are delivered again)."""
+        with self._flight_lock:
+            pending, self._pending = self._pending, []
+            busy = set(self._in_flight)  # delivered again by this instance meanwhile
+        for p in pending:
+            done = [c for c in p.done if c.id not in busy]
+            failed = [f for f in p.failed if f.claim.id not in busy]
+            unstarted = [c for c in p.unstarted if c.id not in busy]
+            try:
+                result, given = self._write(done, failed, unstarted)
+            except MessageBoxError as exc:
+                if time.monotonic() - p.since < self.settings.lease_seconds:
+                    with self._flight_lock:
+                        self._pending.append(p)
+                else:
+                    log.error(
+                        "host instance %s: gave up recording %d outcomes (%s); their "
+                        "entries are delivered again",
+                        self.id,
+                        len(done) + len(failed) + len(unstarted),
+                        exc,
+                    )
+                continue
+            log.info(
+                "host instance %s: recorded %d outcomes that had failed to be written",
+                self.id,
+                len(done) + len(failed) + len(unstarted),
+            )
+            self._account(result, given)
+
+    # --- the supervisor ---
+
+    def _supervisor(self) -> None:
+        """Abandon handlers past ``handler_timeout_seconds`` and replace dequeue threads
+        that ended."""
+        timeout = self.settings.handler_timeout_seconds
+        interval = min(1.0, timeout / 4) if timeout else 1.0
+        while not self._stopping.wait(interval):
+            try:
+                self._abandon_overdue()
+                self._replace_dead()
+            except Exception as exc:  # the supervisor itself must not die
+                log.error("host instance %s: supervisor failed: %s", self.id, exc, exc_info=True)
+
+    def _abandon_overdue(self) -> None:
+        now = time.monotonic()
+        with self._runs_lock:
+            runs = list(self._runs)
+        for run in runs:
+            taken = run.abandon_if_overdue(now)
+            if taken is None:
+                continue
+            timed_out, done, failed, unstarted = taken
+            with self._runs_lock:
+                self._runs.discard(run)
+            seconds = self.settings.handler_timeout_seconds
+            self.stats.add(timed_out=len(timed_out), failed=len(timed_out))
+            for c in timed_out:
+                sub = self._subscription(c.sub)
+                service = sub.service if sub is not None else "?"
+                log.error(
+                    "host instance %s: the handler of service %r has not returned entry %d "
+                    "after %.3g s: it fails; %d unstarted entries of its batch are given "
+                    "back and another thread takes its place",
+                    self.id,
+                    service,
+                    c.id,
+                    seconds,
+                    len(unstarted),
+                    extra={
+                        "event": "handler-timeout",
+                        "host_instance": self.id,
+                        "host": self.host,
+                        "service": service,
+                        "entry": c.id,
+                        "message_id": str(c.msg),
+                    },
+                )
+                failed.append(
+                    Failure(
+                        c,
+                        f"TimeoutError: the handler of service {service!r} did not return "
+                        f"within {seconds:g} s (handler_timeout_seconds); it was abandoned",
+                    )
+                )
+            kept = []
+            for c in done:  # a service that makes its work durable at the batch's end
+                sub = self._subscription(c.sub)
+                if sub is not None and sub.service in self._flushers:
+                    failed.append(
+                        Failure(
+                            c,
+                            "its batch was abandoned before its service made it durable",
+                            charge=False,
+                            retry_after=0.0,
+                        )
+                    )
+                else:
+                    kept.append(c)
+            self._finish(kept, failed, unstarted)
+            self._forget(run.claims)
+            self._permits.give(len(run.claims))
+            self._alone.release(run)
+            self._replace(run.worker, why="its handler timed out")
+
+    def _replace_dead(self) -> None:
+        for t in list(self._threads):
+            if not t.is_alive() and not self._stopping.is_set():
+                self._replace(t, why="it ended")
+
+    def _replace(self, old: threading.Thread, *, why: str) -> None:
+        with self._runs_lock:
+            if self._stopping.is_set() or old not in self._threads:
+                return
+            self._generation += 1
+            new = threading.Thread(
+                target=self._worker,
+                name=f"{self.host}-dequeue-r{self._generation}",
+                daemon=True,
+            )
+            self._threads[self._threads.index(old)] = new
+        self.stats.add(threads_replaced=1)
+        log.warning(
+            "host instance %s: dequeue thread %s replaced by %s (%s)",
+            self.id,
+            old.name,
+            new.name,
+            why,
+        )
+        new.start()
+
     # --- housekeeping ---
 
     def _housekeeper(self) -> None:
@@ -689,7 +1135,11 @@ class HostInstance:
     def _beat(self) -> None:
         store = self.box.store
         with store.transaction(serial=True) as conn:
-            alive = delivery.heartbeat(conn, store.dialect, self.id, self.settings.lease_seconds)
+            with self._flight_lock:
+                in_flight = sorted(self._in_flight)
+            alive = delivery.heartbeat(
+                conn, store.dialect, self.id, self.settings.lease_seconds, in_flight
+            )
             if not alive:
                 log.warning(
                     "host instance %s was declared dead (no heartbeat for %.0f s); "
@@ -698,6 +1148,8 @@ class HostInstance:
                     self.settings.dead_after_seconds,
                 )
                 delivery.register(conn, self._info())
+        if self._pending:
+            self._retry_pending()
         with store.transaction(serial=True) as conn:
             dead, released = delivery.release_dead(
                 conn, store.dialect, self.host, self.settings.dead_after_seconds

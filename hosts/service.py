@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from messagebox.errors import ValidationError
-from messagebox.message import Message, StoredMessage
+from messagebox.errors import StorageError, ValidationError
+from messagebox.message import Message, MessageSummary, StoredMessage
 from messagebox.models import Routed, Subscription
 from messagebox.properties import Value
 
@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from messagebox.engine import MessageBox
 
 Handler = Callable[["Delivery"], object]
+
+BATCH_READ_BYTES = 256 * 1024
+"""A claimed batch's messages are read together, except those with more than this in
+their parts: each of those is read alone when its service asks for its parts, so a
+service that reads only properties never loads a large body."""
 
 
 class Delivery:
@@ -57,6 +62,9 @@ class Delivery:
         transaction (an orchestration step); the host instance then leaves it alone."""
         self.in_step = False
         """True while an orchestration step handles it (publishing is the step's)."""
+        self.storage_error: StorageError | None = None
+        """Set when reading the message failed in the store: the engine's failure, not
+        the service's (the delivery is retried without using up an attempt)."""
 
     @property
     def instance_id(self) -> str | None:
@@ -66,17 +74,33 @@ class Delivery:
 
     @cached_property
     def message(self) -> StoredMessage:
-        """The stored message (read on first use, with the rest of its claimed batch)."""
-        if self._batch is not None:
-            found = self._batch.get(self.message_id)
-            if found is not None:
-                return found
-        return self.box.read_message(self.message_id)
+        """The stored message with its parts (read on first use, with the rest of its
+        claimed batch unless it is large)."""
+        found = self._read(lambda: self._batch.get(self.message_id) if self._batch else None)
+        if isinstance(found, StoredMessage):
+            return found
+        read: StoredMessage = self._read(lambda: self.box.read_message(self.message_id))
+        return read
+
+    @cached_property
+    def summary(self) -> MessageSummary:
+        """The message's context and part sizes, without its bytes."""
+        found = self._read(lambda: self._batch.get(self.message_id) if self._batch else None)
+        if found is None:
+            found = self._read(lambda: self.box.message_summary(self.message_id))
+        return found if isinstance(found, MessageSummary) else found.summary()
 
     @property
     def properties(self) -> dict[str, Value]:
-        """The message's promoted properties."""
-        return self.message.promoted
+        """The message's promoted properties (its parts are not read)."""
+        return self.summary.promoted
+
+    def _read(self, read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except StorageError as exc:
+            self.storage_error = exc
+            raise
 
     @property
     def body(self) -> bytes:
@@ -85,7 +109,16 @@ class Delivery:
 
     def iter_part(self, part: str) -> Iterator[bytes]:
         """A part's bytes a fragment at a time, for parts too large to hold whole."""
-        return self.box.iter_part(self.message_id, part)
+        chunks = self.box.iter_part(self.message_id, part)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except StorageError as exc:
+                self.storage_error = exc
+                raise
+            yield chunk
 
     def publish(self, messages: Iterable[Message], **options: Any) -> list[Routed]:
         """Publish messages from the service (same options as ``MessageBox.publish``)."""
@@ -104,18 +137,19 @@ class Delivery:
 
 
 class MessageBatch:
-    """The messages of one claimed batch, read together on first use."""
+    """The messages of one claimed batch, read together on first use: each with its
+    parts, or, past ``BATCH_READ_BYTES``, only its summary."""
 
     def __init__(self, box: MessageBox, message_ids: Iterable[uuid.UUID]) -> None:
         self._box = box
         self._ids = list(dict.fromkeys(message_ids))
-        self._messages: dict[uuid.UUID, StoredMessage] | None = None
+        self._messages: dict[uuid.UUID, StoredMessage | MessageSummary] | None = None
         self._lock = threading.Lock()
 
-    def get(self, message_id: uuid.UUID) -> StoredMessage | None:
+    def get(self, message_id: uuid.UUID) -> StoredMessage | MessageSummary | None:
         with self._lock:
             if self._messages is None:
-                self._messages = self._box.read_messages(self._ids)
+                self._messages = self._box.read_messages(self._ids, max_bytes=BATCH_READ_BYTES)
             return self._messages.get(message_id)
 
 

@@ -25,6 +25,7 @@ from messagebox import schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.errors import UnknownSuspendedEntry
 from messagebox.models import (
+    CRASHED_HOST,
     DELIVERY_FAILURE,
     INSTANCE_COMPLETED,
     SERVICE_UNENLISTED,
@@ -56,6 +57,13 @@ class Claim:
     waited: float | None = None
     """Seconds from enqueue to this claim by the database clock, when this is the
     entry's first claim (not after a give-back or a lapsed lease); else ``None``."""
+    charges: int = 0
+    """Earlier deliveries charged against ``max_attempts``: failures, and deliveries
+    marked started whose host then ended."""
+    interrupted: bool = False
+    """The previous delivery ended with no outcome (a crash, a kill, a lapsed lease)."""
+    crashed_by: str | None = None
+    """The last host instance that ended while handling it, if any."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,10 @@ class Failure:
     reason: str = DELIVERY_FAILURE
     retry_after: float | None = None
     """The service's own retry delay (``RetryLater``): retried however many attempts."""
+    charge: bool = True
+    """Counted against ``max_attempts``; False for ``RetryLater`` and when the engine,
+    not the service, failed (the store was unreachable): then retried after
+    ``retry_after`` however many times."""
 
 
 @dataclass
@@ -94,6 +106,9 @@ def _claim(row: Any) -> Claim:
         ordered=bool(row[6]),
         enqueued_at=enqueued_at,
         waited=max(0.0, (now - enqueued_at).total_seconds()) if first else None,
+        charges=int(row[10]),
+        interrupted=bool(row[11]),
+        crashed_by=row[12],
     )
 
 
@@ -248,7 +263,8 @@ def finish(
     to_suspend = [
         f
         for f in failed
-        if f.permanent or (f.retry_after is None and f.claim.attempts >= settings.max_attempts)
+        if f.permanent
+        or (f.charge and f.retry_after is None and f.claim.charges + 1 >= settings.max_attempts)
     ]
     to_retry = [f for f in failed if f not in to_suspend]
     retried: list[tuple[Failure, str]] = []  # with the host, for tracking
@@ -256,13 +272,19 @@ def finish(
         backoff = min(
             f.retry_after
             if f.retry_after is not None
-            else settings.retry_backoff_seconds * 2 ** max(f.claim.attempts - 1, 0),
+            else settings.retry_backoff_seconds * 2 ** min(f.claim.charges, 30),
             MAX_BACKOFF_SECONDS,
         )
         hosts = conn.execute(
             q.update()
             .where(q.c.id == f.claim.id, q.c.lease_owner == owner)
-            .values(lease_owner=None, lease_expires=None, available_at=dialect.now_plus(backoff))
+            .values(
+                lease_owner=None,
+                lease_expires=None,
+                started_by=None,
+                available_at=dialect.now_plus(backoff),
+                charges=q.c.charges + int(f.charge),
+            )
             .returning(q.c.host)
         ).all()
         retried.extend((f, h.host) for h in hosts)
@@ -298,7 +320,11 @@ def finish(
         result.suspended = len(rows)
         _suspend_instances(
             conn,
-            [r.instance_id for r in rows if r.instance_id and reasons[r.id] == DELIVERY_FAILURE],
+            [
+                r.instance_id
+                for r in rows
+                if r.instance_id and reasons[r.id] in (DELIVERY_FAILURE, CRASHED_HOST)
+            ],
         )
         result.lost += len(to_suspend) - len(rows)
         stop = sorted({r.sub for r in rows if r.ordered and r.sub in stop_on_failure})
@@ -372,7 +398,25 @@ def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
         conn.execute(
             q.update()
             .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
-            .values(lease_owner=None, lease_expires=None, attempts=q.c.attempts - 1)
+            .values(
+                lease_owner=None, lease_expires=None, started_by=None, attempts=q.c.attempts - 1
+            )
+        ).rowcount
+    )
+
+
+def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
+    """Record durably that the deliveries of these claims start now: should the host
+    end before their outcome is recorded, the next claim charges them an attempt.
+    Returns how many are still leased by ``owner``."""
+    if not claims:
+        return 0
+    q = schema.queue
+    return int(
+        conn.execute(
+            q.update()
+            .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
+            .values(started_by=owner)
         ).rowcount
     )
 
@@ -607,18 +651,32 @@ def register(conn: sa.Connection, info: InstanceInfo) -> None:
     )
 
 
-def heartbeat(conn: sa.Connection, dialect: Dialect, owner: str, lease_seconds: float) -> bool:
-    """Prove ``owner`` alive and extend its leases; False if it was declared dead."""
+def heartbeat(
+    conn: sa.Connection,
+    dialect: Dialect,
+    owner: str,
+    lease_seconds: float,
+    in_flight: Sequence[int] = (),
+) -> bool:
+    """Prove ``owner`` alive and extend the leases of the entries it has ``in_flight``
+    (only those: an entry whose outcome could not be recorded lapses and is delivered
+    again). False if it was declared dead. Rows another transaction holds (a completion
+    deleting them) are skipped, never waited for: no deadlock with it."""
     i, q = schema.instance, schema.queue
     alive = conn.execute(
         i.update().where(i.c.id == owner).values(heartbeat_at=sa.func.now())
     ).rowcount
-    if alive:
-        conn.execute(
-            q.update()
-            .where(q.c.lease_owner == owner)
-            .values(lease_expires=dialect.now_plus(lease_seconds))
-        )
+    if alive and in_flight:
+        mine = sa.and_(q.c.lease_owner == owner, q.c.id.in_(sorted(in_flight)))
+        if dialect.supports_skip_locked:
+            mine = q.c.id.in_(
+                sa.select(q.c.id)
+                .where(mine)
+                .order_by(q.c.id)
+                .with_for_update(skip_locked=True)
+                .scalar_subquery()
+            )
+        conn.execute(q.update().where(mine).values(lease_expires=dialect.now_plus(lease_seconds)))
     return bool(alive)
 
 
@@ -628,10 +686,13 @@ def set_instance_state(conn: sa.Connection, owner: str, state: str) -> None:
 
 
 def unregister(conn: sa.Connection, owner: str) -> int:
-    """Remove an instance; leases it still holds are released. Returns how many."""
+    """Remove an instance; leases it still holds are released (their next delivery is
+    an interrupted one: ``lease_owner`` is kept). Returns how many."""
     q, i = schema.queue, schema.instance
     released = conn.execute(
-        q.update().where(q.c.lease_owner == owner).values(lease_owner=None, lease_expires=None)
+        q.update()
+        .where(q.c.lease_owner == owner, q.c.lease_expires.is_not(None))
+        .values(lease_expires=None)
     ).rowcount
     conn.execute(i.delete().where(i.c.id == owner))
     return int(released)
@@ -661,6 +722,7 @@ def release_dead(
 ) -> tuple[list[str], int]:
     """Unregister ``host``'s instances whose heartbeat is stale and release every lease
     of the host held by an instance that is not alive (dead or unregistered).
+    ``lease_owner`` is kept: the next claim sees the delivery was interrupted.
     Returns the dead instance ids and the number of leases released."""
     i, q = schema.instance, schema.queue
     stale = i.c.heartbeat_at < dialect.now_plus(-dead_after_seconds)
@@ -670,8 +732,13 @@ def release_dead(
     live = sa.select(i.c.id).where(i.c.host == host)
     released = conn.execute(
         q.update()
-        .where(q.c.host == host, q.c.lease_owner.is_not(None), q.c.lease_owner.not_in(live))
-        .values(lease_owner=None, lease_expires=None)
+        .where(
+            q.c.host == host,
+            q.c.lease_expires.is_not(None),
+            q.c.lease_owner.is_not(None),
+            q.c.lease_owner.not_in(live),
+        )
+        .values(lease_expires=None)
     ).rowcount
     if released:
         dialect.notify(conn, [host])

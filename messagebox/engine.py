@@ -59,7 +59,7 @@ from messagebox.models import (
     SuspendedEntry,
     Throughput,
 )
-from messagebox.properties import canonical_name, decode_context
+from messagebox.properties import canonical_name, check_text, decode_context
 from messagebox.store import Store
 from messagebox.throttle import Throttle as _Throttle
 from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
@@ -78,7 +78,25 @@ def _check_name(what: str, name: object) -> str:
         raise ValidationError(
             f"{what} name {name!r} must be a non-empty str of at most 256 characters"
         )
+    try:
+        check_text(name)  # PostgreSQL refuses NUL, every driver a lone surrogate
+    except ValueError as exc:
+        raise ValidationError(f"{what} name {name!r}: {exc}") from exc
     return name
+
+
+def _check_host(conn: sa.Connection, host: str | None) -> None:
+    """Raise :class:`UnknownHost` for a host filter that names no host (a typo would
+    otherwise match nothing, silently)."""
+    if host is None:
+        return
+    try:
+        check_text(host)
+    except ValueError:  # no host can have this name (and PostgreSQL refuses to look it up)
+        raise UnknownHost(f"no host named {host!r}") from None
+    h = schema.host
+    if conn.execute(sa.select(h.c.name).where(h.c.name == host)).first() is None:
+        raise UnknownHost(f"no host named {host!r}")
 
 
 def _correlation(
@@ -240,6 +258,13 @@ class MessageBox:
             on_failure = OnFailure(args.get("on_failure", OnFailure.SUSPEND))
         except ValueError as exc:
             raise ValidationError(f"subscription {index}: {exc}") from exc
+        if instance_id is not None:
+            try:
+                check_text(str(instance_id))
+            except ValueError as exc:
+                raise ValidationError(
+                    f"subscription {index} of {service!r}: instance_id {instance_id!r}: {exc}"
+                ) from exc
         correlation = _correlation(index, service, kind, instance_id, args.get("correlation") or ())
         if kind is Kind.ACTIVATION and instance_id is not None:
             raise ValidationError(
@@ -373,7 +398,13 @@ class MessageBox:
         at once. Nothing is stored by a throttled attempt.
         """
         batch = list(messages)
-        routing = RoutingPolicy(policy)
+        try:
+            routing = RoutingPolicy(policy)
+        except ValueError:
+            raise ValidationError(
+                f"routing policy {policy!r} is not one of "
+                + ", ".join(p.value for p in RoutingPolicy)
+            ) from None
         ids: list[uuid.UUID] = []
         for i, message in enumerate(batch):
             if not isinstance(message, Message):
@@ -558,12 +589,14 @@ class MessageBox:
             return spool.describe(conn, uuid.UUID(str(message_id)))
 
     def read_messages(
-        self, message_ids: Iterable[uuid.UUID | str]
-    ) -> dict[uuid.UUID, StoredMessage]:
-        """Several stored messages at once, by id; ids not in the spool are left out."""
+        self, message_ids: Iterable[uuid.UUID | str], *, max_bytes: int | None = None
+    ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
+        """Several stored messages at once, by id; ids not in the spool are left out.
+        A message with more than ``max_bytes`` in its parts comes as a
+        :class:`MessageSummary` (its context and part sizes, no bytes)."""
         ids = [uuid.UUID(str(m)) for m in message_ids]
         with self.store.transaction() as conn:
-            return spool.read_messages(conn, ids)
+            return spool.read_messages(conn, ids, max_bytes=max_bytes)
 
     def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
         """A part's bytes, a fragment at a time (for parts too large to hold whole)."""
@@ -576,7 +609,8 @@ class MessageBox:
             yield chunk
 
     def queue_depth(self, host: str | None = None) -> list[QueueDepth]:
-        """Queue entries per host, subscription and state."""
+        """Queue entries per host, subscription and state (of one host, if given: an
+        unknown host raises :class:`~messagebox.errors.UnknownHost`)."""
         q = schema.queue
         query = (
             sa.select(q.c.host, q.c.sub, q.c.state, sa.func.count())
@@ -586,12 +620,15 @@ class MessageBox:
         if host is not None:
             query = query.where(q.c.host == host)
         with self.store.transaction() as conn:
+            _check_host(conn, host)
             return [QueueDepth(h, s, st, int(n)) for h, s, st, n in conn.execute(query)]
 
     def queue_stats(self, host: str | None = None) -> list[QueueStats]:
         """Per host and subscription: entries ready, held and leased, and the age of the
-        oldest (by the database clock)."""
+        oldest (by the database clock). An unknown host raises
+        :class:`~messagebox.errors.UnknownHost`."""
         with self.store.transaction() as conn:
+            _check_host(conn, host)
             return box_stats.queue_stats(conn, host)
 
     def host_stats(self) -> list[HostStats]:
@@ -618,7 +655,8 @@ class MessageBox:
         limit: int = 1000,
     ) -> list[SuspendedEntry]:
         """Suspended entries, oldest first (by suspension time, then id), optionally
-        filtered (``before``: suspended before that time)."""
+        filtered (``before``: suspended before that time; an unknown ``host`` raises
+        :class:`~messagebox.errors.UnknownHost`)."""
         s = schema.suspended
         query = SuspendedQuery(
             reason=reason,
@@ -630,6 +668,7 @@ class MessageBox:
         )
         select = sa.select(s).where(*query.where()).order_by(s.c.suspended_at, s.c.id).limit(limit)
         with self.store.transaction() as conn:
+            _check_host(conn, host)
             return [_suspended_entry(r) for r in conn.execute(select)]
 
     def suspended_entry(self, entry_id: int) -> SuspendedEntry:
@@ -854,8 +893,10 @@ class MessageBox:
     # --- delivery and operations ---
 
     def instances(self, host: str | None = None) -> list[InstanceInfo]:
-        """Registered host instances, with their last heartbeat."""
+        """Registered host instances, with their last heartbeat (of one host, if given: an
+        unknown host raises :class:`~messagebox.errors.UnknownHost`)."""
         with self.store.transaction() as conn:
+            _check_host(conn, host)
             return delivery.instances(conn, host)
 
     def now(self) -> datetime:

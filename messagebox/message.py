@@ -14,7 +14,14 @@ from datetime import datetime
 from typing import IO
 
 from messagebox.errors import MessageValidationError
-from messagebox.properties import Value, canonical_name, is_reserved, normalize_value
+from messagebox.properties import (
+    Value,
+    canonical_name,
+    check_text,
+    check_unicode,
+    is_reserved,
+    normalize_value,
+)
 
 MAX_PROPERTIES = 1024
 MAX_PARTS = 256
@@ -57,7 +64,17 @@ def _check_part(name: object, data: object) -> PartData:
         raise MessageValidationError(
             f"part name {name!r} must be a non-empty str of at most {MAX_PART_NAME} characters"
         )
-    if isinstance(data, bytes | bytearray | memoryview | str):
+    try:
+        check_text(name)
+    except ValueError as exc:
+        raise MessageValidationError(f"part name {name!r}: {exc}") from exc
+    if isinstance(data, str):
+        try:
+            check_unicode(data)  # a str part is stored as UTF-8
+        except ValueError as exc:
+            raise MessageValidationError(f"part {name!r}: {exc}") from exc
+        return data
+    if isinstance(data, bytes | bytearray | memoryview):
         return data
     if hasattr(data, "read"):
         return data  # type: ignore[return-value]
@@ -139,6 +156,18 @@ class StoredMessage:
     def body(self) -> bytes:
         """The body part's bytes."""
         return self.parts[self.body_part]
+
+    def summary(self) -> MessageSummary:
+        """Its context and part sizes, without the bytes."""
+        return MessageSummary(
+            id=self.id,
+            promoted=self.promoted,
+            written=self.written,
+            body_part=self.body_part,
+            part_sizes=self.part_sizes,
+            published_at=self.published_at,
+            publisher=self.publisher,
+        )
 
 
 @dataclass(frozen=True)

@@ -78,13 +78,19 @@ class HostSettings(BaseModel):
     lease_seconds: float = Field(60.0, gt=0)
     """How long a claim lasts without a heartbeat; heartbeats extend live leases."""
     heartbeat_seconds: float = Field(5.0, gt=0)
-    """How often an instance proves it is alive (and extends its leases)."""
+    """How often an instance proves it is alive (and extends the leases of the entries
+    it has in flight)."""
     dead_after_seconds: float = Field(30.0, gt=0)
     """An instance whose heartbeat is older than this is dead: its leases are released."""
     max_in_flight: int = Field(100, ge=1)
     """Claimed but unfinished entries per instance, across its threads."""
     max_attempts: int = Field(5, ge=1)
-    """Deliveries of one entry before it is suspended (resumable)."""
+    """Failed deliveries of one entry before it is suspended (resumable); a delivery
+    during which its host process ended counts too (``crashed-host``)."""
+    handler_timeout_seconds: float | None = Field(None, gt=0)
+    """A handler still running after this long is abandoned: its entry fails (retried
+    or suspended), the rest of its batch is given back and its thread is replaced.
+    ``None``: no limit."""
     retry_backoff_seconds: float = Field(1.0, ge=0)
     """Wait before retry n is ``retry_backoff_seconds * 2**(n-1)``, at most an hour."""
     throttle_queue_depth: int = Field(100_000, ge=1)
@@ -190,6 +196,9 @@ RECEIVE_FAILURE = "receive-failure"
 resumable: fix the cause and submit it again)."""
 INSTANCE_COMPLETED = "completed-with-discarded-messages"
 """Its service instance completed before consuming it (not resumable)."""
+CRASHED_HOST = "crashed-host"
+"""Host processes ended while handling it (a crash, a kill) ``max_attempts`` times: it
+is kept from stopping them again (resumable)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,7 @@ SUSPENDED_REASONS = (
     SERVICE_UNENLISTED,
     RECEIVE_FAILURE,
     INSTANCE_COMPLETED,
+    CRASHED_HOST,
 )
 """The reasons the engine suspends entries with."""
 

@@ -33,6 +33,7 @@ RESERVED_NAMESPACE = "messagebox"
 RESERVED_ALIASES = frozenset({"messagebox", "bts"})
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -68,13 +69,23 @@ def is_reserved(canonical: str) -> bool:
     return canonical.startswith(RESERVED_NAMESPACE + ".")
 
 
-def _check_text(value: str) -> None:
+def check_unicode(text: str) -> None:
+    """Raise ``ValueError`` if ``text`` has no UTF-8 encoding (it holds a lone surrogate).
+
+    Searches without encoding, so a large text part is not copied to be checked."""
+    if not text.isascii() and (found := _SURROGATE.search(text)):
+        raise ValueError(
+            f"string is not valid Unicode (lone surrogate {found.group()!r} "
+            f"at index {found.start()})"
+        )
+
+
+def check_text(value: str) -> None:
+    """Raise ``ValueError`` unless ``value`` can be stored as text on every backend:
+    valid Unicode, without NUL characters (PostgreSQL's text refuses them)."""
     if "\x00" in value:
         raise ValueError("strings may not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("string is not valid Unicode (lone surrogate)") from exc
+    check_unicode(value)
 
 
 def normalize_value(value: object, *, promoted: bool = True) -> Value:
@@ -96,7 +107,7 @@ def normalize_value(value: object, *, promoted: bool = True) -> Value:
             return normalize_value(int(value), promoted=promoted)
         return normalize_value(float(value), promoted=promoted)
     if isinstance(value, str):
-        _check_text(value)
+        check_text(value)
         if promoted and len(value) > MAX_PROMOTED_STRING:
             raise ValueError(
                 f"promoted string is {len(value)} characters long; "
@@ -106,7 +117,12 @@ def normalize_value(value: object, *, promoted: bool = True) -> Value:
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("datetime must be timezone-aware")
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(
+                f"datetime {value.isoformat()} is out of range in UTC (years 1 to 9999)"
+            ) from None
     raise ValueError(
         f"unsupported value type {type(value).__name__} "
         "(use str, int, float, Decimal, bool or an aware datetime)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 
 metadata = sa.MetaData()
 
@@ -198,6 +198,14 @@ queue = sa.Table(
     sa.Column("instance_id", sa.Text),
     sa.Column("ordered", sa.Boolean, nullable=False),
     sa.Column("claimed_at", Stamp),  # the first claim; a give-back or lapsed lease keeps it
+    # failed deliveries, and deliveries started (started_by) whose host then ended: the
+    # count max_attempts limits (attempts also counts deliveries cut short unstarted)
+    sa.Column("charges", sa.Integer, nullable=False, server_default=sa.text("0")),
+    # this delivery follows one that ended with no outcome (its lease lapsed, was
+    # released from a dead instance or at a stop): handled alone, marked started first
+    sa.Column("interrupted", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("started_by", sa.Text),  # the instance that marked this delivery started
+    sa.Column("crashed_by", sa.Text),  # the last instance that ended while handling it
 )
 sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority.desc(), queue.c.id)
 sa.Index(
@@ -375,6 +383,19 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             # only be re-routed
             "UPDATE mb_suspended SET reason = 'subscription-removed', resumable = false "
             "WHERE resumable AND sub NOT IN (SELECT id FROM mb_subscription)",
+        ),
+    ),
+    "6": (
+        "7",
+        (
+            "ALTER TABLE mb_queue ADD COLUMN charges INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE mb_queue ADD COLUMN interrupted BOOLEAN NOT NULL DEFAULT false",
+            "ALTER TABLE mb_queue ADD COLUMN started_by TEXT",
+            "ALTER TABLE mb_queue ADD COLUMN crashed_by TEXT",
+            # version 6 counted every delivery against max_attempts (one in flight is not
+            # charged until it fails)
+            "UPDATE mb_queue SET charges = CASE WHEN lease_owner IS NULL THEN attempts "
+            "ELSE greatest(attempts - 1, 0) END WHERE attempts > 0",
         ),
     ),
 }

@@ -95,23 +95,33 @@ def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid
 
 
 def read_messages(
-    conn: sa.Connection, msg_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, StoredMessage]:
+    conn: sa.Connection, msg_ids: Sequence[uuid.UUID], *, max_bytes: int | None = None
+) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
     """Messages with their contexts and all their parts, in three queries for the lot
-    (use :func:`iter_part` for large parts). Ids not in the spool are left out."""
+    (use :func:`iter_part` for large parts). A message whose parts hold more than
+    ``max_bytes`` in all comes without them (a :class:`MessageSummary`), so that reading
+    many never holds more than that much per message. Ids not in the spool are left out."""
     rows = read_context(conn, msg_ids)
     if not rows:
         return {}
     mp, p, f = schema.message_part, schema.part, schema.fragment
-    parts: dict[uuid.UUID, dict[str, bytes]] = {m: {} for m in rows}
     sizes: dict[uuid.UUID, dict[str, int]] = {m: {} for m in rows}
-    query = (
-        sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.size, p.c.n_fragments, p.c.data)
+    for msg, name, size in conn.execute(
+        sa.select(mp.c.msg, mp.c.name, p.c.size)
         .join(p, p.c.id == mp.c.part)
         .where(mp.c.msg.in_(list(rows)))
         .order_by(mp.c.msg, mp.c.idx)
+    ):
+        sizes[msg][name] = int(size)
+    whole = [m for m in rows if max_bytes is None or sum(sizes[m].values()) <= max_bytes]
+    parts: dict[uuid.UUID, dict[str, bytes]] = {m: {} for m in whole}
+    query = (
+        sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.n_fragments, p.c.data)
+        .join(p, p.c.id == mp.c.part)
+        .where(mp.c.msg.in_(whole))
+        .order_by(mp.c.msg, mp.c.idx)
     )
-    for msg, name, part_id, size, n_fragments, data in conn.execute(query):
+    for msg, name, part_id, n_fragments, data in conn.execute(query) if whole else ():
         chunks = [bytes(data)]
         if n_fragments > 1:
             chunks.extend(
@@ -121,19 +131,22 @@ def read_messages(
                 )
             )
         parts[msg][name] = b"".join(chunks)
-        sizes[msg][name] = size
-    found = {}
+    found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
     for msg_id, row in rows.items():
         promoted, written = decode_context(row.context)
-        found[msg_id] = StoredMessage(
-            id=row.id,
-            promoted=promoted,
-            written=written,
-            parts=parts[msg_id],
-            body_part=row.body_part,
-            published_at=row.published_at,
-            publisher=row.publisher,
-            part_sizes=sizes[msg_id],
+        common = {
+            "id": row.id,
+            "promoted": promoted,
+            "written": written,
+            "body_part": row.body_part,
+            "published_at": row.published_at,
+            "publisher": row.publisher,
+            "part_sizes": sizes[msg_id],
+        }
+        found[msg_id] = (
+            StoredMessage(parts=parts[msg_id], **common)
+            if msg_id in parts
+            else MessageSummary(**common)
         )
     return found
 
@@ -141,36 +154,17 @@ def read_messages(
 def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
     """A message with its context and all its parts (use :func:`iter_part` for large ones)."""
     found = read_messages(conn, [msg_id]).get(msg_id)
-    if found is None:
+    if not isinstance(found, StoredMessage):
         raise UnknownMessage(f"no message {msg_id} in the spool")
     return found
 
 
 def describe(conn: sa.Connection, msg_id: uuid.UUID) -> MessageSummary:
     """A message's context and part sizes, without reading its parts."""
-    row = read_context(conn, [msg_id]).get(msg_id)
-    if row is None:
+    found = read_messages(conn, [msg_id], max_bytes=-1).get(msg_id)
+    if found is None:
         raise UnknownMessage(f"no message {msg_id} in the spool")
-    mp, p = schema.message_part, schema.part
-    sizes = {
-        name: int(size)
-        for name, size in conn.execute(
-            sa.select(mp.c.name, p.c.size)
-            .join(p, p.c.id == mp.c.part)
-            .where(mp.c.msg == msg_id)
-            .order_by(mp.c.idx)
-        )
-    }
-    promoted, written = decode_context(row.context)
-    return MessageSummary(
-        id=row.id,
-        promoted=promoted,
-        written=written,
-        body_part=row.body_part,
-        part_sizes=sizes,
-        published_at=row.published_at,
-        publisher=row.publisher,
-    )
+    return found if isinstance(found, MessageSummary) else found.summary()
 
 
 def part_fragments(conn: sa.Connection, msg_id: uuid.UUID, name: str) -> tuple[uuid.UUID, int]:

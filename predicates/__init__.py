@@ -7,6 +7,7 @@ from predicates.explain import FilterExplanation, GroupExplanation, PredicateChe
 from predicates.model import (
     MAX_GROUPS,
     MAX_IN_VALUES,
+    MAX_NESTING,
     MAX_PREDICATES_PER_GROUP,
     Filter,
     Group,
@@ -18,6 +19,7 @@ from predicates.text import format_filter, parse_filter
 __all__ = [
     "MAX_GROUPS",
     "MAX_IN_VALUES",
+    "MAX_NESTING",
     "MAX_PREDICATES_PER_GROUP",
     "And",
     "Filter",

@@ -5,8 +5,9 @@
 ``P(name)`` names a promoted property; its comparison operators and methods build
 :class:`~predicates.model.Predicate` objects, which combine with ``&`` and ``|`` into an
 expression tree of any depth. :func:`to_filter` normalises that tree to disjunctive normal
-form (an OR of AND-groups), refusing one that expands past ``MAX_GROUPS`` groups before
-building it. As in Python, ``&`` binds tighter than ``|``: parenthesise comparisons.
+form (an OR of AND-groups), refusing one that expands past ``MAX_GROUPS`` groups, or
+nests more than ``MAX_NESTING`` levels deep, before building it. As in Python, ``&``
+binds tighter than ``|``: parenthesise comparisons.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from messagebox.errors import FilterValidationError
-from predicates.model import MAX_GROUPS, Filter, Group, Op, Predicate
+from predicates.model import MAX_GROUPS, MAX_NESTING, Filter, Group, Op, Predicate
 
 
 class P:
@@ -158,6 +159,21 @@ class Or:
         return Or.of(self, other)
 
 
+def _too_deep(expr: Expr) -> bool:
+    """Whether ``&`` and ``|`` nest more than ``MAX_NESTING`` levels deep in ``expr``
+    (measured without recursion, so that a tree too deep to recurse into is refused, not
+    crashed on)."""
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Predicate):
+            continue
+        if depth > MAX_NESTING:
+            return True
+        stack.extend((part, depth + 1) for part in node.parts)
+    return False
+
+
 def _count_groups(expr: Expr) -> int:
     """How many groups the DNF of ``expr`` has, before dedup (capped to stay cheap)."""
     if isinstance(expr, Predicate):
@@ -187,6 +203,11 @@ def to_filter(expr: object) -> Filter:
     if isinstance(expr, Filter):
         return expr
     tree = _as_expr(expr)
+    if _too_deep(tree):
+        raise FilterValidationError(
+            f"filter expression is nested more than {MAX_NESTING} levels deep (& within | "
+            f"within &…; it starts with {_first_predicate(tree)})"
+        )
     size = _count_groups(tree)
     if size > MAX_GROUPS * 4:  # refuse before expanding; Filter checks the exact count
         raise FilterValidationError(

@@ -8,7 +8,9 @@ Limits (checked when a filter is built):
 
 - at most :data:`MAX_GROUPS` groups after normalisation to DNF;
 - at most :data:`MAX_PREDICATES_PER_GROUP` predicates in one group;
-- at most :data:`MAX_IN_VALUES` values in one ``in_`` predicate.
+- at most :data:`MAX_IN_VALUES` values in one ``in_`` predicate;
+- at most :data:`MAX_NESTING` levels of nesting in an expression or filter text (``&``
+  within ``|`` within ``&``…, or parentheses), refused before it is normalised.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from messagebox.properties import (
 MAX_GROUPS = 128
 MAX_PREDICATES_PER_GROUP = 64
 MAX_IN_VALUES = 1000
+MAX_NESTING = 100
 
 
 class Op(StrEnum):

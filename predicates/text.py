@@ -19,7 +19,8 @@ Grammar (``and`` binds tighter than ``or``; keywords are case-insensitive)::
 - a number without ``.`` or an exponent is an ``int`` (``100``), with one a ``float``
   (``100.0``, ``1e3``): they compare equal, as everywhere, but keep their types;
 - ``datetime("2024-05-01T10:00:00+02:00")`` is an aware datetime (an offset or ``Z`` is
-  required).
+  required);
+- parentheses nest at most :data:`~predicates.model.MAX_NESTING` levels deep.
 
 :func:`format_filter` writes a :class:`~predicates.Filter` in this form, and
 ``parse_filter(format_filter(f)) == f`` for every filter. Errors are
@@ -35,7 +36,7 @@ from datetime import datetime
 from messagebox.errors import FilterValidationError
 from messagebox.properties import Value
 from predicates.dsl import And, Or, to_filter
-from predicates.model import Filter, Op, Predicate
+from predicates.model import MAX_NESTING, Filter, Op, Predicate
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
@@ -58,6 +59,8 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self.depth = 0
+        """Parentheses open around the current position."""
 
     # -- scanning --
 
@@ -116,9 +119,16 @@ class _Parser:
 
     def term(self) -> object:
         if self.take("("):
+            if self.depth == MAX_NESTING:  # refused before the parser recurses too deep
+                raise FilterValidationError(
+                    f"filter text, column {self.pos}: parentheses are nested more than "
+                    f"{MAX_NESTING} levels deep"
+                )
+            self.depth += 1
             inner = self.disjunction()
             if not self.take(")"):
                 raise self.fail("')'")
+            self.depth -= 1
             return inner
         if not _NAME.match(self.text, self.pos) and self.peek_word() == "not":
             raise self.fail("a predicate ('not' is not supported: use != or not_exists)")

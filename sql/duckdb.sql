@@ -10,7 +10,14 @@ UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
     attempts = attempts + 1,
-    claimed_at = coalesce(claimed_at, now())
+    claimed_at = coalesce(claimed_at, now()),
+    -- a lease that lapsed with no outcome: charged if its delivery had started
+    charges = charges + CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
+                             THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
+                      THEN started_by ELSE crashed_by END,
+    interrupted = lease_owner IS NOT NULL,
+    started_by = NULL
 WHERE id IN (
     SELECT id FROM mb_queue
     WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
@@ -19,7 +26,8 @@ WHERE id IN (
     ORDER BY priority DESC, id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+          charges, interrupted, crashed_by
 
 -- name: claim_mixed --
 -- claim and claim_instance (see postgresql.sql) in one statement, since each DuckDB
@@ -33,7 +41,14 @@ UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
     attempts = attempts + 1,
-    claimed_at = coalesce(claimed_at, now())
+    claimed_at = coalesce(claimed_at, now()),
+    -- a lease that lapsed with no outcome: charged if its delivery had started
+    charges = charges + CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
+                             THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
+                      THEN started_by ELSE crashed_by END,
+    interrupted = lease_owner IS NOT NULL,
+    started_by = NULL
 WHERE id IN (
     WITH heads AS (
         SELECT instance_id, min(id) AS id,
@@ -68,7 +83,8 @@ WHERE id IN (
     ORDER BY rn, CASE WHEN kind = $first_kind THEN 0 ELSE 1 END
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+          charges, interrupted, crashed_by
 
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
@@ -78,7 +94,14 @@ UPDATE mb_queue
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
     attempts = attempts + 1,
-    claimed_at = coalesce(claimed_at, now())
+    claimed_at = coalesce(claimed_at, now()),
+    -- a lease that lapsed with no outcome: charged if its delivery had started
+    charges = charges + CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
+                             THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
+                      THEN started_by ELSE crashed_by END,
+    interrupted = lease_owner IS NOT NULL,
+    started_by = NULL
 WHERE id IN (
     WITH heads AS (
         SELECT sub, min(id) AS id,
@@ -101,5 +124,6 @@ WHERE id IN (
     ORDER BY q.id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now()
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+          charges, interrupted, crashed_by
 

@@ -41,11 +41,18 @@ UPDATE mb_queue q
 SET lease_owner = %(owner)s,
     lease_expires = now() + make_interval(secs => %(lease)s),
     attempts = q.attempts + 1,
-    claimed_at = coalesce(q.claimed_at, now())
+    claimed_at = coalesce(q.claimed_at, now()),
+    -- a lease that lapsed with no outcome: charged if its delivery had started
+    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                               THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                      THEN q.started_by ELSE q.crashed_by END,
+    interrupted = q.lease_owner IS NOT NULL,
+    started_by = NULL
 FROM c
 WHERE q.id = c.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
-          q.claimed_at, now()
+          q.claimed_at, now(), q.charges, q.interrupted, q.crashed_by
 
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
@@ -81,11 +88,18 @@ UPDATE mb_queue q
 SET lease_owner = %(owner)s,
     lease_expires = now() + make_interval(secs => %(lease)s),
     attempts = q.attempts + 1,
-    claimed_at = coalesce(q.claimed_at, now())
+    claimed_at = coalesce(q.claimed_at, now()),
+    -- a lease that lapsed with no outcome: charged if its delivery had started
+    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                               THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                      THEN q.started_by ELSE q.crashed_by END,
+    interrupted = q.lease_owner IS NOT NULL,
+    started_by = NULL
 FROM run
 WHERE q.id = run.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
-          q.claimed_at, now()
+          q.claimed_at, now(), q.charges, q.interrupted, q.crashed_by
 
 -- name: claim_instance --
 -- A service instance handles one message at a time, in publish order: only the oldest
@@ -128,8 +142,15 @@ UPDATE mb_queue q
 SET lease_owner = %(owner)s,
     lease_expires = now() + make_interval(secs => %(lease)s),
     attempts = q.attempts + 1,
-    claimed_at = coalesce(q.claimed_at, now())
+    claimed_at = coalesce(q.claimed_at, now()),
+    -- a lease that lapsed with no outcome: charged if its delivery had started
+    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                               THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                      THEN q.started_by ELSE q.crashed_by END,
+    interrupted = q.lease_owner IS NOT NULL,
+    started_by = NULL
 FROM free
 WHERE q.id = free.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
-          q.claimed_at, now()
+          q.claimed_at, now(), q.charges, q.interrupted, q.crashed_by

@@ -30,7 +30,7 @@
     host run module:app [--threads N] [--duration S] [--log-format text|json]
             [--metrics-port PORT]
     spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
-    console [--bind ADDR] [--port N] [--token-file PATH]
+    console [--bind ADDR] [--port N] [--token-file PATH] [--allowed-host NAME ...]
                                            the web console (token: MESSAGEBOX_CONSOLE_TOKEN)
 
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (one

@@ -282,9 +282,11 @@ def build() -> argparse.ArgumentParser:
         help="serve the web console (messagebox/console/cli.py)",
         description="Serve the web console: hosts, instances, queues, subscriptions, "
         "suspended entries, messages and routing explanations. Read-only unless a token "
-        "is configured; then resume and terminate need it (a form field or an "
-        "Authorization: Bearer header).",
-        epilog="environment: MESSAGEBOX_CONSOLE_TOKEN, the action token (--token-file "
+        "is configured; then resume, terminate and the contents of message parts need it "
+        "(a form field or an Authorization: Bearer header). It answers only to requests "
+        "whose Host is the --bind address (on loopback also localhost, 127.0.0.1 and "
+        "[::1]) or an --allowed-host: a guard against DNS rebinding.",
+        epilog="environment: MESSAGEBOX_CONSOLE_TOKEN, the console token (--token-file "
         "wins); never give a token on the command line.",
         formatter_class=_Formatter,
         allow_abbrev=False,  # --token must not be read as --token-file
@@ -292,7 +294,16 @@ def build() -> argparse.ArgumentParser:
     console.add_argument("--bind", default="127.0.0.1", help="address (default 127.0.0.1)")
     console.add_argument("--port", type=_port, default=8080, help="port (default 8080)")
     console.add_argument(
-        "--token-file", metavar="PATH", help="a file whose first line is the action token"
+        "--token-file", metavar="PATH", help="a file whose first line is the console token"
+    )
+    console.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also answer to requests for this Host (a reverse proxy's name, say); any "
+        "port unless one is given; repeatable. Bound to 0.0.0.0 or :: without any, the "
+        "Host is not checked (a warning says so)",
     )
     console.add_argument(
         "--log-format",

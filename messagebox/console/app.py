@@ -3,11 +3,15 @@
 Every route is in :data:`ROUTES` and every nav bar entry in :data:`NAV`; a new page is
 a function in :mod:`messagebox.console.pages`, a template extending ``base.html``, one
 line in each list. Errors are HTML pages: an unknown id is 404, malformed input 400,
-an action without the right token 403, each naming the culprit.
+an action without the right token 403, each naming the culprit. Before any route, every
+request's ``Host`` header is checked (:mod:`messagebox.console.hostcheck`): another
+host is a plain-text 400.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -21,10 +25,13 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from messagebox.console import pages
+from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.errors import MessageBoxError
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
+
+log = logging.getLogger("messagebox.console")
 
 ROUTES: list[BaseRoute] = [
     Route("/", pages.overview, name="overview"),
@@ -33,7 +40,7 @@ ROUTES: list[BaseRoute] = [
     Route("/suspended/{entry_id}", pages.suspended_entry, name="suspended_entry"),
     Route("/suspended/{entry_id}/resume", pages.resume, methods=["POST"], name="resume"),
     Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
-    Route("/messages/{message_id}", pages.message, name="message"),
+    Route("/messages/{message_id}", pages.message, methods=["GET", "POST"], name="message"),
     Route("/explain", pages.explain, name="explain"),
     Route("/tracking", pages.tracking, name="tracking"),
     Route("/metrics", pages.metrics, name="metrics"),
@@ -103,14 +110,36 @@ class _SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(box: MessageBox, *, token: str | None = None) -> Starlette:
+def create_app(
+    box: MessageBox,
+    *,
+    token: str | None = None,
+    bind: str = "127.0.0.1",
+    allowed_hosts: Iterable[str] = (),
+) -> Starlette:
     """The console over ``box``. Read-only unless ``token`` is given: then resume and
-    terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header."""
+    terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header,
+    and so does a message's page before it shows the contents of its parts.
+
+    It answers only to requests whose ``Host`` is ``bind`` (the address it is served
+    on), with a loopback address also ``localhost``, ``127.0.0.1`` and ``[::1]``, or one
+    of ``allowed_hosts`` (``NAME`` or ``NAME:PORT``; a ValueError names a malformed one).
+    Bound to every address (``0.0.0.0``, ``::``) without ``allowed_hosts`` it answers to
+    any, and logs a warning that the check is off."""
     if token is not None and not token:
         raise ValueError("the console token must not be empty (None disables actions)")
+    allowed = AllowedHosts.of(bind, allowed_hosts)
+    if not allowed.checked:
+        log.warning(
+            "the console is bound to %s with no allowed host names, so it does not check "
+            "the Host header: a DNS-rebinding page could read it through a browser that "
+            "reaches it; name the hosts it is reached by with --allowed-host",
+            bind,
+            extra={"event": "console-host-check-off"},
+        )
     app = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(_SecurityHeaders)],
+        middleware=[Middleware(_SecurityHeaders), Middleware(HostCheck, allowed=allowed)],
         exception_handlers={
             HTTPException: pages.http_error,
             MessageBoxError: pages.messagebox_error,

@@ -1,11 +1,14 @@
 """``messagebox console``: serve the web console with uvicorn (arguments in
 :mod:`messagebox.cli.parser`).
 
-The action token (resume, terminate) comes from ``MESSAGEBOX_CONSOLE_TOKEN`` or
-``--token-file PATH`` (the file wins), never from the command line, where other users
-could read it. Without one the console is read-only. Exit codes: 0 after a clean stop
-(Ctrl-C), 1 a messagebox error (no such database), 2 bad usage (an unreadable or
-empty token file).
+The token (resume, terminate, the contents of message parts) comes from
+``MESSAGEBOX_CONSOLE_TOKEN`` or ``--token-file PATH`` (the file wins), never from the
+command line, where other users could read it. Without one the console is read-only.
+It answers to the ``--bind`` address's Host (on loopback also ``localhost``,
+``127.0.0.1``, ``[::1]``) and to each ``--allowed-host NAME[:PORT]``
+(:mod:`messagebox.console.hostcheck`). Exit codes: 0 after a clean stop (Ctrl-C), 1 a
+messagebox error (no such database), 2 bad usage (an unreadable or empty token file, a
+malformed host name).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ class _Usage(Exception):
 
 
 def token(token_file: str | None) -> str | None:
-    """The action token: the file's first line, else the environment's; None when
+    """The console token: the file's first line, else the environment's; None when
     neither is given. An empty one is refused rather than taken as no token."""
     if token_file is not None:
         try:
@@ -44,6 +47,21 @@ def token(token_file: str | None) -> str | None:
     return env.strip()
 
 
+def check_hosts(bind: str, allowed: list[str]) -> None:
+    """Refuse a malformed ``--allowed-host`` or ``--bind`` before the store is opened."""
+    from messagebox.console.hostcheck import AllowedHosts, split_host
+
+    for name in allowed:
+        try:
+            split_host(name)
+        except ValueError as exc:
+            raise _Usage(f"--allowed-host: {exc}") from exc
+    try:
+        AllowedHosts.of(bind)
+    except ValueError as exc:
+        raise _Usage(f"--bind: {exc}") from exc
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve the console until SIGINT/SIGTERM."""
     import uvicorn
@@ -53,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         secret = token(args.token_file)
+        check_hosts(args.bind, args.allowed_host)
     except _Usage as exc:
         print(f"messagebox console: error: {exc}", file=sys.stderr)
         return 2
@@ -69,14 +88,14 @@ def run(args: argparse.Namespace) -> int:
     logs.configure("INFO", args.log_format)
     with box:
         mode = (
-            "resume and terminate need the token"
+            "resume, terminate and message contents need the token"
             if secret is not None
             else f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
         )
         host = f"[{args.bind}]" if ":" in args.bind else args.bind
         print(f"console at http://{host}:{args.port}/ — {mode}", file=sys.stderr, flush=True)
         uvicorn.run(
-            create_app(box, token=secret),
+            create_app(box, token=secret, bind=args.bind, allowed_hosts=args.allowed_host),
             host=args.bind,
             port=args.port,
             log_level="warning",

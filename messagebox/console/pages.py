@@ -5,6 +5,11 @@ GET pages only read. The two actions (resume, terminate a suspended entry) are P
 that need the console's token; every refusal (no token configured, a wrong or missing
 token, a malformed or unknown id, an entry that cannot be resumed) is checked before
 anything changes, and answered with an error page that names the culprit.
+
+A message's page shows the contents of its parts only with the token too (an
+``Authorization: Bearer`` header, or its form posted with the token field); without it
+the page shows their names and sizes. A console without a token has no login to ask
+for, and shows them to every reader, as its other pages.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ LIST_LIMIT = 500
 
 @dataclass(frozen=True)
 class Console:
-    """What every page needs: the MessageBox, the action token, the templates."""
+    """What every page needs: the MessageBox, the token, the templates."""
 
     box: MessageBox
     token: str | None
@@ -79,6 +84,20 @@ class Console:
             headers={"Cache-Control": "no-store"},
         )
 
+    @staticmethod
+    def _given(request: Request, form: FormData | None) -> bytes:
+        """The token a request carries: the form field ``token``, else an
+        ``Authorization: Bearer`` header; empty when neither."""
+        field = form.get("token") if form is not None else None
+        given = field.encode() if isinstance(field, str) else b""
+        if not given:  # header values arrive as latin-1: back to the bytes sent
+            scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+            given = credentials.strip().encode("latin-1") if scheme.lower() == "bearer" else b""
+        return given
+
+    def _right(self, given: bytes) -> bool:
+        return self.token is not None and hmac.compare_digest(given, self.token.encode())
+
     def authorise(self, request: Request, form: FormData) -> None:
         """Refuse (403) unless the request carries the token: the form field ``token``,
         else an ``Authorization: Bearer`` header."""
@@ -88,19 +107,34 @@ class Console:
                 "actions are disabled: this console was started without a token "
                 "(MESSAGEBOX_CONSOLE_TOKEN or --token-file); nothing was changed",
             )
-        field = form.get("token")
-        given = field.encode() if isinstance(field, str) else b""
-        if not given:  # header values arrive as latin-1: back to the bytes sent
-            scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-            given = credentials.strip().encode("latin-1") if scheme.lower() == "bearer" else b""
+        given = self._given(request, form)
         if not given:
             raise HTTPException(
                 403,
                 "this action needs the console token (the token field, or an "
                 "Authorization: Bearer header); nothing was changed",
             )
-        if not hmac.compare_digest(given, self.token.encode()):
+        if not self._right(given):
             raise HTTPException(403, "wrong token; nothing was changed")
+
+    def shows_parts(self, request: Request, form: FormData | None = None) -> bool:
+        """Whether a message's part contents may be shown: on a console without a token
+        always (it has no login), else only to a request carrying the token. A wrong
+        token is refused (403), and so is a form posted without one."""
+        if self.token is None:
+            return True
+        given = self._given(request, form)
+        if not given and form is None:
+            return False
+        if not given:
+            raise HTTPException(
+                403,
+                "the contents of a message's parts need the console token (the token "
+                "field, or an Authorization: Bearer header)",
+            )
+        if not self._right(given):
+            raise HTTPException(403, "wrong token; the parts' contents are not shown")
+        return True
 
 
 def _console(request: Request) -> Console:
@@ -372,20 +406,32 @@ def _preview(box: MessageBox, message_id: uuid.UUID, name: str, n: int, body: bo
     )
 
 
-def message(request: Request) -> Response:
-    """A stored message: context properties and a bounded preview of each part."""
+async def message(request: Request) -> Response:
+    """A stored message: context properties, its parts' names and sizes and, with the
+    token (or on a console without one), a bounded preview of each."""
     c = _console(request)
     message_id = _message_id(request.path_params["message_id"])
+    if request.method == "POST":
+        async with request.form() as form:
+            shown = c.shows_parts(request, form)
+    else:
+        shown = c.shows_parts(request)
+    return await run_in_threadpool(_message_page, c, request, message_id, shown)
+
+
+def _message_page(c: Console, request: Request, message_id: uuid.UUID, shown: bool) -> Response:
     summary = c.box.message_summary(message_id)
     previews = [
         _preview(c.box, message_id, name, n, name == summary.body_part)
         for name, n in summary.part_sizes.items()
+        if shown
     ]
     return c.render(
         request,
         "message.html",
         title=f"Message {message_id}",
         summary=summary,
+        shown=shown,
         previews=previews,
         entries=c.box.suspended(message_id=message_id, limit=LIST_LIMIT),
         preview_bytes=PREVIEW_BYTES,

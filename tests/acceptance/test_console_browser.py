@@ -130,7 +130,17 @@ def test_an_operator_resumes_a_failed_delivery_in_the_browser(
             browser.get(f"{base}/suspended")
             row = browser.find_element(By.ID, f"entry-{entry.id}")
             assert "RuntimeError: the warehouse is offline" in row.text
-            # and first types a wrong token
+            # and its message: the parts' contents are hidden until the token is typed
+            browser.get(f"{base}/messages/{routed.message_id}")
+            reveal = browser.find_element(By.ID, "reveal")
+            assert "body (body) · 8 B" in browser.find_element(By.ID, "part-1").text
+            assert "order/" not in browser.find_element(By.TAG_NAME, "main").text
+            reveal.find_element(By.NAME, "token").send_keys(TOKEN)
+            reveal.find_element(By.TAG_NAME, "button").click()
+            assert browser.find_element(By.CSS_SELECTOR, "pre.preview").text == "<order/>"
+            # When the operator goes back to the entry and first types a wrong token
+            browser.get(f"{base}/suspended")
+            row = browser.find_element(By.ID, f"entry-{entry.id}")
             row.find_element(By.NAME, "token").send_keys("guess")
             row.find_element(By.CSS_SELECTOR, "button.resume").click()
             # Then the console refuses it and nothing changes
@@ -221,7 +231,10 @@ def test_the_console_command_serves_pages_and_takes_its_token(tmp_path: Path, so
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert f"console at http://127.0.0.1:{port}/ — resume and terminate need the token" in err
+    assert (
+        f"console at http://127.0.0.1:{port}/ — resume, terminate and message contents "
+        "need the token" in err
+    )
     with MessageBox(url) as box:
         assert box.suspended() == []
         assert sum(q.depth for q in box.queue_stats()) == 1
@@ -254,9 +267,52 @@ def test_the_console_command_is_read_only_without_a_token(tmp_path: Path) -> Non
         assert [e.id for e in box.suspended()] == [entry_id]
 
 
+def test_the_console_command_answers_only_to_its_hosts(tmp_path: Path) -> None:
+    # Given the console command behind a proxy named console.example.com
+    url, _entry_id = suspended_store(tmp_path / "box.duckdb")
+    with MessageBox(url) as box:
+        [entry] = box.suspended()
+    port = free_port()
+    args = ["--url", url, "console", "--port", str(port), "--allowed-host", "console.example.com"]
+    proc = cli(*args, env={TOKEN_ENV: TOKEN})
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                return httpx.get(f"{base}/", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, "messagebox console to serve", timeout=20)
+        message = f"{base}/messages/{entry.message_id}"
+        # When the proxy's name asks, the console answers; the parts need the token
+        proxied = {"Host": "console.example.com"}
+        assert httpx.get(f"{base}/", headers=proxied, timeout=30).status_code == 200
+        assert "&lt;order/&gt;" not in httpx.get(message, headers=proxied, timeout=30).text
+        bearer = {**proxied, "Authorization": f"Bearer {TOKEN}"}
+        assert "&lt;order/&gt;" in httpx.get(message, headers=bearer, timeout=30).text
+        # but a rebinding page's name is refused, token or not
+        forged = {"Host": "rebind.evil.example", "Authorization": f"Bearer {TOKEN}"}
+        answer = httpx.get(message, headers=forged, timeout=30)
+        assert answer.status_code == 400
+        assert "the host 'rebind.evil.example' is not one this console answers to" in answer.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"refused GET /messages/{entry.message_id} from 127.0.0.1" in err
+
+
 @pytest.mark.parametrize(
     ("args", "code", "says"),
     [
+        (
+            ["--allowed-host", "http://console.example.com/"],
+            2,
+            "--allowed-host: 'http://console.example.com/' is not a host name",
+        ),
         (["--token-file", "{empty}"], 2, "--token-file: '{empty}' is empty"),
         (["--token-file", "{missing}"], 2, "--token-file: cannot read '{missing}'"),
         (["--token", "x"], 2, "unrecognized arguments: --token"),

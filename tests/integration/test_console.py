@@ -26,6 +26,7 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2, and warns with 
 
 TOKEN = "s3cret-tøken"
 HOSTILE = '<script>alert("x")</script>'
+BEARER = {"Authorization": f"Bearer {TOKEN}".encode()}
 
 
 @pytest.fixture
@@ -51,7 +52,10 @@ def shop(box: MessageBox) -> MessageBox:
 
 
 def client(box: MessageBox, token: str | None = TOKEN) -> TestClient:
-    return TestClient(create_app(box, token=token), follow_redirects=False)
+    """A browser of the console as served by default (on 127.0.0.1, its Host)."""
+    return TestClient(
+        create_app(box, token=token), base_url="http://127.0.0.1:8080", follow_redirects=False
+    )
 
 
 def suspended_id(box: MessageBox) -> int:
@@ -172,8 +176,8 @@ def test_the_message_page_shows_context_and_bounded_part_previews(box: MessageBo
             )
         ]
     )
-    # When its page is opened
-    page = client(box).get(f"/messages/{routed.message_id}")
+    # When its page is opened with the token
+    page = client(box).get(f"/messages/{routed.message_id}", headers=BEARER)
     # Then it shows both contexts and, per part, its size and a bounded preview
     assert page.status_code == 200
     html = page.text
@@ -414,7 +418,7 @@ def test_hostile_values_are_escaped_on_every_page(box: MessageBox) -> None:
         f"/explain?target={routed.message_id}",
     ]
     for url in pages:
-        html = reader.get(url).text
+        html = reader.get(url, headers=BEARER).text  # the token: the message's parts too
         # Then no page carries the markup, and each shows it as text
         assert "<script>" not in html, url
         assert "&lt;script&gt;" in html, url
