@@ -42,6 +42,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -134,6 +135,11 @@ class _Run:
             elif isinstance(outcome, _Done):
                 self._done.append(c)
 
+    def unseen(self) -> list[Claim]:
+        """The claims never handed to a handler nor given an outcome."""
+        with self._lock:
+            return [c for c in self.claims if c.id not in self._seen]
+
     def take(self) -> tuple[list[Claim], list[Failure]]:
         """The outcomes held so far, to record them."""
         with self._lock:
@@ -159,18 +165,22 @@ class _Run:
 
 
 class _OneAtATime:
-    """Held by the one batch of a process delivering an interrupted entry."""
+    """Held by the one batch of a process delivering an interrupted entry (so that a
+    process that ends meanwhile charges that entry and no other interrupted one)."""
 
     def __init__(self) -> None:
         self._owner: _Run | None = None
         self._cond = threading.Condition()
 
-    def acquire(self, run: _Run, stopping: threading.Event) -> bool:
+    def acquire(self, run: _Run, wait: float) -> bool:
+        """Take it, waiting at most ``wait`` seconds for another batch to let it go."""
+        deadline = time.monotonic() + wait
         with self._cond:
             while self._owner is not None and self._owner is not run:
-                if stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return False
-                self._cond.wait(0.2)
+                self._cond.wait(left)
             self._owner = run
             return True
 
@@ -179,6 +189,14 @@ class _OneAtATime:
             if self._owner is run:
                 self._owner = None
                 self._cond.notify_all()
+
+
+_ALONE = _OneAtATime()
+"""One per process: every host instance in it shares it."""
+
+ALONE_WAIT_SECONDS = 1.0
+"""How long an interrupted entry waits for another to finish before it is given back
+(still interrupted) for a later claim, here or by another instance."""
 
 
 @dataclass
@@ -326,10 +344,11 @@ class HostInstance:
         self._threads: list[threading.Thread] = []
         """The dequeue threads (one that timed out or failed is replaced here)."""
         self._generation = 0
+        self._abandoned: list[threading.Thread] = []
+        """Threads whose handler was abandoned and still runs (they end when it returns)."""
         self._runs: set[_Run] = set()
         self._runs_lock = threading.Lock()
-        self._alone = _OneAtATime()
-        self._in_flight: set[int] = set()
+        self._in_flight: Counter[int] = Counter()
         """Entries claimed and not yet recorded: the only leases heartbeats extend."""
         self._pending: list[_Pending] = []
         self._flight_lock = threading.Lock()
@@ -413,7 +432,7 @@ class HostInstance:
         self.wake()
         with self._runs_lock:
             workers = list(self._threads)
-        for t in workers:
+        for t in workers:  # (abandoned handlers are not waited for)
             t.join(max(deadline - time.monotonic(), 0))
         finished = not any(t.is_alive() for t in workers)
         for t in self._service_threads:
@@ -422,6 +441,8 @@ class HostInstance:
             self._unwatch()
         if self._unwatch_timers is not None:
             self._unwatch_timers()
+        if self._pending:  # known outcomes, rather than deliveries again
+            self._retry_pending()
         try:
             with self.box.store.transaction(serial=True) as conn:
                 released = delivery.unregister(conn, self.id)
@@ -607,16 +628,20 @@ class HostInstance:
         metrics.observe_claim(self.host, seconds, waits)
         if claims:
             with self._flight_lock:
-                self._in_flight.update(c.id for c in claims)
+                self._in_flight.update(c.id for c in claims)  # Counter: adds one each
             self.stats.add(
                 claimed=len(claims), redelivered=sum(1 for c in claims if c.attempts > 1)
             )
         return claims
 
     def _forget(self, claims: Sequence[Claim]) -> None:
-        """These entries are no longer in flight: heartbeats stop extending their leases."""
+        """These deliveries are over (once per claimed batch): heartbeats stop extending
+        their leases. An entry may be in flight twice (delivered again meanwhile)."""
         with self._flight_lock:
-            self._in_flight.difference_update(c.id for c in claims)
+            self._in_flight.subtract(c.id for c in claims)
+            for c in claims:
+                if self._in_flight[c.id] <= 0:
+                    del self._in_flight[c.id]
 
     def _handle_batch(self, claims: list[Claim]) -> bool:
         """Handle a claimed batch and record its outcomes. False when the supervisor
@@ -629,43 +654,73 @@ class HostInstance:
             return True
         except _Abandoned:
             return False
+        except BaseException:
+            self._salvage(run)
+            raise
         finally:
             if not run.abandoned:
-                with self._runs_lock:
-                    self._runs.discard(run)
-                self._forget(claims)
-                self._permits.give(len(claims))
-                self._alone.release(run)
+                self._release_run(run)
+
+    def _release_run(self, run: _Run) -> None:
+        with self._runs_lock:
+            self._runs.discard(run)
+        self._forget(run.claims)
+        self._permits.give(len(run.claims))
+        _ALONE.release(run)
+
+    def _salvage(self, run: _Run) -> None:
+        """After an unexpected error: record what the batch holds and give back what
+        it never started."""
+        try:
+            done, failed = run.take()
+            self._finish(done, failed, run.unseen())
+        except BaseException as exc:
+            log.error("host instance %s: could not record a failed batch: %s", self.id, exc)
 
     def _handle_run(self, run: _Run) -> None:
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
         batch = MessageBatch(self.box, [c.msg for c in run.claims])
+        most = self.settings.max_attempts
+        # an ordered subscription with an interrupted entry here goes one by one, in order
+        one_by_one = {c.sub for c in run.claims if c.ordered and c.interrupted}
         fresh = [
-            c for c in run.claims if not c.interrupted and c.charges < self.settings.max_attempts
+            c
+            for c in run.claims
+            if not c.interrupted and c.charges < most and c.sub not in one_by_one
         ]
-        together = self._handle_together(run, fresh, batch)
+        together = {} if self._stopping.is_set() else self._handle_together(run, fresh, batch)
         for c in run.claims:
+            outcome: Failure | _Settled | _Done | None
             if c.id in together:
                 outcome = together[c.id]
-            elif c.charges >= self.settings.max_attempts:
-                outcome = self._crashed(c)
+            elif c.charges >= most:
+                outcome = self._used_up(c)
+                self._note(run, c, outcome)
             elif self._stopping.is_set() or c.sub in blocked:
                 unstarted.append(c)
                 continue
             elif c.interrupted:
-                alone = self._handle_alone(run, c, batch)
-                if alone is None:
-                    unstarted.append(c)
-                elif isinstance(alone, Failure) and c.ordered:
-                    blocked.add(c.sub)
-                continue
+                outcome = self._handle_alone(run, c, batch)
+                if outcome is None:
+                    unstarted.append(c)  # given back, still interrupted
+                    if c.ordered:
+                        blocked.add(c.sub)
+                    continue
             else:
-                outcome = self._handle(run, c, batch)
-            self._note(run, c, outcome)
+                outcome = self._deliver(run, c, batch)
             if isinstance(outcome, Failure) and c.ordered:
                 blocked.add(c.sub)
         self._record(run, unstarted)
+
+    def _deliver(self, run: _Run, c: Claim, batch: MessageBatch) -> Failure | _Settled | _Done:
+        """Hand one claim to its service; its outcome is held with the batch's."""
+        together = self._handle_together(run, [c], batch)
+        if c.id in together:
+            return together[c.id]
+        outcome = self._handle(run, c, batch)
+        self._note(run, c, outcome)
+        return outcome
 
     def _note(self, run: _Run, c: Claim, outcome: Failure | _Settled | _Done) -> None:
         if isinstance(outcome, _Settled):
@@ -684,9 +739,10 @@ class HostInstance:
         """Deliver an entry whose previous delivery ended with no outcome: alone, one at
         a time per process, marked started in storage first and recorded at once, so
         that a message that makes its host end is charged for it and nothing else is
-        (``crashed-host`` past ``max_attempts``). None: not started (stopping)."""
+        (``crashed-host`` past ``max_attempts``). None: not started (another is being
+        delivered alone, or stopping); it is given back, still interrupted."""
         self._record(run)  # what came before it must not be lost if it ends the process
-        if not self._alone.acquire(run, self._stopping):
+        if self._stopping.is_set() or not _ALONE.acquire(run, ALONE_WAIT_SECONDS):
             return None
         try:
             if self._stopping.is_set():
@@ -696,24 +752,32 @@ class HostInstance:
                     delivery.mark_started(conn, self.id, [c])
             except MessageBoxError as exc:
                 outcome: Failure | _Settled | _Done = self._engine_failure(c, exc)
+                self._note(run, c, outcome)
             else:
-                together = self._handle_together(run, [c], batch)
-                outcome = together[c.id] if c.id in together else self._handle(run, c, batch)
-            self._note(run, c, outcome)
+                outcome = self._deliver(run, c, batch)
             self._record(run)
             return outcome
         finally:
-            self._alone.release(run)
+            _ALONE.release(run)
 
-    def _crashed(self, c: Claim) -> Failure:
-        """An entry whose host ended ``charges`` times while handling it: suspended."""
+    def _used_up(self, c: Claim) -> Failure:
+        """An entry charged ``max_attempts`` before this delivery: suspended unseen, as
+        ``crashed-host`` when its host ended during its last delivery."""
+        if not (c.interrupted and c.crashed_by):  # max_attempts was lowered since
+            return Failure(
+                c,
+                f"it was charged {c.charges} attempts, max_attempts is "
+                f"{self.settings.max_attempts}",
+                permanent=True,
+            )
         self.stats.add(crashed=1)
         error = (
-            f"host instances ended {c.charges} times while handling it (the last: "
-            f"{c.crashed_by}); it is suspended so that it does not end them again"
+            f"a host process ended while handling it (the last time: instance "
+            f"{c.crashed_by}); with its failures that makes {c.charges} attempts, and it "
+            "is suspended so that it does not end another"
         )
         log.error(
-            "host instance %s: entry %d (message %s) %s",
+            "host instance %s: entry %d (message %s): %s",
             self.id,
             c.id,
             c.msg,
@@ -762,7 +826,7 @@ class HostInstance:
     ) -> dict[int, Failure | _Settled | _Done]:
         """Hand the claims of services that take a batch (``handle_many``, as
         orchestrations do: their steps commit in one transaction) to them at once."""
-        if not self._batchers or self._stopping.is_set():
+        if not self._batchers:
             return {}
         by_service: dict[str, list[tuple[Claim, Delivery]]] = {}
         for c in claims:
@@ -782,10 +846,13 @@ class HostInstance:
                 errors = [exc] * len(pairs)
             run.end()
             for (c, d), error in zip(pairs, errors, strict=True):
-                if error is None:
-                    outcomes[c.id] = SETTLED if d.settled else DONE
-                else:
-                    outcomes[c.id] = self._failure(c, d.subscription, error, d)
+                outcome = (
+                    (SETTLED if d.settled else DONE)
+                    if error is None
+                    else self._failure(c, d.subscription, error, d)
+                )
+                self._note(run, c, outcome)  # held at once: a time-out elsewhere keeps it
+                outcomes[c.id] = outcome
         return outcomes
 
     def _delivery(self, c: Claim, sub: Subscription, batch: MessageBatch) -> Delivery:
@@ -840,14 +907,19 @@ class HostInstance:
             c,
             f"{type(exc).__name__}: {exc}",
             charge=False,
-            retry_after=self.settings.retry_backoff_seconds,
+            retry_after=min(
+                self.settings.retry_backoff_seconds * 2 ** min(c.attempts - 1, 10),
+                delivery.MAX_BACKOFF_SECONDS,
+            ),
         )
 
     def _failure(
         self, c: Claim, sub: Subscription, exc: BaseException, d: Delivery | None = None
     ) -> Failure:
         """What a service's exception means for its entry."""
-        if isinstance(exc, BackendUnavailable) or (d is not None and d.storage_error):
+        if isinstance(exc, BackendUnavailable) or (
+            d is not None and isinstance(d.storage_error, BackendUnavailable)
+        ):
             return self._engine_failure(c, exc)
         self.stats.add(failed=1)
         if isinstance(exc, PermanentFailure):
@@ -913,10 +985,26 @@ class HostInstance:
         }
 
     def _write(
-        self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]
+        self,
+        done: list[Claim],
+        failed: list[Failure],
+        unstarted: list[Claim],
+        *,
+        recheck: bool = False,
     ) -> tuple[delivery.Finished, int]:
-        """Complete, fail and give back in one transaction."""
+        """Complete, fail and give back in one transaction. ``recheck``: only entries
+        whose delivery is still the one claimed (outcomes written late)."""
         with self.box.store.transaction(serial=True) as conn:
+            if recheck:
+                mine = delivery.held(
+                    conn,
+                    self.box.store.dialect,
+                    self.id,
+                    [*done, *(f.claim for f in failed), *unstarted],
+                )
+                done = [c for c in done if c.id in mine]
+                failed = [f for f in failed if f.claim.id in mine]
+                unstarted = [c for c in unstarted if c.id in mine]
             result = delivery.finish(
                 conn,
                 self.box.store.dialect,
@@ -955,7 +1043,6 @@ class HostInstance:
                     )
                     with self._flight_lock:
                         self._pending.append(_Pending(done, failed, unstarted, time.monotonic()))
-                    self._forget([*done, *(f.claim for f in failed), *unstarted])
                     return
                 time.sleep(pause)
                 pause *= 2
@@ -995,13 +1082,10 @@ class HostInstance:
         leases have lapsed by now (they are delivered again)."""
         with self._flight_lock:
             pending, self._pending = self._pending, []
-            busy = set(self._in_flight)  # delivered again by this instance meanwhile
         for p in pending:
-            done = [c for c in p.done if c.id not in busy]
-            failed = [f for f in p.failed if f.claim.id not in busy]
-            unstarted = [c for c in p.unstarted if c.id not in busy]
+            done, failed, unstarted = p.done, p.failed, p.unstarted
             try:
-                result, given = self._write(done, failed, unstarted)
+                result, given = self._write(done, failed, unstarted, recheck=True)
             except MessageBoxError as exc:
                 if time.monotonic() - p.since < self.settings.lease_seconds:
                     with self._flight_lock:
@@ -1025,14 +1109,14 @@ class HostInstance:
     # --- the supervisor ---
 
     def _supervisor(self) -> None:
-        """Abandon handlers past ``handler_timeout_seconds`` and replace dequeue threads
-        that ended."""
+        """Abandon handlers past ``handler_timeout_seconds``, and keep
+        ``dequeue_threads`` dequeue threads running."""
         timeout = self.settings.handler_timeout_seconds
         interval = min(1.0, timeout / 4) if timeout else 1.0
         while not self._stopping.wait(interval):
             try:
                 self._abandon_overdue()
-                self._replace_dead()
+                self._top_up()
             except Exception as exc:  # the supervisor itself must not die
                 log.error("host instance %s: supervisor failed: %s", self.id, exc, exc_info=True)
 
@@ -1044,84 +1128,107 @@ class HostInstance:
             taken = run.abandon_if_overdue(now)
             if taken is None:
                 continue
-            timed_out, done, failed, unstarted = taken
             with self._runs_lock:
-                self._runs.discard(run)
-            seconds = self.settings.handler_timeout_seconds
-            self.stats.add(timed_out=len(timed_out), failed=len(timed_out))
-            for c in timed_out:
-                sub = self._subscription(c.sub)
-                service = sub.service if sub is not None else "?"
-                log.error(
-                    "host instance %s: the handler of service %r has not returned entry %d "
-                    "after %.3g s: it fails; %d unstarted entries of its batch are given "
-                    "back and another thread takes its place",
-                    self.id,
-                    service,
-                    c.id,
-                    seconds,
-                    len(unstarted),
-                    extra={
-                        "event": "handler-timeout",
-                        "host_instance": self.id,
-                        "host": self.host,
-                        "service": service,
-                        "entry": c.id,
-                        "message_id": str(c.msg),
-                    },
+                if run.worker in self._threads:
+                    self._threads.remove(run.worker)
+                    self._abandoned.append(run.worker)
+            try:
+                self._settle_abandoned(*taken)
+            finally:
+                self._release_run(run)
+
+    def _settle_abandoned(
+        self,
+        timed_out: list[Claim],
+        done: list[Claim],
+        failed: list[Failure],
+        unstarted: list[Claim],
+    ) -> None:
+        """Record an abandoned batch: its timed-out entries fail, what it had done is
+        recorded, what it had not started is given back."""
+        seconds = self.settings.handler_timeout_seconds
+        with self._subs_lock:  # no lookup in the store here: this must not fail
+            subs = dict(self._subs)
+        self.stats.add(timed_out=len(timed_out), failed=len(timed_out))
+        for c in timed_out:
+            sub = subs.get(c.sub)
+            service = sub.service if sub is not None else "?"
+            log.error(
+                "host instance %s: the handler of service %r has not returned entry %d "
+                "after %.3g s: it fails; %d unstarted entries of its batch are given back "
+                "and another thread takes its place",
+                self.id,
+                service,
+                c.id,
+                seconds,
+                len(unstarted),
+                extra={
+                    "event": "handler-timeout",
+                    "host_instance": self.id,
+                    "host": self.host,
+                    "service": service,
+                    "entry": c.id,
+                    "message_id": str(c.msg),
+                },
+            )
+            failed.append(
+                Failure(
+                    c,
+                    f"TimeoutError: the handler of service {service!r} did not return "
+                    f"within {seconds:g} s (handler_timeout_seconds); it was abandoned",
                 )
+            )
+        kept = []
+        for c in done:  # a service that makes its work durable at the batch's end
+            sub = subs.get(c.sub)
+            if sub is not None and sub.service in self._flushers:
                 failed.append(
                     Failure(
                         c,
-                        f"TimeoutError: the handler of service {service!r} did not return "
-                        f"within {seconds:g} s (handler_timeout_seconds); it was abandoned",
+                        "its batch was abandoned before its service made it durable",
+                        charge=False,
+                        retry_after=0.0,
                     )
                 )
-            kept = []
-            for c in done:  # a service that makes its work durable at the batch's end
-                sub = self._subscription(c.sub)
-                if sub is not None and sub.service in self._flushers:
-                    failed.append(
-                        Failure(
-                            c,
-                            "its batch was abandoned before its service made it durable",
-                            charge=False,
-                            retry_after=0.0,
-                        )
-                    )
-                else:
-                    kept.append(c)
-            self._finish(kept, failed, unstarted)
-            self._forget(run.claims)
-            self._permits.give(len(run.claims))
-            self._alone.release(run)
-            self._replace(run.worker, why="its handler timed out")
+            else:
+                kept.append(c)
+        self._finish(kept, failed, unstarted)
 
-    def _replace_dead(self) -> None:
-        for t in list(self._threads):
-            if not t.is_alive() and not self._stopping.is_set():
-                self._replace(t, why="it ended")
-
-    def _replace(self, old: threading.Thread, *, why: str) -> None:
+    def _top_up(self) -> None:
+        """Replace dequeue threads that failed or whose handler was abandoned. Abandoned
+        handlers still running count too, up to ``dequeue_threads`` of them: beyond,
+        no thread is added until one returns (a dependency that hangs every call must
+        not grow the threads without bound)."""
         with self._runs_lock:
-            if self._stopping.is_set() or old not in self._threads:
+            if self._stopping.is_set():
                 return
-            self._generation += 1
-            new = threading.Thread(
-                target=self._worker,
-                name=f"{self.host}-dequeue-r{self._generation}",
-                daemon=True,
-            )
-            self._threads[self._threads.index(old)] = new
-        self.stats.add(threads_replaced=1)
-        log.warning(
-            "host instance %s: dequeue thread %s replaced by %s (%s)",
-            self.id,
-            old.name,
-            new.name,
-            why,
-        )
-        new.start()
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            for t in [t for t in self._threads if not t.is_alive()]:
+                self._threads.remove(t)
+                log.warning("host instance %s: dequeue thread %s ended", self.id, t.name)
+            want = self.settings.dequeue_threads
+            running = len(self._threads)
+            room = min(want - running, 2 * want - running - len(self._abandoned))
+            for _ in range(max(room, 0)):
+                self._generation += 1
+                t = threading.Thread(
+                    target=self._worker,
+                    name=f"{self.host}-dequeue-r{self._generation}",
+                    daemon=True,
+                )
+                t.start()
+                self._threads.append(t)
+                self.stats.add(threads_replaced=1)
+                log.warning("host instance %s: started dequeue thread %s", self.id, t.name)
+            if len(self._threads) < want:
+                log.error(
+                    "host instance %s: %d dequeue threads of %d, %d handlers abandoned "
+                    "and still running; no more threads until they return",
+                    self.id,
+                    len(self._threads),
+                    want,
+                    len(self._abandoned),
+                )
 
     # --- housekeeping ---
 

@@ -92,7 +92,8 @@ class Delivery:
 
     @property
     def properties(self) -> dict[str, Value]:
-        """The message's promoted properties (its parts are not read)."""
+        """The message's promoted properties (the parts of a message larger than
+        ``BATCH_READ_BYTES`` are not read)."""
         return self.summary.promoted
 
     def _read(self, read: Callable[[], Any]) -> Any:

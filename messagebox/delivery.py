@@ -390,19 +390,42 @@ def _summary(error: str) -> str:
 
 
 def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
-    """Release leases of entries that were claimed but never handed to a service."""
-    if not claims:
-        return 0
+    """Release leases of entries that were claimed but never handed to a service (their
+    attempt is not counted). An interrupted entry stays interrupted (its ``lease_owner``
+    is kept): its next delivery is handled alone too."""
     q = schema.queue
-    return int(
-        conn.execute(
-            q.update()
-            .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
-            .values(
-                lease_owner=None, lease_expires=None, started_by=None, attempts=q.c.attempts - 1
-            )
+    given = 0
+    for interrupted in (False, True):
+        ids = [c.id for c in claims if c.interrupted is interrupted]
+        if not ids:
+            continue
+        values: dict[str, Any] = {
+            "lease_expires": None,
+            "started_by": None,
+            "attempts": q.c.attempts - 1,
+        }
+        if not interrupted:
+            values["lease_owner"] = None
+        given += conn.execute(
+            q.update().where(q.c.id.in_(ids), q.c.lease_owner == owner).values(**values)
         ).rowcount
+    return given
+
+
+def held(conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim]) -> set[int]:
+    """The ids of ``claims`` whose delivery is still the one ``owner`` claimed (not
+    claimed again since, by it or another instance). Locked until the transaction ends
+    where there are row locks, so that no claim takes them meanwhile."""
+    if not claims:
+        return set()
+    q = schema.queue
+    query = sa.select(q.c.id, q.c.attempts).where(
+        q.c.id.in_(sorted({c.id for c in claims})), q.c.lease_owner == owner
     )
+    if dialect.supports_skip_locked:
+        query = query.with_for_update()
+    attempts = {int(i): int(n) for i, n in conn.execute(query)}
+    return {c.id for c in claims if attempts.get(c.id) == c.attempts}
 
 
 def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:

@@ -392,10 +392,8 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             "ALTER TABLE mb_queue ADD COLUMN interrupted BOOLEAN NOT NULL DEFAULT false",
             "ALTER TABLE mb_queue ADD COLUMN started_by TEXT",
             "ALTER TABLE mb_queue ADD COLUMN crashed_by TEXT",
-            # version 6 counted every delivery against max_attempts (one in flight is not
-            # charged until it fails)
-            "UPDATE mb_queue SET charges = CASE WHEN lease_owner IS NULL THEN attempts "
-            "ELSE greatest(attempts - 1, 0) END WHERE attempts > 0",
+            # version 6 counted every delivery, RetryLater's too, against max_attempts:
+            # waiting entries start with no charge (a failing one gets its attempts again)
         ),
     ),
 }

@@ -97,32 +97,32 @@ def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid
 def read_messages(
     conn: sa.Connection, msg_ids: Sequence[uuid.UUID], *, max_bytes: int | None = None
 ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
-    """Messages with their contexts and all their parts, in three queries for the lot
-    (use :func:`iter_part` for large parts). A message whose parts hold more than
-    ``max_bytes`` in all comes without them (a :class:`MessageSummary`), so that reading
-    many never holds more than that much per message. Ids not in the spool are left out."""
+    """Messages with their contexts and all their parts, in two queries for the lot and
+    one per part of several fragments (use :func:`iter_part` for large parts). A message
+    whose parts hold more than ``max_bytes`` in all comes without them (a
+    :class:`MessageSummary`), so that reading many never holds more than that much per
+    message. Ids not in the spool are left out."""
     rows = read_context(conn, msg_ids)
     if not rows:
         return {}
     mp, p, f = schema.message_part, schema.part, schema.fragment
     sizes: dict[uuid.UUID, dict[str, int]] = {m: {} for m in rows}
-    for msg, name, size in conn.execute(
-        sa.select(mp.c.msg, mp.c.name, p.c.size)
+    parts: dict[uuid.UUID, dict[str, bytes]] = {}
+    data: sa.ColumnElement[Any] = p.c.data
+    if max_bytes is not None:  # no bytes of a message larger than that leave the database
+        total = sa.func.sum(p.c.size).over(partition_by=mp.c.msg)
+        data = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
+    query = (
+        sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.size, p.c.n_fragments, data.label("data"))
         .join(p, p.c.id == mp.c.part)
         .where(mp.c.msg.in_(list(rows)))
         .order_by(mp.c.msg, mp.c.idx)
-    ):
-        sizes[msg][name] = int(size)
-    whole = [m for m in rows if max_bytes is None or sum(sizes[m].values()) <= max_bytes]
-    parts: dict[uuid.UUID, dict[str, bytes]] = {m: {} for m in whole}
-    query = (
-        sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.n_fragments, p.c.data)
-        .join(p, p.c.id == mp.c.part)
-        .where(mp.c.msg.in_(whole))
-        .order_by(mp.c.msg, mp.c.idx)
     )
-    for msg, name, part_id, n_fragments, data in conn.execute(query) if whole else ():
-        chunks = [bytes(data)]
+    for msg, name, part_id, size, n_fragments, first in conn.execute(query):
+        sizes[msg][name] = int(size)
+        if first is None:  # larger than max_bytes
+            continue
+        chunks = [bytes(first)]
         if n_fragments > 1:
             chunks.extend(
                 bytes(d)
@@ -130,7 +130,8 @@ def read_messages(
                     sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
                 )
             )
-        parts[msg][name] = b"".join(chunks)
+        parts.setdefault(msg, {})[name] = b"".join(chunks)
+    whole = {m for m in rows if len(parts.get(m, ())) == len(sizes[m])}
     found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
     for msg_id, row in rows.items():
         promoted, written = decode_context(row.context)
@@ -144,8 +145,8 @@ def read_messages(
             "part_sizes": sizes[msg_id],
         }
         found[msg_id] = (
-            StoredMessage(parts=parts[msg_id], **common)
-            if msg_id in parts
+            StoredMessage(parts=parts.get(msg_id, {}), **common)
+            if msg_id in whole
             else MessageSummary(**common)
         )
     return found

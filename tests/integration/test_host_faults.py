@@ -141,7 +141,7 @@ def test_a_hung_handler_is_abandoned_its_entry_fails_and_its_batch_goes_on(
             instances,
             box,
             {"svc": service},
-            dequeue_threads=1,
+            dequeue_threads=2,
             claim_batch=10,
             handler_timeout_seconds=0.5,
         )
@@ -158,6 +158,49 @@ def test_a_hung_handler_is_abandoned_its_entry_fails_and_its_batch_goes_on(
         assert stats["completed"] == 9
     finally:
         release.set()
+
+
+def test_abandoned_handlers_do_not_grow_the_threads_without_bound(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """A dependency that hangs every call: at most ``dequeue_threads`` abandoned
+    handlers run beside the dequeue threads; no thread is added until one returns."""
+    setup_host(box, max_attempts=10)
+    release = threading.Event()
+    lock = threading.Lock()
+    running = {"now": 0, "most": 0}
+
+    def service(d: Delivery) -> None:
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        try:
+            release.wait(60)
+        finally:
+            with lock:
+                running["now"] -= 1
+
+    try:
+        inst = start(
+            instances,
+            box,
+            {"svc": service},
+            dequeue_threads=1,
+            claim_batch=1,
+            handler_timeout_seconds=0.3,
+        )
+        box.publish(msgs(5))
+        wait_for(
+            lambda: inst.stats.snapshot()["timed_out"] == 2 and len(inst._abandoned) == 2,
+            what="two handlers abandoned",
+        )
+        assert inst._threads == []  # at the limit: 1 thread + 1 abandoned beyond it
+        assert inst.stats.snapshot()["threads_replaced"] == 1
+        assert running["most"] == 2
+    finally:
+        release.set()
+    wait_for(completed(box), what="every entry completed once the handlers return")
+    assert running["most"] <= 3
 
 
 # --- D1: outcomes that could not be written ---
@@ -318,12 +361,22 @@ def test_only_a_delivery_marked_started_is_charged_when_its_host_ends(box: Messa
     assert again[second.id].charges == 0
     assert again[second.id].crashed_by is None
     assert all(c.interrupted and c.attempts == 2 for c in again.values())
-    # a give-back is not an interruption
+    # an interrupted entry given back stays interrupted (and uncharged)
     with box.store.transaction(serial=True) as conn:
         mb_delivery.give_back(conn, "next", [again[third.id]])
     [back] = claim(box, "h", n=1, owner="other")
     assert back.id == third.id
-    assert not back.interrupted
+    assert back.interrupted
+    assert back.charges == 0
+    assert back.attempts == 2
+    # a fresh one given back is not an interruption
+    box.publish(msgs(1))
+    [fresh] = claim(box, "h", n=1, owner="other")
+    with box.store.transaction(serial=True) as conn:
+        mb_delivery.give_back(conn, "other", [fresh])
+    [fresh_again] = claim(box, "h", n=1, owner="other")
+    assert fresh_again.id == fresh.id
+    assert not fresh_again.interrupted
 
 
 def test_an_entry_whose_host_ended_max_attempts_times_is_suspended_as_crashed_host(
