@@ -2,7 +2,8 @@
 
 Each ``<dialect>.sql`` file holds statements under ``-- name: <name> --`` headers;
 ``common.sql`` holds the ones every dialect shares. :func:`load` returns one by name,
-the dialect's own version first.
+the dialect's own version first. A line ``-- include: <name>`` in a statement stands
+for the dialect's fragment of that name (a clause several statements share).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from functools import cache
 from importlib import resources
 
 _HEADER = re.compile(r"^-- name: ([a-z_]+) --\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^-- include: ([a-z_]+)\s*$", re.MULTILINE)
 
 
 @cache
@@ -29,5 +31,5 @@ def load(dialect: str, name: str) -> str:
         except FileNotFoundError:
             continue
         if name in queries:
-            return queries[name]
+            return _INCLUDE.sub(lambda m: load(dialect, m.group(1)), queries[name])
     raise KeyError(f"no SQL statement {name!r} for dialect {dialect!r}")

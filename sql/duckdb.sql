@@ -4,20 +4,25 @@
 staged AS (SELECT * FROM mb_staged_batch),
 batch AS (SELECT CAST(range AS INTEGER) AS msg FROM range(CAST($n AS BIGINT)))
 
--- name: claim --
--- Claims are serialised in-process (DuckDB has no row locks; see dialects/duckdb.py).
-UPDATE mb_queue
+-- name: claim_set --
+-- What every claim sets on the rows it leases. A lease that lapsed with no outcome
+-- (lease_owner still set) makes this delivery an interrupted one, and charges an
+-- attempt if that delivery had been marked started (its host ended during it).
 SET lease_owner = $owner,
     lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
     attempts = attempts + 1,
     claimed_at = coalesce(claimed_at, now()),
-    -- a lease that lapsed with no outcome: charged if its delivery had started
     charges = charges + CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
                              THEN 1 ELSE 0 END,
     crashed_by = CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
                       THEN started_by ELSE crashed_by END,
     interrupted = lease_owner IS NOT NULL,
     started_by = NULL
+
+-- name: claim --
+-- Claims are serialised in-process (DuckDB has no row locks; see dialects/duckdb.py).
+UPDATE mb_queue
+-- include: claim_set
 WHERE id IN (
     SELECT id FROM mb_queue
     WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
@@ -38,17 +43,7 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, c
 -- interleaved one of each kind at a time ($first_kind first: 1 for instance heads), so
 -- neither kind takes more than half the batch while the other waits.
 UPDATE mb_queue
-SET lease_owner = $owner,
-    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
-    attempts = attempts + 1,
-    claimed_at = coalesce(claimed_at, now()),
-    -- a lease that lapsed with no outcome: charged if its delivery had started
-    charges = charges + CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
-                             THEN 1 ELSE 0 END,
-    crashed_by = CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
-                      THEN started_by ELSE crashed_by END,
-    interrupted = lease_owner IS NOT NULL,
-    started_by = NULL
+-- include: claim_set
 WHERE id IN (
     WITH heads AS (
         SELECT instance_id, min(id) AS id,
@@ -91,17 +86,7 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, c
 -- entries, taken only when its head is free. Its claimer handles the run in id order
 -- (strictly publish order, one at a time) and gives back the rest on a failure.
 UPDATE mb_queue
-SET lease_owner = $owner,
-    lease_expires = now() + to_microseconds(CAST($lease_us AS BIGINT)),
-    attempts = attempts + 1,
-    claimed_at = coalesce(claimed_at, now()),
-    -- a lease that lapsed with no outcome: charged if its delivery had started
-    charges = charges + CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
-                             THEN 1 ELSE 0 END,
-    crashed_by = CASE WHEN lease_owner IS NOT NULL AND started_by IS NOT NULL
-                      THEN started_by ELSE crashed_by END,
-    interrupted = lease_owner IS NOT NULL,
-    started_by = NULL
+-- include: claim_set
 WHERE id IN (
     WITH heads AS (
         SELECT sub, min(id) AS id,

@@ -26,6 +26,21 @@ SELECT pg_try_advisory_xact_lock(7240115002)
 SELECT pg_notify('messagebox', current_schema() || '/' || h)
 FROM unnest(%(hosts)s::text[]) AS h
 
+-- name: claim_set --
+-- What every claim sets on the rows it leases. A lease that lapsed with no outcome
+-- (lease_owner still set) makes this delivery an interrupted one, and charges an
+-- attempt if that delivery had been marked started (its host ended during it).
+SET lease_owner = %(owner)s,
+    lease_expires = now() + make_interval(secs => %(lease)s),
+    attempts = q.attempts + 1,
+    claimed_at = coalesce(q.claimed_at, now()),
+    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                               THEN 1 ELSE 0 END,
+    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
+                      THEN q.started_by ELSE q.crashed_by END,
+    interrupted = q.lease_owner IS NOT NULL,
+    started_by = NULL
+
 -- name: claim --
 -- SKIP LOCKED: concurrent claimers on any machine take disjoint entries, without waiting.
 WITH c AS MATERIALIZED (
@@ -38,17 +53,7 @@ WITH c AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE mb_queue q
-SET lease_owner = %(owner)s,
-    lease_expires = now() + make_interval(secs => %(lease)s),
-    attempts = q.attempts + 1,
-    claimed_at = coalesce(q.claimed_at, now()),
-    -- a lease that lapsed with no outcome: charged if its delivery had started
-    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
-                               THEN 1 ELSE 0 END,
-    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
-                      THEN q.started_by ELSE q.crashed_by END,
-    interrupted = q.lease_owner IS NOT NULL,
-    started_by = NULL
+-- include: claim_set
 FROM c
 WHERE q.id = c.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
@@ -85,17 +90,7 @@ run AS MATERIALIZED (
     FOR UPDATE OF q
 )
 UPDATE mb_queue q
-SET lease_owner = %(owner)s,
-    lease_expires = now() + make_interval(secs => %(lease)s),
-    attempts = q.attempts + 1,
-    claimed_at = coalesce(q.claimed_at, now()),
-    -- a lease that lapsed with no outcome: charged if its delivery had started
-    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
-                               THEN 1 ELSE 0 END,
-    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
-                      THEN q.started_by ELSE q.crashed_by END,
-    interrupted = q.lease_owner IS NOT NULL,
-    started_by = NULL
+-- include: claim_set
 FROM run
 WHERE q.id = run.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
@@ -139,17 +134,7 @@ free AS MATERIALIZED (
     FOR UPDATE OF q SKIP LOCKED
 )
 UPDATE mb_queue q
-SET lease_owner = %(owner)s,
-    lease_expires = now() + make_interval(secs => %(lease)s),
-    attempts = q.attempts + 1,
-    claimed_at = coalesce(q.claimed_at, now()),
-    -- a lease that lapsed with no outcome: charged if its delivery had started
-    charges = q.charges + CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
-                               THEN 1 ELSE 0 END,
-    crashed_by = CASE WHEN q.lease_owner IS NOT NULL AND q.started_by IS NOT NULL
-                      THEN q.started_by ELSE q.crashed_by END,
-    interrupted = q.lease_owner IS NOT NULL,
-    started_by = NULL
+-- include: claim_set
 FROM free
 WHERE q.id = free.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,

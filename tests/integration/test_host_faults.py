@@ -25,21 +25,9 @@ from messagebox.errors import BackendUnavailable
 from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE
 from predicates import P
 from tests.conftest import claim, wait_for
+from tests.integration.test_delivery import FAST, msgs
 
 ROOT = Path(__file__).resolve().parents[2]
-
-FAST = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.1,
-    "retry_backoff_seconds": 0.0,
-    "heartbeat_seconds": 0.2,
-    "dead_after_seconds": 1.0,
-    "cleanup_interval_seconds": 0.0,
-}
-
-
-def msgs(n: int, **extra: object) -> list[Message]:
-    return [Message(f"body {i}".encode(), promoted={"t.N": i, **extra}) for i in range(n)]
 
 
 def start(
@@ -156,6 +144,48 @@ def test_a_hung_handler_is_abandoned_its_entry_fails_and_its_batch_goes_on(
         assert stats["timed_out"] == 2
         assert stats["threads_replaced"] == 2
         assert stats["completed"] == 9
+    finally:
+        release.set()
+
+
+def test_a_time_out_keeps_what_a_batching_service_did_in_its_batch(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """A service taking a batch at once (``handle_many``, as orchestrations do) has done
+    its part when another handler of the same claimed batch times out: that is kept,
+    not done again."""
+    setup_host(box, max_attempts=1)
+    box.subscribe("many", host="h", filter=P("t.N") >= 0, name="many")
+    handled: Counter[int] = Counter()
+    release = threading.Event()
+
+    class Many:
+        def handle(self, d: Delivery) -> None:
+            self.handle_many([d])
+
+        def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
+            for d in ds:
+                handled[int(d.properties["t.N"])] += 1  # type: ignore[arg-type]
+            return [None] * len(ds)
+
+    def hang(d: Delivery) -> None:
+        if d.properties["t.N"] == 0:
+            release.wait(60)
+
+    try:
+        start(
+            instances,
+            box,
+            {"svc": hang, "many": Many()},
+            dequeue_threads=1,
+            claim_batch=10,
+            handler_timeout_seconds=0.5,
+        )
+        box.publish(msgs(3))
+        wait_for(completed(box), what="every entry completed or suspended", timeout=30)
+        assert handled == Counter({0: 1, 1: 1, 2: 1})
+        [entry] = box.suspended()
+        assert "did not return within 0.5 s" in (entry.error or "")
     finally:
         release.set()
 
