@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -53,30 +54,52 @@ def cluster_tool(name: str) -> str:
     return found
 
 
+def server_version() -> str:
+    """The newest PostgreSQL server installed (Debian keeps each in its own folder)."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: p.parts)
+    if not versions:
+        if IN_CI:
+            pytest.fail("CI=true but no PostgreSQL server in /usr/lib/postgresql")
+        pytest.skip("no PostgreSQL server in /usr/lib/postgresql")
+    return versions[-1].parts[-3]
+
+
 @pytest.fixture
-def cluster() -> Iterator[tuple[str, str]]:
-    """A PostgreSQL 15 cluster of its own (name, URL), dropped afterwards."""
+def cluster() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of its own, dropped afterwards."""
     create = cluster_tool("pg_createcluster")
     if os.geteuid() != 0:
         if IN_CI:
             pytest.fail("CI=true but making a cluster needs root")
         pytest.skip("making a cluster needs root")
+    version = server_version()
     name = f"mbfault{uuid.uuid4().hex[:8]}"
     port = free_port()
     trust = ("--auth-local=trust", "--auth-host=trust")
     subprocess.run(
-        [create, "15", name, "--port", str(port), "--start", "--", *trust],
+        [create, version, name, "--port", str(port), "--start", "--", *trust],
         check=True,
         capture_output=True,
     )
     try:
-        yield name, f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        yield Cluster(version, name, f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres")
     finally:
-        subprocess.run(["pg_dropcluster", "15", name, "--stop"], check=False, capture_output=True)
+        subprocess.run(
+            ["pg_dropcluster", version, name, "--stop"], check=False, capture_output=True
+        )
 
 
-def pg_ctl(name: str, *action: str) -> None:
-    subprocess.run(["pg_ctlcluster", "15", name, *action], check=True, capture_output=True)
+@dataclass(frozen=True)
+class Cluster:
+    version: str
+    name: str
+    url: str
+
+    def ctl(self, *action: str) -> None:
+        """``pg_ctlcluster`` on this cluster: ``ctl("stop", "-m", "immediate")``."""
+        subprocess.run(
+            ["pg_ctlcluster", self.version, self.name, *action], check=True, capture_output=True
+        )
 
 
 def waiting(url: str) -> int | None:
@@ -125,9 +148,9 @@ def wait_drained(url: str, out: Path, pairs: int, since: float, what: str) -> fl
 
 
 def test_hosts_deliver_every_pair_after_a_restart_and_an_outage_without_restarting(
-    cluster: tuple[str, str], tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    name, url = cluster
+    url = cluster.url
     with MessageBox(url) as box:
         box.create_host("workers", **SETTINGS)  # type: ignore[arg-type]
         box.subscribe("record", host="workers", filter=P("t.N") >= 0, name="record-all")
@@ -138,15 +161,15 @@ def test_hosts_deliver_every_pair_after_a_restart_and_an_outage_without_restarti
         # a restart that drops every connection mid-delivery
         pairs = publish(url, 0, 400)  # 1,000 pairs, 5 s of work
         wait_recorded(tmp_path, 300, timeout=60)
-        pg_ctl(name, "restart", "-m", "immediate")
+        cluster.ctl("restart", "-m", "immediate")
         back = time.monotonic()
         took_restart = wait_drained(url, tmp_path, pairs, back, "after the restart")
         # a 30 s outage mid-delivery
         pairs += publish(url, 400, 400)
         wait_recorded(tmp_path, 1000 + 300, timeout=60)
-        pg_ctl(name, "stop", "-m", "immediate")
+        cluster.ctl("stop", "-m", "immediate")
         time.sleep(30)  # the fault itself: the database is away this long
-        pg_ctl(name, "start")
+        cluster.ctl("start")
         back = time.monotonic()
         took_outage = wait_drained(url, tmp_path, pairs, back, "after the outage")
         assert all(p.poll() is None for p in procs), "a host ended"
