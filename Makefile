@@ -43,6 +43,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(PY) -m tests.import_cycles
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .

@@ -11,7 +11,8 @@ them to services (DESIGN.md §8), and the ports that move messages in and out.
 """
 
 from hosts.app import HostApp
-from hosts.instance import HostInstance, InstanceStats
+from hosts.dispatch import InstanceStats
+from hosts.instance import HostInstance
 from hosts.orchestration import Orchestration, activate, receive, timeout
 from hosts.ports import ReceiveLocation, ReceivePort, SendPort, SendPortGroup, Transport
 from hosts.service import Delivery

@@ -44,12 +44,24 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from hosts.dispatch import (
+    ALONE,
+    ALONE_WAIT_SECONDS,
+    DONE,
+    SETTLED,
+    Abandoned,
+    Done,
+    InstanceStats,
+    Pending,
+    Permits,
+    Run,
+    Settled,
+)
 from hosts.orchestration import timer_channel
 from hosts.service import Delivery, Handler, MessageBatch, as_handler
 from messagebox import clock, delivery, instances, metrics, notify
@@ -75,204 +87,6 @@ from messagebox.models import (
 log = logging.getLogger("messagebox.hosts")
 
 FINISH_TRIES = 5
-
-
-class _Settled:
-    """A delivery the service completed itself (an orchestration step)."""
-
-
-class _Done:
-    """A delivery its service handled: completed with the batch."""
-
-
-SETTLED = _Settled()
-DONE = _Done()
-
-
-class _Abandoned(Exception):
-    """The supervisor took this batch over (a handler timed out): drop it."""
-
-
-class _Run:
-    """A claimed batch a dequeue thread handles, shared with the supervisor, which takes
-    it over when a handler runs past its time-out."""
-
-    def __init__(self, claims: list[Claim]) -> None:
-        self.claims = claims
-        self.worker = threading.current_thread()
-        self.abandoned = False
-        self._lock = threading.Lock()
-        self._done: list[Claim] = []
-        self._failed: list[Failure] = []
-        self._seen: set[int] = set()  # handed to a handler, or given an outcome
-        self._current: list[Claim] = []
-        self._deadline: float | None = None
-
-    def begin(self, claims: list[Claim], seconds: float | None) -> None:
-        """A handler starts on these claims; it has ``seconds`` (None: no limit)."""
-        with self._lock:
-            if self.abandoned:
-                raise _Abandoned
-            self._current = claims
-            self._seen.update(c.id for c in claims)
-            self._deadline = None if seconds is None else time.monotonic() + seconds
-
-    def end(self) -> None:
-        """The handler returned; raises ``_Abandoned`` if it was too late."""
-        with self._lock:
-            self._current = []
-            self._deadline = None
-            if self.abandoned:
-                raise _Abandoned
-
-    def add(self, c: Claim, outcome: Failure | _Settled | _Done) -> None:
-        with self._lock:
-            if self.abandoned:
-                raise _Abandoned
-            self._seen.add(c.id)
-            if isinstance(outcome, Failure):
-                self._failed.append(outcome)
-            elif isinstance(outcome, _Done):
-                self._done.append(c)
-
-    def unseen(self) -> list[Claim]:
-        """The claims never handed to a handler nor given an outcome."""
-        with self._lock:
-            return [c for c in self.claims if c.id not in self._seen]
-
-    def take(self) -> tuple[list[Claim], list[Failure]]:
-        """The outcomes held so far, to record them."""
-        with self._lock:
-            if self.abandoned:
-                raise _Abandoned
-            done, failed = self._done, self._failed
-            self._done, self._failed = [], []
-            return done, failed
-
-    def abandon_if_overdue(
-        self, now: float
-    ) -> tuple[list[Claim], list[Claim], list[Failure], list[Claim]] | None:
-        """If its handler is past its deadline, abandon the batch and return the timed
-        out claims, the outcomes held, and the claims never started."""
-        with self._lock:
-            if self.abandoned or self._deadline is None or now < self._deadline:
-                return None
-            self.abandoned = True
-            current = {c.id for c in self._current}
-            unstarted = [c for c in self.claims if c.id not in self._seen]
-            timed_out = [c for c in self.claims if c.id in current]
-            return timed_out, self._done, self._failed, unstarted
-
-
-class _OneAtATime:
-    """Held by the one batch of a process delivering an interrupted entry (so that a
-    process that ends meanwhile charges that entry and no other interrupted one)."""
-
-    def __init__(self) -> None:
-        self._owner: _Run | None = None
-        self._cond = threading.Condition()
-
-    def acquire(self, run: _Run, wait: float) -> bool:
-        """Take it, waiting at most ``wait`` seconds for another batch to let it go."""
-        deadline = time.monotonic() + wait
-        with self._cond:
-            while self._owner is not None and self._owner is not run:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            self._owner = run
-            return True
-
-    def release(self, run: _Run) -> None:
-        with self._cond:
-            if self._owner is run:
-                self._owner = None
-                self._cond.notify_all()
-
-
-_ALONE = _OneAtATime()
-"""One per process: every host instance in it shares it."""
-
-ALONE_WAIT_SECONDS = 1.0
-"""How long an interrupted entry waits for another to finish before it is given back
-(still interrupted) for a later claim, here or by another instance."""
-
-
-@dataclass
-class _Pending:
-    """Outcomes that could not be written, kept to be written later."""
-
-    done: list[Claim]
-    failed: list[Failure]
-    unstarted: list[Claim]
-    since: float
-
-
-@dataclass
-class Counters:
-    """Thread-safe counters: subclasses declare them as ``int`` fields."""
-
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for key, n in counts.items():
-                setattr(self, key, getattr(self, key) + n)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
-
-
-@dataclass
-class InstanceStats(Counters):
-    """Counters of one host instance (read them any time; they only grow)."""
-
-    claimed: int = 0
-    completed: int = 0
-    failed: int = 0
-    """Handler errors (each is retried or suspended)."""
-    retried: int = 0
-    suspended: int = 0
-    redelivered: int = 0
-    """Claims of an entry delivered before (attempt > 1): a retry or a lost lease."""
-    lost_leases: int = 0
-    """Completions or failures that found the entry leased by another instance."""
-    given_back: int = 0
-    zombies: int = 0
-    """Messages that reached a completed service instance (suspended, not resumable)."""
-    timers_fired: int = 0
-    timed_out: int = 0
-    """Handlers abandoned past ``handler_timeout_seconds`` (their entries failed)."""
-    crashed: int = 0
-    """Entries suspended because host processes ended while handling them."""
-    engine_failures: int = 0
-    """Deliveries failed by the store, not the service (retried, not charged)."""
-    threads_replaced: int = 0
-    """Dequeue threads replaced (their handler timed out, or the thread failed)."""
-
-
-class _Permits:
-    """At most ``max_in_flight`` claimed-but-unfinished entries per instance."""
-
-    def __init__(self, n: int) -> None:
-        self._free = n
-        self._cond = threading.Condition()
-
-    def take(self, most: int, stopping: threading.Event) -> int:
-        with self._cond:
-            while self._free == 0 and not stopping.is_set():
-                self._cond.wait(0.2)
-            n = min(most, self._free)
-            self._free -= n
-            return n
-
-    def give(self, n: int) -> None:
-        if n:
-            with self._cond:
-                self._free += n
-                self._cond.notify_all()
 
 
 class Receiver(Protocol):
@@ -340,17 +154,17 @@ class HostInstance:
         self._stop_requested = threading.Event()
         self._wake_cond = threading.Condition()
         self._wakes = 0
-        self._permits = _Permits(self.settings.max_in_flight)
+        self._permits = Permits(self.settings.max_in_flight)
         self._threads: list[threading.Thread] = []
         """The dequeue threads (one that timed out or failed is replaced here)."""
         self._generation = 0
         self._abandoned: list[threading.Thread] = []
         """Threads whose handler was abandoned and still runs (they end when it returns)."""
-        self._runs: set[_Run] = set()
+        self._runs: set[Run] = set()
         self._runs_lock = threading.Lock()
         self._in_flight: Counter[int] = Counter()
         """Entries claimed and not yet recorded: the only leases heartbeats extend."""
-        self._pending: list[_Pending] = []
+        self._pending: list[Pending] = []
         self._flight_lock = threading.Lock()
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None
@@ -646,13 +460,13 @@ class HostInstance:
     def _handle_batch(self, claims: list[Claim]) -> bool:
         """Handle a claimed batch and record its outcomes. False when the supervisor
         took the batch over (a handler timed out): this thread then ends."""
-        run = _Run(claims)
+        run = Run(claims)
         with self._runs_lock:
             self._runs.add(run)
         try:
             self._handle_run(run)
             return True
-        except _Abandoned:
+        except Abandoned:
             return False
         except BaseException:
             self._salvage(run)
@@ -661,14 +475,14 @@ class HostInstance:
             if not run.abandoned:
                 self._release_run(run)
 
-    def _release_run(self, run: _Run) -> None:
+    def _release_run(self, run: Run) -> None:
         with self._runs_lock:
             self._runs.discard(run)
         self._forget(run.claims)
         self._permits.give(len(run.claims))
-        _ALONE.release(run)
+        ALONE.release(run)
 
-    def _salvage(self, run: _Run) -> None:
+    def _salvage(self, run: Run) -> None:
         """After an unexpected error: record what the batch holds and give back what
         it never started."""
         try:
@@ -677,7 +491,7 @@ class HostInstance:
         except BaseException as exc:
             log.error("host instance %s: could not record a failed batch: %s", self.id, exc)
 
-    def _handle_run(self, run: _Run) -> None:
+    def _handle_run(self, run: Run) -> None:
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
         batch = MessageBatch(self.box, [c.msg for c in run.claims])
@@ -691,7 +505,7 @@ class HostInstance:
         ]
         together = {} if self._stopping.is_set() else self._handle_together(run, fresh, batch)
         for c in run.claims:
-            outcome: Failure | _Settled | _Done | None
+            outcome: Failure | Settled | Done | None
             if c.id in together:
                 outcome = together[c.id]
             elif c.charges >= most:
@@ -713,7 +527,7 @@ class HostInstance:
                 blocked.add(c.sub)
         self._record(run, unstarted)
 
-    def _deliver(self, run: _Run, c: Claim, batch: MessageBatch) -> Failure | _Settled | _Done:
+    def _deliver(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
         """Hand one claim to its service; its outcome is held with the batch's."""
         together = self._handle_together(run, [c], batch)
         if c.id in together:
@@ -722,27 +536,27 @@ class HostInstance:
         self._note(run, c, outcome)
         return outcome
 
-    def _note(self, run: _Run, c: Claim, outcome: Failure | _Settled | _Done) -> None:
-        if isinstance(outcome, _Settled):
+    def _note(self, run: Run, c: Claim, outcome: Failure | Settled | Done) -> None:
+        if isinstance(outcome, Settled):
             self.stats.add(completed=1)
         run.add(c, outcome)
 
-    def _record(self, run: _Run, unstarted: Sequence[Claim] = ()) -> None:
+    def _record(self, run: Run, unstarted: Sequence[Claim] = ()) -> None:
         """Record the outcomes the batch holds so far (after its services' flush)."""
         done, failed = run.take()
         done = self._flush(done, failed)
         self._finish(done, failed, list(unstarted))
 
     def _handle_alone(
-        self, run: _Run, c: Claim, batch: MessageBatch
-    ) -> Failure | _Settled | _Done | None:
+        self, run: Run, c: Claim, batch: MessageBatch
+    ) -> Failure | Settled | Done | None:
         """Deliver an entry whose previous delivery ended with no outcome: alone, one at
         a time per process, marked started in storage first and recorded at once, so
         that a message that makes its host end is charged for it and nothing else is
         (``crashed-host`` past ``max_attempts``). None: not started (another is being
         delivered alone, or stopping); it is given back, still interrupted."""
         self._record(run)  # what came before it must not be lost if it ends the process
-        if self._stopping.is_set() or not _ALONE.acquire(run, ALONE_WAIT_SECONDS):
+        if self._stopping.is_set() or not ALONE.acquire(run, ALONE_WAIT_SECONDS):
             return None
         try:
             if self._stopping.is_set():
@@ -751,14 +565,14 @@ class HostInstance:
                 with self.box.store.transaction(serial=True) as conn:
                     delivery.mark_started(conn, self.id, [c])
             except MessageBoxError as exc:
-                outcome: Failure | _Settled | _Done = self._engine_failure(c, exc)
+                outcome: Failure | Settled | Done = self._engine_failure(c, exc)
                 self._note(run, c, outcome)
             else:
                 outcome = self._deliver(run, c, batch)
             self._record(run)
             return outcome
         finally:
-            _ALONE.release(run)
+            ALONE.release(run)
 
     def _used_up(self, c: Claim) -> Failure:
         """An entry charged ``max_attempts`` before this delivery: suspended unseen, as
@@ -822,8 +636,8 @@ class HostInstance:
         return kept
 
     def _handle_together(
-        self, run: _Run, claims: list[Claim], batch: MessageBatch
-    ) -> dict[int, Failure | _Settled | _Done]:
+        self, run: Run, claims: list[Claim], batch: MessageBatch
+    ) -> dict[int, Failure | Settled | Done]:
         """Hand the claims of services that take a batch (``handle_many``, as
         orchestrations do: their steps commit in one transaction) to them at once."""
         if not self._batchers:
@@ -834,7 +648,7 @@ class HostInstance:
             if sub is not None and sub.service in self._batchers:
                 d = self._delivery(c, sub, batch)
                 by_service.setdefault(sub.service, []).append((c, d))
-        outcomes: dict[int, Failure | _Settled | _Done] = {}
+        outcomes: dict[int, Failure | Settled | Done] = {}
         timeout = self.settings.handler_timeout_seconds
         for service, pairs in by_service.items():
             run.begin([c for c, _ in pairs], None if timeout is None else timeout * len(pairs))
@@ -867,7 +681,7 @@ class HostInstance:
             instance_id=c.instance_id,
         )
 
-    def _handle(self, run: _Run, c: Claim, batch: MessageBatch) -> Failure | _Settled | _Done:
+    def _handle(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
         sub = self._subscription(c.sub)
         if sub is None:
             return Failure(
@@ -1042,7 +856,7 @@ class HostInstance:
                         self.settings.lease_seconds,
                     )
                     with self._flight_lock:
-                        self._pending.append(_Pending(done, failed, unstarted, time.monotonic()))
+                        self._pending.append(Pending(done, failed, unstarted, time.monotonic()))
                     return
                 time.sleep(pause)
                 pause *= 2

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from adapters import Inbound, Outbound, Submitted, receive_adapter, send_adapter
-from hosts.instance import Counters
+from hosts.dispatch import Counters
 from messagebox.errors import (
     MessageValidationError,
     PermanentFailure,

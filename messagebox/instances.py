@@ -11,9 +11,8 @@ publishes, its instance subscriptions, its timers, its completion. A host that d
 mid-step commits nothing; the entry is delivered again and the step runs again from
 the persisted state, so a step never publishes twice.
 
-A *convoy* row maps (service, correlation values) to the running instance. Routing
-finds or creates it in the publish's transaction, so concurrent first messages for one
-value create one instance; completing the instance deletes it.
+Convoys (which instance a correlated message goes to) are routing's, in
+:mod:`messagebox.convoys`; completing an instance deletes its convoy rows.
 """
 
 from __future__ import annotations
@@ -28,15 +27,14 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from messagebox import clock, delivery, router, schema, subscriptions, tracking
 from messagebox.dialects import Dialect, RouteRow
 from messagebox.errors import Conflict, MessageBoxError
-from messagebox.ids import allocate, uuid7
+from messagebox.ids import allocate
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, Kind, RoutingPolicy
-from messagebox.properties import Value, decode_value, encode_value, family, sql_key
+from messagebox.properties import Value, decode_value, encode_value
 
 RUNNING = "running"
 SUSPENDED = "suspended"
@@ -55,81 +53,6 @@ log = logging.getLogger("messagebox.instances")
 class LeaseLost(MessageBoxError):
     """The step's queue entry is no longer leased by this host instance: another one
     took it over, and this step is not committed."""
-
-
-def correlation_key(names: Sequence[str], props: Mapping[str, Value]) -> str:
-    """The convoy key of a message: its values of ``names``, encoded so that two values
-    that routing finds equal (``42`` and ``42.0``) give one key."""
-    parts: list[Any] = []
-    for name in names:
-        value = props.get(name)
-        if value is None:
-            parts.append(None)
-        elif isinstance(value, str):
-            parts.append(["s", value])
-        else:
-            hi, lo = sql_key(value)
-            parts.append([int(family(value)), hi, lo])
-    return json.dumps(parts, separators=(",", ":"), ensure_ascii=False)
-
-
-def resolve_convoys(
-    conn: sa.Connection, wanted: Sequence[tuple[str, str]], now: datetime
-) -> dict[tuple[str, str], str]:
-    """The running instance id for each (service, key), created when there is none.
-
-    Existing rows are only read (publishers of one convoy do not write the same row).
-    Missing ones are inserted with ``ON CONFLICT DO NOTHING`` and read again: on
-    PostgreSQL a concurrent creator of the same key makes the insert wait for it, and
-    the second read sees its instance; on DuckDB the insert or the commit fails with
-    :class:`Conflict` and the publish is retried.
-    """
-    c = schema.convoy
-    found = find_convoys(conn, wanted)
-    missing = sorted(set(wanted) - set(found))
-    for start in range(0, len(missing), _CHUNK):
-        chunk = missing[start : start + _CHUNK]
-        stmt = (
-            pg_insert(c)
-            .values(
-                [
-                    {"service": s, "key": k, "instance_id": str(uuid7()), "created_at": now}
-                    for s, k in chunk
-                ]
-            )
-            .on_conflict_do_nothing(index_elements=[c.c.service, c.c.key])
-        )
-        try:
-            conn.execute(stmt)
-        except sa.exc.DBAPIError as exc:
-            # DuckDB: a concurrent transaction committed the same key after this one
-            # began, so ON CONFLICT cannot see it
-            if "Duplicate key" in str(exc.orig):
-                raise Conflict(f"duckdb: convoy created concurrently: {exc.orig}") from exc
-            raise
-        found.update(find_convoys(conn, chunk))
-    return found
-
-
-def find_convoys(
-    conn: sa.Connection, wanted: Sequence[tuple[str, str]]
-) -> dict[tuple[str, str], str]:
-    """The running instance id of each (service, key) that has one."""
-    c = schema.convoy
-    found: dict[tuple[str, str], str] = {}
-    want = set(wanted)
-    keys = sorted({k for _, k in want})
-    services = sorted({s for s, _ in want})
-    for start in range(0, len(keys), _CHUNK):
-        rows = conn.execute(
-            sa.select(c.c.service, c.c.key, c.c.instance_id).where(
-                c.c.key.in_(keys[start : start + _CHUNK]), c.c.service.in_(services)
-            )
-        )
-        found.update(
-            ((r.service, r.key), r.instance_id) for r in rows if (r.service, r.key) in want
-        )
-    return found
 
 
 # --- loading ---

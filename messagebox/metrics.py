@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from collections import Counter as Counts
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -31,9 +32,21 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from prometheus_client import Metric
 
-    from messagebox.engine import MessageBox
+
+class _Transactions(Protocol):
+    def transaction(self) -> AbstractContextManager[sa.Connection]: ...
+
+
+class MessageBox(Protocol):
+    """What the gauges read: a :class:`messagebox.MessageBox` (its store). Typed so,
+    because the store counts into this module: it cannot import the engine back."""
+
+    @property
+    def store(self) -> _Transactions: ...
+
 
 PUBLISHED = Counter("messagebox_published", "Messages published (stored) by this process")
 ROUTED = Counter(

@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import schema, spool, tracking
+from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
 from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
@@ -88,8 +89,6 @@ def _correlate(
     found or created; an instance subscription with a correlation follows a running
     instance only (one that existed before the batch, or that an earlier message of the
     batch created), and is dropped when there is none."""
-    from messagebox.instances import correlation_key, find_convoys, resolve_convoys
-
     keys: dict[tuple[int, int], tuple[str, str]] = {}
     first: dict[tuple[str, str], int] = {}
     for i, rows in enumerate(per_message):

@@ -2,7 +2,9 @@
 
 A :class:`Filter` is what subscriptions store and every evaluator (Python, SQL, Spark)
 reads. It serialises to JSON with typed values, so ``1``, ``1.0``, ``"1"`` and a
-datetime stay distinct after a round trip.
+datetime stay distinct after a round trip. The ``&``/``|`` expression algebra that
+builds filters and the reference evaluator are here too, so that the model imports
+nothing above it (:mod:`predicates.dsl` and :mod:`predicates.evaluate` name them).
 
 Limits (checked when a filter is built):
 
@@ -16,9 +18,11 @@ Limits (checked when a filter is built):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import (
     BaseModel,
@@ -117,18 +121,12 @@ class Predicate(BaseModel):
 
     # -- composition with the DSL (see predicates.dsl) --
     def __and__(self, other: object) -> Any:
-        from predicates.dsl import And
-
         return And.of(self, other)
 
     def __or__(self, other: object) -> Any:
-        from predicates.dsl import Or
-
         return Or.of(self, other)
 
     def __bool__(self) -> bool:
-        from predicates.dsl import _NO_TRUTH
-
         raise TypeError(_NO_TRUTH)
 
     def __str__(self) -> str:
@@ -149,8 +147,6 @@ class Predicate(BaseModel):
     def matches(self, properties: Mapping[str, object]) -> bool:
         """The reference evaluator: does a message with these properties satisfy this
         predicate? (Values are normalised first, as :meth:`Filter.matches` does.)"""
-        from predicates.evaluate import normalize_properties, predicate_holds
-
         return predicate_holds(self, normalize_properties(properties))
 
 
@@ -237,26 +233,18 @@ class Filter(BaseModel):
         return self
 
     def __and__(self, other: object) -> Any:
-        from predicates.dsl import And
-
         return And.of(self, other)
 
     def __or__(self, other: object) -> Any:
-        from predicates.dsl import Or
-
         return Or.of(self, other)
 
     @classmethod
     def of(cls, expr: object) -> Filter:
         """Normalise a DSL expression, predicate or filter to a filter in DNF."""
-        from predicates.dsl import to_filter
-
         return to_filter(expr)
 
     def matches(self, properties: Mapping[str, object]) -> bool:
         """The reference evaluator: does a message with these properties match?"""
-        from predicates.evaluate import filter_matches, normalize_properties
-
         return filter_matches(self, normalize_properties(properties))
 
     def to_json(self) -> str:
@@ -280,3 +268,195 @@ class Filter(BaseModel):
 
     def __str__(self) -> str:
         return " | ".join(f"[{g}]" for g in self.groups)
+
+
+# --- the expression algebra: & and | trees, normalised to DNF (see predicates.dsl) ---
+
+
+Expr: TypeAlias = "Predicate | And | Or"
+
+
+def _as_expr(value: object) -> Expr:
+    if isinstance(value, Predicate | And | Or):
+        return value
+    if isinstance(value, Filter):
+        return Or(tuple(And(g.predicates) for g in value.groups))
+    raise FilterValidationError(
+        f"cannot combine {value!r} into a filter: use predicates such as P('a.b') == 1"
+    )
+
+
+_NO_TRUTH = (
+    "a filter expression has no truth value: combine with & and | (not 'and', 'or' or "
+    "chained comparisons such as 1 < P('a.b') < 5)"
+)
+
+
+def _flatten(kind: type[And | Or], parts: tuple[object, ...]) -> tuple[Expr, ...]:
+    """Parts of ``kind``, with nested nodes of the same kind spliced in (no deep trees)."""
+    out: list[Expr] = []
+    for part in parts:
+        expr = _as_expr(part)
+        if type(expr) is kind:
+            out.extend(expr.parts)
+        else:
+            out.append(expr)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class And:
+    """All parts hold."""
+
+    parts: tuple[Expr, ...]
+
+    @classmethod
+    def of(cls, *parts: object) -> And:
+        return cls(_flatten(cls, parts))
+
+    def __bool__(self) -> bool:
+        raise TypeError(_NO_TRUTH)
+
+    def __and__(self, other: object) -> And:
+        return And.of(self, other)
+
+    def __or__(self, other: object) -> Or:
+        return Or.of(self, other)
+
+
+@dataclass(frozen=True)
+class Or:
+    """Any part holds."""
+
+    parts: tuple[Expr, ...]
+
+    @classmethod
+    def of(cls, *parts: object) -> Or:
+        return cls(_flatten(cls, parts))
+
+    def __bool__(self) -> bool:
+        raise TypeError(_NO_TRUTH)
+
+    def __and__(self, other: object) -> And:
+        return And.of(self, other)
+
+    def __or__(self, other: object) -> Or:
+        return Or.of(self, other)
+
+
+def _too_deep(expr: Expr) -> bool:
+    """Whether ``&`` and ``|`` nest more than ``MAX_NESTING`` levels deep in ``expr``
+    (measured without recursion, so that a tree too deep to recurse into is refused, not
+    crashed on)."""
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Predicate):
+            continue
+        if depth > MAX_NESTING:
+            return True
+        stack.extend((part, depth + 1) for part in node.parts)
+    return False
+
+
+def _count_groups(expr: Expr) -> int:
+    """How many groups the DNF of ``expr`` has, before dedup (capped to stay cheap)."""
+    if isinstance(expr, Predicate):
+        return 1
+    counts = [_count_groups(p) for p in expr.parts]
+    if isinstance(expr, Or):
+        return sum(counts)
+    total = 1
+    for c in counts:
+        total = min(total * c, 10 * MAX_GROUPS)
+    return total
+
+
+def _dnf(expr: Expr) -> list[tuple[Predicate, ...]]:
+    if isinstance(expr, Predicate):
+        return [(expr,)]
+    if isinstance(expr, Or):
+        return [g for part in expr.parts for g in _dnf(part)]
+    groups: list[tuple[Predicate, ...]] = [()]
+    for part in expr.parts:
+        groups = [g + h for g in groups for h in _dnf(part)]
+    return groups
+
+
+def to_filter(expr: object) -> Filter:
+    """Normalise a predicate, an ``&``/``|`` expression or a filter to DNF."""
+    if isinstance(expr, Filter):
+        return expr
+    tree = _as_expr(expr)
+    if _too_deep(tree):
+        raise FilterValidationError(
+            f"filter expression is nested more than {MAX_NESTING} levels deep (& within | "
+            f"within &…; it starts with {_first_predicate(tree)})"
+        )
+    size = _count_groups(tree)
+    if size > MAX_GROUPS * 4:  # refuse before expanding; Filter checks the exact count
+        raise FilterValidationError(
+            f"filter expands to at least {min(size, 10 * MAX_GROUPS)} groups in disjunctive "
+            f"normal form; at most {MAX_GROUPS} are allowed (it starts with "
+            f"{_first_predicate(tree)})"
+        )
+    return Filter(groups=tuple(Group(predicates=g) for g in _dnf(tree)))
+
+
+def _first_predicate(expr: Expr) -> Predicate:
+    while not isinstance(expr, Predicate):
+        expr = expr.parts[0]
+    return expr
+
+
+# --- the reference evaluator (see predicates.evaluate) ---
+
+
+_COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
+    Op.EQ: operator.eq,
+    Op.NE: operator.ne,
+    Op.GT: operator.gt,
+    Op.GE: operator.ge,
+    Op.LT: operator.lt,
+    Op.LE: operator.le,
+}
+
+
+def normalize_properties(properties: Mapping[str, object]) -> dict[str, Value]:
+    """Canonical names and normalised values (raises ``ValueError`` on bad input)."""
+    out: dict[str, Value] = {}
+    for name, value in properties.items():
+        canon = canonical_name(name)
+        if canon in out:
+            raise ValueError(f"property {name!r} is given twice (as {canon!r})")
+        out[canon] = normalize_value(value)
+    return out
+
+
+def predicate_holds(pred: Predicate, properties: Mapping[str, Value]) -> bool:
+    """Does one predicate hold for normalised properties?"""
+    if pred.op is Op.NOT_EXISTS:
+        return pred.property not in properties
+    if pred.property not in properties:
+        return False
+    value = properties[pred.property]
+    op = pred.op
+    if op is Op.EXISTS:
+        return True
+    if op is Op.IN:
+        fam = family(value)
+        return any(family(v) == fam and v == value for v in pred.value)
+    if op is Op.BITWISE_AND:
+        return type(value) is int and value & pred.value != 0
+    if op is Op.PREFIX:
+        return isinstance(value, str) and value.startswith(pred.value)
+    if family(value) != family(pred.value):
+        return False
+    return _COMPARE[op](value, pred.value)
+
+
+def filter_matches(filt: Filter, properties: Mapping[str, Value]) -> bool:
+    """Does any group of the filter have all its predicates true?"""
+    return any(
+        all(predicate_holds(p, properties) for p in group.predicates) for group in filt.groups
+    )

@@ -9,114 +9,12 @@ dialect's name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
 import sqlalchemy as sa
 
-import sql
-from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+from messagebox.dialects.base import Dialect, RouteRow, StagedBatch
+from messagebox.errors import BackendUnavailable
 
-
-@dataclass
-class StagedBatch:
-    """A batch's promoted properties, one row per (message, property), as columns."""
-
-    n: int
-    msg: list[int] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
-    fam: list[int] = field(default_factory=list)
-    v_str: list[str | None] = field(default_factory=list)
-    hi: list[float | None] = field(default_factory=list)
-    lo: list[float | None] = field(default_factory=list)
-    v_int: list[int | None] = field(default_factory=list)
-
-
-RouteRow = tuple[int, int, str, int, str, str, str | None, bool, str, str | None]
-"""(message number, subscription id, host, priority, state, kind, instance id, ordered,
-service, correlation): the instance id is the subscription's, or for an activation
-subscription with a correlation (JSON property names) the convoy's, set by the router."""
-
-
-class Dialect:
-    """What a backend must provide."""
-
-    name: ClassVar[str]
-    supports_skip_locked: ClassVar[bool] = False
-    supports_notify: ClassVar[bool] = False
-    one_process: ClassVar[bool] = False
-    """True when only one OS process may open the database (host instances are threads)."""
-    claims_mixed: ClassVar[bool] = False
-    """True when the dialect claims instance heads and other entries in one statement
-    (``claim_mixed``)."""
-
-    def __init__(self) -> None:
-        route = sql.load(self.name, "route")
-        route = route.replace("{str_holds}", sql.load(self.name, "str_holds"))
-        route = route.replace("{num_holds}", sql.load(self.name, "num_holds"))
-        self.route_sql = "WITH " + sql.load(self.name, "staged") + ",\n" + route
-        self.claim_sql = sql.load(self.name, "claim")
-        self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
-        self.claim_mixed_sql: str | None = None
-        """``claim`` and ``claim_instance`` in one statement, where a dialect has it
-        (then it has no ``claim_instance`` of its own)."""
-        self.claim_instance_sql = ""
-        if self.claims_mixed:
-            self.claim_mixed_sql = sql.load(self.name, "claim_mixed")
-        else:
-            self.claim_instance_sql = sql.load(self.name, "claim_instance")
-
-    def create_engine(self, url: sa.URL) -> sa.Engine:
-        raise NotImplementedError
-
-    def database_exists(self, url: sa.URL) -> bool:
-        """Whether the database itself exists, checked without creating it (a DuckDB
-        file); a server's database is taken to exist (connecting tells)."""
-        return True
-
-    def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
-        raise NotImplementedError
-
-    def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
-        """Run the set-based routing query over a staged batch."""
-        raise NotImplementedError
-
-    def insert(
-        self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
-    ) -> None:
-        """Bulk-insert rows given as equal-length columns."""
-        raise NotImplementedError
-
-    def serial(self) -> AbstractContextManager[Any]:
-        """Held around a transaction that must not interleave with another in this process."""
-        return nullcontext()
-
-    def lock_subscriptions(self, conn: sa.Connection) -> None:
-        """Serialise subscription changes across processes for the rest of the transaction."""
-
-    def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
-        """Parameters of the ``claim`` statements."""
-        raise NotImplementedError
-
-    def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        """The database clock plus ``seconds`` (negative for the past)."""
-        raise NotImplementedError
-
-    def notify(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
-        """Wake other processes' idle instances of these hosts when the transaction commits."""
-
-    def try_lock_cleanup(self, conn: sa.Connection) -> bool:
-        """Take the cleanup lock for this transaction, or say another cleaner holds it."""
-        return True
-
-    def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
-        """A driver error as a messagebox error (the caller chains the original)."""
-        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-            return BackendUnavailable(f"{self.name}: connection lost: {exc.orig}")
-        text = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        return StorageError(f"{self.name}: {text}", statement=statement)
+__all__ = ["Dialect", "RouteRow", "StagedBatch", "dialect_for"]
 
 
 def dialect_for(url: sa.URL) -> Dialect:

@@ -20,8 +20,8 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from messagebox import clock
-from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
+from messagebox.dialects.base import Dialect, RouteRow, StagedBatch
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 _LOCKS: dict[str, threading.RLock] = {}

@@ -15,8 +15,8 @@ import psycopg
 import sqlalchemy as sa
 
 import sql
-from messagebox.dialects import Dialect, RouteRow, StagedBatch
 from messagebox.dialects._ddl import create_all
+from messagebox.dialects.base import Dialect, RouteRow, StagedBatch
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 

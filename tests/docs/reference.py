@@ -415,7 +415,7 @@ API: list[tuple[str, list[tuple[str, list[str] | None]]]] = [
                 ],
             ),
             ("hosts.instance:HostInstance", ["start", "stop", "run", "request_stop", "wake"]),
-            ("hosts.instance:InstanceStats", None),
+            ("hosts.dispatch:InstanceStats", None),
             (
                 "hosts.service:Delivery",
                 ["instance_id", "message", "properties", "body", "iter_part", "publish"],

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
 
-from messagebox.instances import correlation_key, message_ids
+from messagebox.convoys import correlation_key
+from messagebox.instances import message_ids
 from messagebox.properties import normalize_value, values_equal
 from tests.strategies import values
 

@@ -1,0 +1,210 @@
+"""What a host instance's threads share while they deliver (see :mod:`hosts.instance`):
+the claimed batch in hand (:class:`Run`, which the supervisor takes over when a handler
+times out), the per-process slot for interrupted entries, permits, and counters.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, fields
+
+from messagebox.delivery import Claim, Failure
+
+
+class Settled:
+    """A delivery the service completed itself (an orchestration step)."""
+
+
+class Done:
+    """A delivery its service handled: completed with the batch."""
+
+
+SETTLED = Settled()
+DONE = Done()
+
+
+class Abandoned(Exception):
+    """The supervisor took this batch over (a handler timed out): drop it."""
+
+
+class Run:
+    """A claimed batch a dequeue thread handles, shared with the supervisor, which takes
+    it over when a handler runs past its time-out."""
+
+    def __init__(self, claims: list[Claim]) -> None:
+        self.claims = claims
+        self.worker = threading.current_thread()
+        self.abandoned = False
+        self._lock = threading.Lock()
+        self._done: list[Claim] = []
+        self._failed: list[Failure] = []
+        self._seen: set[int] = set()  # handed to a handler, or given an outcome
+        self._current: list[Claim] = []
+        self._deadline: float | None = None
+
+    def begin(self, claims: list[Claim], seconds: float | None) -> None:
+        """A handler starts on these claims; it has ``seconds`` (None: no limit)."""
+        with self._lock:
+            if self.abandoned:
+                raise Abandoned
+            self._current = claims
+            self._seen.update(c.id for c in claims)
+            self._deadline = None if seconds is None else time.monotonic() + seconds
+
+    def end(self) -> None:
+        """The handler returned; raises ``Abandoned`` if it was too late."""
+        with self._lock:
+            self._current = []
+            self._deadline = None
+            if self.abandoned:
+                raise Abandoned
+
+    def add(self, c: Claim, outcome: Failure | Settled | Done) -> None:
+        with self._lock:
+            if self.abandoned:
+                raise Abandoned
+            self._seen.add(c.id)
+            if isinstance(outcome, Failure):
+                self._failed.append(outcome)
+            elif isinstance(outcome, Done):
+                self._done.append(c)
+
+    def unseen(self) -> list[Claim]:
+        """The claims never handed to a handler nor given an outcome."""
+        with self._lock:
+            return [c for c in self.claims if c.id not in self._seen]
+
+    def take(self) -> tuple[list[Claim], list[Failure]]:
+        """The outcomes held so far, to record them."""
+        with self._lock:
+            if self.abandoned:
+                raise Abandoned
+            done, failed = self._done, self._failed
+            self._done, self._failed = [], []
+            return done, failed
+
+    def abandon_if_overdue(
+        self, now: float
+    ) -> tuple[list[Claim], list[Claim], list[Failure], list[Claim]] | None:
+        """If its handler is past its deadline, abandon the batch and return the timed
+        out claims, the outcomes held, and the claims never started."""
+        with self._lock:
+            if self.abandoned or self._deadline is None or now < self._deadline:
+                return None
+            self.abandoned = True
+            current = {c.id for c in self._current}
+            unstarted = [c for c in self.claims if c.id not in self._seen]
+            timed_out = [c for c in self.claims if c.id in current]
+            return timed_out, self._done, self._failed, unstarted
+
+
+class OneAtATime:
+    """Held by the one batch of a process delivering an interrupted entry (so that a
+    process that ends meanwhile charges that entry and no other interrupted one)."""
+
+    def __init__(self) -> None:
+        self._owner: Run | None = None
+        self._cond = threading.Condition()
+
+    def acquire(self, run: Run, wait: float) -> bool:
+        """Take it, waiting at most ``wait`` seconds for another batch to let it go."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while self._owner is not None and self._owner is not run:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            self._owner = run
+            return True
+
+    def release(self, run: Run) -> None:
+        with self._cond:
+            if self._owner is run:
+                self._owner = None
+                self._cond.notify_all()
+
+
+ALONE = OneAtATime()
+"""One per process: every host instance in it shares it."""
+
+ALONE_WAIT_SECONDS = 1.0
+"""How long an interrupted entry waits for another to finish before it is given back
+(still interrupted) for a later claim, here or by another instance."""
+
+
+@dataclass
+class Pending:
+    """Outcomes that could not be written, kept to be written later."""
+
+    done: list[Claim]
+    failed: list[Failure]
+    unstarted: list[Claim]
+    since: float
+
+
+@dataclass
+class Counters:
+    """Thread-safe counters: subclasses declare them as ``int`` fields."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for key, n in counts.items():
+                setattr(self, key, getattr(self, key) + n)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+@dataclass
+class InstanceStats(Counters):
+    """Counters of one host instance (read them any time; they only grow)."""
+
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    """Handler errors (each is retried or suspended)."""
+    retried: int = 0
+    suspended: int = 0
+    redelivered: int = 0
+    """Claims of an entry delivered before (attempt > 1): a retry or a lost lease."""
+    lost_leases: int = 0
+    """Completions or failures that found the entry leased by another instance."""
+    given_back: int = 0
+    zombies: int = 0
+    """Messages that reached a completed service instance (suspended, not resumable)."""
+    timers_fired: int = 0
+    timed_out: int = 0
+    """Handlers abandoned past ``handler_timeout_seconds`` (their entries failed)."""
+    crashed: int = 0
+    """Entries suspended because host processes ended while handling them."""
+    engine_failures: int = 0
+    """Deliveries failed by the store, not the service (retried, not charged)."""
+    threads_replaced: int = 0
+    """Dequeue threads replaced (their handler timed out, or the thread failed)."""
+
+
+class Permits:
+    """At most ``max_in_flight`` claimed-but-unfinished entries per instance."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._cond = threading.Condition()
+
+    def take(self, most: int, stopping: threading.Event) -> int:
+        with self._cond:
+            while self._free == 0 and not stopping.is_set():
+                self._cond.wait(0.2)
+            n = min(most, self._free)
+            self._free -= n
+            return n
+
+    def give(self, n: int) -> None:
+        if n:
+            with self._cond:
+                self._free += n
+                self._cond.notify_all()
