@@ -316,7 +316,7 @@ def _pgq_enqueue(conn: psycopg.Connection[Any], schema: str, n: int) -> None:
 async def _pgq_connect(driver: str, dsn: str) -> tuple[Any, Any]:
     """A connection and PgQueuer's driver over it."""
     if driver == "asyncpg":
-        import asyncpg  # type: ignore[import-untyped]
+        import asyncpg
         from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
 
         conn: Any = await asyncpg.connect(dsn)

@@ -135,7 +135,7 @@ def timed_udf(spark: Any, df: Any, targets: list[Target], sample: int) -> tuple[
     filters = [(t.id, t.filter) for t in targets]
     names = [c for c in df.columns if c != "key"]
 
-    @F.udf(T.ArrayType(T.LongType()))  # type: ignore[misc]
+    @F.udf(T.ArrayType(T.LongType()))
     def route_row(*values: Any) -> list[int]:
         props = normalize_properties(properties(dict(zip(names, values, strict=True))))
         return [sid for sid, f in filters if filter_matches(f, props)]

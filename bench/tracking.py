@@ -97,11 +97,18 @@ def run(backend: str, batches: Sequence[tuple[int, int]], rounds: int) -> list[l
                 for on in (False, True):
                     box.configure_tracking(on)
                     found[on].append(rate(box, batch, n))
-            off, on = statistics.median(found[False]), statistics.median(found[True])
+            off, with_it = statistics.median(found[False]), statistics.median(found[True])
             events = box.tracked(limit=1, event="published")
             assert events, "tracking recorded nothing"
             rows.append(
-                [backend, f"{batch:,}", f"{n:,}", f"{off:,.0f}", f"{on:,.0f}", f"{on / off:.2f}"]
+                [
+                    backend,
+                    f"{batch:,}",
+                    f"{n:,}",
+                    f"{off:,.0f}",
+                    f"{with_it:,.0f}",
+                    f"{with_it / off:.2f}",
+                ]
             )
             print("  ".join(rows[-1]), flush=True)
     return rows

@@ -163,7 +163,7 @@ def spark() -> Iterator[Any]:
 
 
 # host settings that poll quickly and give up on a failing message after two attempts
-FAST_FAILING = {
+FAST_FAILING: dict[str, Any] = {
     "poll_min_seconds": 0.01,
     "poll_max_seconds": 0.05,
     "retry_backoff_seconds": 0.0,

@@ -28,7 +28,7 @@ floats = st.one_of(
 strs = st.one_of(
     st.sampled_from(EDGE_STRS),
     st.text(
-        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+        alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
         max_size=4,
     ),
 )

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 TOKEN = "open-sesame"
-FAST = {
+FAST: dict[str, Any] = {
     "poll_min_seconds": 0.01,
     "poll_max_seconds": 0.1,
     "retry_backoff_seconds": 0.0,

@@ -629,7 +629,7 @@ def api_section() -> str:
                     and obj.__init__ is not object.__init__
                 )
                 if constructed:
-                    out += [f"`{_signature(obj.__init__, name, drop_self=True)}`", ""]
+                    out += [f"`{_signature(obj.__init__, name, drop_self=True)}`", ""]  # type: ignore[misc]
                 doc = _prose(obj.__doc__)
                 if doc and not (dataclasses.is_dataclass(obj) and doc.startswith(f"{name}(")):
                     out += [doc, ""]

@@ -451,11 +451,12 @@ def _adapters_restored() -> Iterator[None]:
     import adapters
 
     adapters._builtins()
-    saved = dict(adapters._receive), dict(adapters._send)
+    saved: tuple[dict[str, Any], ...] = dict(adapters._receive), dict(adapters._send)
     try:
         yield
     finally:
-        for table, before in zip((adapters._receive, adapters._send), saved, strict=True):
+        tables: tuple[dict[str, Any], ...] = (adapters._receive, adapters._send)
+        for table, before in zip(tables, saved, strict=True):
             table.clear()
             table.update(before)
 

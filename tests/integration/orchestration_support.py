@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -59,7 +60,7 @@ class Sink:
         with self.lock:
             self.got.append((str(d.properties["t.Kind"]), d.properties.get("t.OrderId"), d.body))
 
-    def kinds(self, kind: str) -> list[tuple[object, bytes]]:
+    def kinds(self, kind: str) -> list[tuple[Any, bytes]]:
         """(order id, body) of each message of ``kind``."""
         with self.lock:
             return [(o, b) for k, o, b in self.got if k == kind]

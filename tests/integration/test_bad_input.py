@@ -90,8 +90,8 @@ def test_a_sql_looking_value_is_just_a_value(ready: MessageBox):
     ("make_filter", "culprit"),
     [
         (lambda: P("a.X") > True, "cannot order a bool"),
-        (lambda: P("a.X").bitwise_and("3"), "int mask"),
-        (lambda: P("a.X").prefix(3), "prefix takes a str"),
+        (lambda: P("a.X").bitwise_and("3"), "int mask"),  # type: ignore[arg-type]
+        (lambda: P("a.X").prefix(3), "prefix takes a str"),  # type: ignore[arg-type]
         (lambda: P(SQLISH) == 1, "is not of the form"),
         (lambda: P("a.X").in_([]), "at least one value"),
     ],

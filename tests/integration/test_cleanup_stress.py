@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from messagebox import Message, MessageBox
 from predicates import P
 from tests.conftest import table_counts
 
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     "poll_min_seconds": 0.005,
     "poll_max_seconds": 0.05,
     "retry_backoff_seconds": 0.0,

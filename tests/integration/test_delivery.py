@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -31,7 +32,7 @@ from messagebox.models import (
 from predicates import P
 from tests.conftest import claim, fail_for_good, table_counts, wait_for
 
-FAST = {
+FAST: dict[str, Any] = {
     "poll_min_seconds": 0.01,
     "poll_max_seconds": 0.1,
     "retry_backoff_seconds": 0.0,

@@ -22,7 +22,7 @@ from messagebox import Message, MessageBox
 from messagebox import delivery as mb_delivery
 from messagebox import schema as mb_schema
 from messagebox.errors import BackendUnavailable
-from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE
+from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE, InstanceInfo
 from predicates import P
 from tests.conftest import claim, wait_for
 from tests.integration.test_delivery import FAST, msgs
@@ -270,7 +270,7 @@ def test_heartbeats_extend_only_the_leases_of_entries_in_flight(box: MessageBox)
 
     def expires() -> dict[int, object]:
         with box.store.transaction() as conn:
-            return dict(conn.execute(sa.select(q.c.id, q.c.lease_expires)).all())  # type: ignore[arg-type]
+            return dict(conn.execute(sa.select(q.c.id, q.c.lease_expires)).all())
 
     before = expires()
     with box.store.transaction(serial=True) as conn:
@@ -280,11 +280,11 @@ def test_heartbeats_extend_only_the_leases_of_entries_in_flight(box: MessageBox)
     assert after[second.id] == before[second.id]
 
 
-def _info(owner: str) -> mb_delivery.InstanceInfo:
+def _info(owner: str) -> InstanceInfo:
     from datetime import UTC, datetime
 
     now = datetime.now(UTC)
-    return mb_delivery.InstanceInfo(
+    return InstanceInfo(
         id=owner,
         host="h",
         hostname="here",
@@ -339,7 +339,7 @@ def test_a_service_reading_only_properties_does_not_load_large_bodies(
         inst = start(
             instances,
             box,
-            {"svc": lambda d: seen.append(int(d.properties["t.N"]))},  # type: ignore[arg-type]
+            {"svc": lambda d: seen.append(int(d.properties["t.N"]))},
             dequeue_threads=2,
             claim_batch=10,
         )
@@ -453,7 +453,7 @@ def test_a_message_that_ends_its_process_is_suspended_under_a_restart_loop(
     ]
 
     def lines() -> list[list[str]]:
-        found = []
+        found: list[list[str]] = []
         for f in out.glob("*.log"):
             text = f.read_text()
             found.extend(line.split() for line in text[: text.rfind("\n") + 1].splitlines())

@@ -29,7 +29,7 @@ def value(name: str, **labels: str) -> float:
 class Delta:
     """Counter values now, to compare with later ones."""
 
-    NAMES = (
+    NAMES: tuple[tuple[str, dict[str, str]], ...] = (
         ("messagebox_published_total", {}),
         ("messagebox_routing_failures_total", {"outcome": "suspended"}),
         ("messagebox_routing_failures_total", {"outcome": "dropped"}),

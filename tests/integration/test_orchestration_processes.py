@@ -71,7 +71,7 @@ def start(url: str, out: Path, log: Path, **env: str) -> subprocess.Popen[bytes]
         )
 
 
-def wait_for(condition, timeout: float, what: str, log: Path) -> None:  # type: ignore[no-untyped-def]
+def wait_for(condition, timeout: float, what: str, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

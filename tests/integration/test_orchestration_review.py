@@ -47,7 +47,7 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
     real_load = instances.load
     calls = {"n": 0}
 
-    def flaky_load(conn, ids):  # type: ignore[no-untyped-def]
+    def flaky_load(conn, ids):
         calls["n"] += 1
         if calls["n"] == 1:
             raise BackendUnavailable("cannot reach the database (simulated)")

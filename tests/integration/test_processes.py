@@ -11,6 +11,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from predicates import P
 
 ROOT = Path(__file__).resolve().parents[2]
 
-WORKER_SETTINGS = {
+WORKER_SETTINGS: dict[str, Any] = {
     "dequeue_threads": 2,
     "claim_batch": 20,
     "poll_min_seconds": 0.01,
@@ -107,7 +108,7 @@ def setup(pg_url: str, tmp_path: Path) -> tuple[MessageBox, Path]:
 
 
 def publish(box: MessageBox, n: int) -> list[str]:
-    ids = []
+    ids: list[str] = []
     for start in range(0, n, 1000):
         routed = box.publish(
             Message(b"x", promoted={"t.N": i, "t.Even": i % 2 == 0})

@@ -70,7 +70,7 @@ def queue_depth(port: int) -> float | None:
     return sum(depths) if depths else None  # no gauge is not an empty queue
 
 
-def wait_for(condition, timeout: float, what: str, log: Path) -> None:  # type: ignore[no-untyped-def]
+def wait_for(condition, timeout: float, what: str, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

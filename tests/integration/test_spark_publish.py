@@ -22,6 +22,7 @@ from messagebox.errors import (
     RoutingFailure,
     ValidationError,
 )
+from messagebox.message import StoredMessage
 from messagebox.models import ROUTING_FAILURE
 from pipelines.spark_publish import NAMESPACE, location, message_id, publish_dataframe
 from predicates import Filter, P, normalize_properties
@@ -121,6 +122,7 @@ def test_every_row_is_published_once_routed_as_the_sql_router_routes_it(
     assert len(stored) == 2500
     for r in rows:
         msg = stored[ids[r[0]]]
+        assert isinstance(msg, StoredMessage)
         assert msg.promoted == promoted(r)
         assert msg.body == (r[1] or b"")
     assert stored[ids[0]].promoted["o.Total"] == 2**63 - 1

@@ -144,6 +144,8 @@ def test_export_keeps_every_promoted_value_exactly(
     assert rows["x.i"]["value_int"] == 2**63 - 1
     assert rows["x.f"]["value_float"] == -0.5
     assert rows["x.b"]["value_bool"] is False
-    assert frame.selectExpr("unix_micros(value_ts) AS m").where("m IS NOT NULL").first()["m"] == (
-        int((props["x.t"] - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1))
-    )
+    stamp = frame.selectExpr("unix_micros(value_ts) AS m").where("m IS NOT NULL").first()
+    assert stamp is not None
+    when = props["x.t"]
+    assert isinstance(when, datetime)
+    assert stamp["m"] == int((when - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1))

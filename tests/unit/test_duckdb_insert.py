@@ -48,7 +48,7 @@ def stored(monkeypatch: pytest.MonkeyPatch, small: int) -> list[tuple[object, ..
     engine = sa.create_engine("duckdb:///:memory:")
     with engine.begin() as conn:
         metadata.create_all(conn)
-        duck.DuckDBDialect().insert(conn, every_type, ROWS)
+        duck.DuckDBDialect().insert(conn, every_type, ROWS)  # type: ignore[arg-type]
         return [tuple(r) for r in conn.execute(sa.select(every_type))]
 
 

@@ -3,7 +3,7 @@ agree with (DESIGN.md §2, §3)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -17,7 +17,7 @@ PLUS_2 = timezone(timedelta(hours=2))
 MINUS_5 = timezone(timedelta(hours=-5))
 
 
-def matches(expr: object, properties: dict[str, object]) -> bool:
+def matches(expr: object, properties: Mapping[str, object]) -> bool:
     return Filter.of(expr).matches(properties)
 
 

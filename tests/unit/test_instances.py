@@ -9,7 +9,7 @@ from hypothesis import given
 
 from messagebox.convoys import correlation_key
 from messagebox.instances import message_ids
-from messagebox.properties import normalize_value, values_equal
+from messagebox.properties import Value, normalize_value, values_equal
 from tests.strategies import values
 
 
@@ -34,7 +34,7 @@ def test_numbers_of_both_types_share_a_key_and_families_never_do():
 
 
 def test_a_key_covers_every_correlation_property_in_order():
-    props = {"a.X": "1", "a.Y": 2}
+    props: dict[str, Value] = {"a.X": "1", "a.Y": 2}
     assert correlation_key(["a.X", "a.Y"], props) != correlation_key(["a.Y", "a.X"], props)
     assert correlation_key(["a.X", "a.Z"], props) != correlation_key(["a.X"], props)
 

@@ -661,7 +661,7 @@ def test_a_string_xpath_function_promotes_a_plain_str(path: str, value: str) -> 
 
     # Then it is a plain str, which survives the stored context encoding
     assert type(out.promoted["orders.X"]) is str
-    promoted, _ = decode_context(encode_context(out.promoted, out.written))
+    promoted, _ = decode_context(encode_context(out.promoted, out.written))  # type: ignore[arg-type]
     assert promoted["orders.X"] == value
 
 

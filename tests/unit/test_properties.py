@@ -463,7 +463,9 @@ def test_a_context_survives_encode_and_decode_with_its_types() -> None:
     }
     written = {"t.Note": "é" * 1000, "t.Zero": 0, "t.No": False}
     # When the context is encoded and decoded
-    back_promoted, back_written = decode_context(encode_context(promoted, written))
+    back_promoted, back_written = decode_context(
+        encode_context(promoted, written)  # type: ignore[arg-type]
+    )
     # Then both halves come back equal, every value of its original type
     assert back_promoted == promoted
     assert back_written == written
@@ -506,7 +508,7 @@ def test_decoding_an_unknown_or_bad_value_raises_value_error(pair: object) -> No
     with pytest.raises(
         ValueError, match=r"malformed|bad datetime|timezone-aware|expected a \[tag, value\] pair"
     ):
-        decode_value(pair)  # type: ignore[arg-type]
+        decode_value(pair)
 
 
 @pytest.mark.parametrize(
