@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-import predicates.dsl as dsl
+import predicates.model as model
 from messagebox.errors import FilterValidationError
 from predicates import MAX_GROUPS, MAX_PREDICATES_PER_GROUP, And, Filter, Op, Or, P, Predicate
 
@@ -386,7 +386,7 @@ def test_an_absurd_expansion_is_refused_before_expanding(
     def never(_: object) -> list[tuple[Predicate, ...]]:
         raise AssertionError("the expression was expanded")
 
-    monkeypatch.setattr(dsl, "_dnf", never)
+    monkeypatch.setattr(model, "_dnf", never)
     # Then it is refused from its size alone
     with pytest.raises(FilterValidationError, match="groups in disjunctive normal form"):
         Filter.of(expr)
