@@ -22,7 +22,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import Any, Self, TypeAlias
 
 from pydantic import (
     BaseModel,
@@ -292,7 +292,7 @@ _NO_TRUTH = (
 )
 
 
-def _flatten(kind: type[And | Or], parts: tuple[object, ...]) -> tuple[Expr, ...]:
+def _flatten(kind: type[_Node], parts: tuple[object, ...]) -> tuple[Expr, ...]:
     """Parts of ``kind``, with nested nodes of the same kind spliced in (no deep trees)."""
     out: list[Expr] = []
     for part in parts:
@@ -305,13 +305,13 @@ def _flatten(kind: type[And | Or], parts: tuple[object, ...]) -> tuple[Expr, ...
 
 
 @dataclass(frozen=True)
-class And:
-    """All parts hold."""
+class _Node:
+    """An ``&`` or ``|`` node of an expression tree."""
 
     parts: tuple[Expr, ...]
 
     @classmethod
-    def of(cls, *parts: object) -> And:
+    def of(cls, *parts: object) -> Self:
         return cls(_flatten(cls, parts))
 
     def __bool__(self) -> bool:
@@ -325,23 +325,13 @@ class And:
 
 
 @dataclass(frozen=True)
-class Or:
+class And(_Node):
+    """All parts hold."""
+
+
+@dataclass(frozen=True)
+class Or(_Node):
     """Any part holds."""
-
-    parts: tuple[Expr, ...]
-
-    @classmethod
-    def of(cls, *parts: object) -> Or:
-        return cls(_flatten(cls, parts))
-
-    def __bool__(self) -> bool:
-        raise TypeError(_NO_TRUTH)
-
-    def __and__(self, other: object) -> And:
-        return And.of(self, other)
-
-    def __or__(self, other: object) -> Or:
-        return Or.of(self, other)
 
 
 def _too_deep(expr: Expr) -> bool:

@@ -25,6 +25,10 @@ def test_no_values_give_the_defaults() -> None:
             "bad settings: dead_after_seconds must be longer than heartbeat_seconds",
         ),
         ({"claim_batch": 0, "bogus": 1}, "claim_batch: input should be greater than or equal"),
+        (
+            {"handler_timeout_seconds": -1},
+            "handler_timeout_seconds: input should be greater than 0, not -1",
+        ),
     ],
 )
 def test_bad_settings_are_one_error_naming_each(values: dict[str, object], says: str) -> None:
