@@ -44,6 +44,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m tests.import_cycles
+	$(PY) -m tests.structure
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .

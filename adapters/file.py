@@ -46,7 +46,6 @@ import re
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -60,6 +59,7 @@ from adapters.base import (
     Submitted,
     parse_options,
 )
+from messagebox import clock
 from messagebox.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ class FileSend(SendAdapter):
         """Per thread: files renamed in whose data and folder entry ``flush`` syncs."""
 
     def path_for(self, message: Outbound) -> Path:
-        now = datetime.now(UTC)
+        now = clock.local_now()
         source = message.properties.get("messagebox.ReceivedFileName")
         values = {
             "MessageID": str(message.message_id),

@@ -3,8 +3,8 @@
 What it measures
     For each message count M (default 1M and 10M) and 10,000 subscriptions, on
     ``local[2]``: the messages are generated in Spark (seeded hashes of the row number,
-    the distributions of ``bench/route.py``, about 10 matches per message) and written to
-    Parquet once; every router then reads the same rows.
+    the distributions of ``bench/route_workload.py``, about 10 matches per message) and
+    written to Parquet once; every router then reads the same rows.
 
     - **Spark**: ``route_dataframe`` (wide layout, ``validate=False``: the duplicate-key
       pass is timed on its own) over all M rows, forced with a ``noop`` write, after an
@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.route import (
+from bench.route_workload import (
     CHANNELS,
     PLACED_SPAN_S,
     PLACED_START,

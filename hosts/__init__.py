@@ -1,5 +1,5 @@
 """Host instances: dequeuing threads that claim queue entries under a lease and hand
-them to services (DESIGN.md §8), and the ports that move messages in and out.
+them to services (docs/concepts.md: Hosts), and the ports that move messages in and out.
 
 - :class:`~hosts.instance.HostInstance` runs one instance of a host;
 - :class:`~hosts.app.HostApp` declares a host's services, subscriptions and ports in a

@@ -37,12 +37,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-
 from hosts.instance import HostInstance
 from hosts.orchestration import Orchestration, OrchestrationService
 from hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
-from messagebox.engine import MessageBox
+from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
 from messagebox.models import HostSettings
 from predicates import to_filter
@@ -180,7 +178,7 @@ class HostApp:
                     to_filter(spec["filter"]),
                 )
 
-    def instance(self, url: str | sa.URL | None = None, **settings: Any) -> HostInstance:
+    def instance(self, url: StoreURL | None = None, **settings: Any) -> HostInstance:
         """Set up and make (not start) a host instance on ``url``."""
         box = MessageBox(url or self.url)
         try:
@@ -199,7 +197,7 @@ class HostApp:
             box.close()
             raise
 
-    def run(self, url: str | sa.URL | None = None, **settings: Any) -> None:
+    def run(self, url: StoreURL | None = None, **settings: Any) -> None:
         """Run one instance until SIGINT/SIGTERM."""
         self.instance(url, **settings).run()
 

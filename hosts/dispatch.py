@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 
-from messagebox.delivery import Claim, Failure
+from messagebox.leases import Claim, Failure
 
 
 class Settled:

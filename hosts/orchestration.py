@@ -1,4 +1,4 @@
-"""Orchestrations: long-running services with persisted state (DESIGN.md §9).
+"""Orchestrations: long-running services with persisted state (docs/concepts.md: Orchestrations).
 
 An orchestration is a class. Its receives are methods: ``@activate`` ones create an
 instance, ``@receive`` ones feed a running instance through instance subscriptions on
@@ -76,13 +76,13 @@ import typing
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from hosts.service import Delivery
-from messagebox import clock, instances, notify
+from messagebox import clock, service_instances
 from messagebox.errors import (
     Conflict,
     InstanceCompleted,
@@ -91,7 +91,7 @@ from messagebox.errors import (
     ValidationError,
 )
 from messagebox.message import Message
-from messagebox.models import Kind
+from messagebox.models import InstanceState, Kind
 from messagebox.properties import Value, canonical_name
 from predicates import Filter, P, to_filter
 
@@ -260,7 +260,7 @@ class Orchestration(Generic[S]):
         self._pending[receive_name] = due.isoformat()
         self._effects.cancel.append(receive_name)
         self._effects.timers = [t for t in self._effects.timers if t.name != receive_name]
-        self._effects.timers.append(instances.TimerSpec(receive_name, due))
+        self._effects.timers.append(service_instances.TimerSpec(receive_name, due))
 
     def cancel_wait(self, receive_name: str) -> None:
         """Stop waiting for ``receive_name`` (its timeout will not run)."""
@@ -279,7 +279,7 @@ class Orchestration(Generic[S]):
 
     # --- runtime binding ---
 
-    _effects: instances.Step
+    _effects: service_instances.Step
     _pending: dict[str, str]
     _now: datetime
 
@@ -373,27 +373,24 @@ class OrchestrationService:
 
     def _prepare(
         self, deliveries: list[Delivery], which: Iterable[int], errors: list[Exception | None]
-    ) -> dict[int, instances.Step]:
+    ) -> dict[int, service_instances.Step]:
         """Load the instances and run the handlers; a handler's error is recorded."""
         which = list(which)
         ids = [d.instance_id for d in (deliveries[i] for i in which) if d.instance_id]
-        store = deliveries[which[0]].box.store if which else None
-        stored: dict[str, instances.Stored] = {}
+        stored: dict[str, service_instances.Stored] = {}
         convoys: set[str] = set()
-        now = datetime.now(UTC)
-        if store is not None:
+        now = clock.local_now()
+        if which:
+            first = deliveries[which[0]]
             try:
-                with store.transaction() as conn:
-                    now = clock.now(conn)  # timeouts fall due by the store's clock
-                    if ids:
-                        stored = instances.load(conn, ids)
-                        missing = [i for i in ids if i not in stored]
-                        convoys = instances.in_convoy(conn, missing) if missing else set()
+                now, stored, convoys = first.box.consumer(
+                    first.subscription.host, first.host_instance
+                ).load(ids)
             except Exception as exc:  # the store failed: every step fails (and is retried)
                 for i in which:
                     errors[i] = exc
                 return {}
-        steps: dict[int, instances.Step] = {}
+        steps: dict[int, service_instances.Step] = {}
         for i in which:
             d = deliveries[i]
             try:
@@ -406,10 +403,10 @@ class OrchestrationService:
     def _run(
         self,
         d: Delivery,
-        stored: instances.Stored | None,
+        stored: service_instances.Stored | None,
         convoys: set[str],
         now: datetime,
-    ) -> instances.Step:
+    ) -> service_instances.Step:
         """Run the handler for one delivery on its instance's saved state."""
         message = d.message
         instance_id = d.instance_id
@@ -418,7 +415,7 @@ class OrchestrationService:
                 f"orchestration {self.name!r}: instance {instance_id} has completed (or was "
                 "purged); this message was never consumed"
             )
-        if stored is not None and stored.state == instances.COMPLETED:
+        if stored is not None and stored.state is InstanceState.COMPLETED:
             raise InstanceCompleted(
                 f"orchestration {self.name!r}: instance {instance_id} completed at "
                 f"{stored.completed_at}; this message was never consumed"
@@ -449,7 +446,7 @@ class OrchestrationService:
         orch.created = stored is None
         orch._pending = pending
         orch._now = now
-        step = orch._effects = instances.Step(
+        step = orch._effects = service_instances.Step(
             owner=d.host_instance,
             entry_id=d.entry_id,
             instance_id=instance_id,
@@ -460,7 +457,7 @@ class OrchestrationService:
             data={},
             correlation=values,
         )
-        if message.publisher == instances.TIMER_PUBLISHER:
+        if message.publisher == service_instances.TIMER_PUBLISHER:
             name = str(message.written.get("messagebox.TimerName", ""))
             if _same_instant(pending.get(name), message.written.get("messagebox.TimerDue")):
                 del pending[name]
@@ -480,23 +477,13 @@ class OrchestrationService:
         step.data = {"state": orch.state.model_dump(mode="json"), "timers": pending}
         return step
 
-    def _commit(self, deliveries: list[Delivery], steps: dict[int, instances.Step]) -> None:
-        store = deliveries[next(iter(steps))].box.store
-        with store.transaction(serial=True) as conn:
-            hosts, discarded = instances.commit_steps(
-                conn,
-                store.dialect,
-                list(steps.values()),
-                clock.now(conn),
-                publisher=f"orchestration:{self.name}",
-            )
+    def _commit(self, deliveries: list[Delivery], steps: dict[int, service_instances.Step]) -> None:
+        first = deliveries[next(iter(steps))]
+        discarded = first.box.consumer(first.subscription.host, first.host_instance).commit_steps(
+            list(steps.values()), publisher=f"orchestration:{self.name}"
+        )
         for i in steps:
             deliveries[i].settled = True
-        if hosts:
-            notify.signal(store.key, hosts)
-        timer_hosts = {s.host for s in steps.values() if s.timers}
-        if timer_hosts:
-            notify.signal(store.key, {timer_channel(h) for h in timer_hosts})
         if discarded:
             log.warning(
                 "orchestration %s: completed instances left %d discarded messages (suspended, "
@@ -514,8 +501,3 @@ def _same_instant(a: object, b: object) -> bool:
         return datetime.fromisoformat(a) == datetime.fromisoformat(b)
     except ValueError:
         return False
-
-
-def timer_channel(host: str) -> str:
-    """The in-process wake-up name of a host's timer loop."""
-    return f"{host}#timers"

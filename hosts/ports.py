@@ -23,11 +23,11 @@ import socket
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from adapters import Inbound, Outbound, Submitted, receive_adapter, send_adapter
 from hosts.dispatch import Counters
+from messagebox import clock
 from messagebox.errors import (
     MessageValidationError,
     PermanentFailure,
@@ -300,7 +300,7 @@ class ReceiveLocation:
                     "ErrorReport.ErrorType": "FailedMessage",
                     "ErrorReport.FailureCode": error.code,
                     "ErrorReport.ReceivePortName": self.port.name,
-                    "ErrorReport.FailureTime": datetime.now(UTC),
+                    "ErrorReport.FailureTime": clock.local_now(),
                     "ErrorReport.ProcessingServer": socket.gethostname()[:MAX_PROMOTED],
                 }
             )

@@ -1,4 +1,4 @@
-"""The cleanup job (DESIGN.md §10): what nothing references any more is deleted.
+"""The cleanup job (docs/concepts.md: Spool): what nothing references any more is deleted.
 
 1. Host instances whose heartbeat is stale are unregistered and every lease held by an
    instance that is not alive is released, so another instance delivers the entry.
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from messagebox import clock, delivery, instances, schema, subscriptions, tracking
+from messagebox import clock, registry, schema, service_instances, subscriptions, tracking
+from messagebox.models import InstanceState
 from messagebox.store import Store
 
 
@@ -115,7 +116,7 @@ def _purge_completed(
     report.purged_instances += len(orphans)
     rows = conn.execute(
         sa.select(si.c.id, si.c.service, si.c.completed_at).where(
-            si.c.state == instances.COMPLETED,
+            si.c.state == InstanceState.COMPLETED.value,
             si.c.completed_at < store.dialect.now_plus(-retention),
         )
     ).all()
@@ -124,7 +125,7 @@ def _purge_completed(
     done = {r.id: r.service for r in rows}
     # completion removed these already; a message routed as the instance completed
     # (another process's publish) is caught here at the latest
-    report.discarded_messages += instances.complete(
+    report.discarded_messages += service_instances.complete(
         conn, store.dialect, done, clock.now(conn), {r.id: r.completed_at for r in rows}
     )
     conn.execute(si.delete().where(si.c.id.in_(list(done))))
@@ -158,7 +159,7 @@ def run(
             say("another cleanup is running; skipped")
             return report
         for host in subscriptions.list_hosts(conn):
-            dead, released = delivery.release_dead(
+            dead, released = registry.release_dead(
                 conn, store.dialect, host.name, host.settings.dead_after_seconds
             )
             report.dead_instances += len(dead)

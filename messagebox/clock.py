@@ -4,9 +4,40 @@ clocks disagree still agree on order, ages and due times."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
+
+LocalClock = Callable[[], datetime]
+"""A source of this process's own time, in UTC."""
+
+
+def system_time() -> datetime:
+    return datetime.now(UTC)
+
+
+_local: LocalClock = system_time
+
+
+def local_now() -> datetime:
+    """This process's own time, in UTC: for stamps that decide nothing between machines
+    (instance start, error reports, log lines). Every package module reads it here, so
+    :func:`use_local` changes it for all of them."""
+    return _local()
+
+
+@contextmanager
+def use_local(clock: LocalClock) -> Iterator[None]:
+    """Read this process's time from ``clock`` meanwhile (a machine whose clock is off)."""
+    global _local
+    previous, _local = _local, clock
+    try:
+        yield
+    finally:
+        _local = previous
+
 
 _KEY = "mb_clock"
 """``conn.info`` key: the transaction's time, once read (``Store.transaction`` sets it)."""

@@ -1,9 +1,9 @@
-"""Convoys: which service instance a correlated message goes to (DESIGN.md §9).
+"""Convoys: which service instance a correlated message goes to (docs/concepts.md: Orchestrations).
 
 A *convoy* row maps (service, correlation values) to the running instance. Routing
 finds or creates it in the publish's transaction, so concurrent first messages for one
 value create one instance; completing the instance deletes it
-(:func:`messagebox.instances.complete`).
+(:func:`messagebox.service_instances.complete`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Messages: binary parts plus a context of typed properties (DESIGN.md §2).
+"""Messages: binary parts plus a context of typed properties (docs/concepts.md: Messages).
 
 A message is checked when it is built: names, value types and sizes. Whether it may carry
 properties of the reserved ``messagebox.`` namespace depends on who publishes it, so that

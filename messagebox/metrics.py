@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections import Counter as Counts
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
@@ -32,20 +31,21 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
     from prometheus_client import Metric
 
+    from messagebox.operations import Snapshot
 
-class _Transactions(Protocol):
-    def transaction(self) -> AbstractContextManager[sa.Connection]: ...
+
+class _Snapshots(Protocol):
+    def snapshot(self) -> Snapshot: ...
 
 
 class MessageBox(Protocol):
-    """What the gauges read: a :class:`messagebox.MessageBox` (its store). Typed so,
-    because the store counts into this module: it cannot import the engine back."""
+    """What the gauges read: a :class:`messagebox.MessageBox` (its operations). Typed
+    so, because the store counts into this module: it cannot import the engine back."""
 
     @property
-    def store(self) -> _Transactions: ...
+    def operations(self) -> _Snapshots: ...
 
 
 PUBLISHED = Counter("messagebox_published", "Messages published (stored) by this process")
@@ -112,14 +112,8 @@ class StoreCollector(Collector):
         self.box = box
 
     def collect(self) -> Iterator[Metric]:
-        from messagebox import stats as box_stats
-
         started = time.monotonic()
-        with self.box.store.transaction() as conn:
-            queues = box_stats.queue_stats(conn)
-            hosts = box_stats.host_stats(conn)
-            counts = box_stats.counts(conn)
-            ages = box_stats.heartbeat_ages(conn)
+        queues, hosts, counts, ages = self.box.operations.snapshot()
         depth = GaugeMetricFamily(
             "messagebox_queue_depth",
             "Entries on a host's queue, by state (ready, held, leased)",

@@ -25,7 +25,7 @@ class Kind(StrEnum):
 
 
 class State(StrEnum):
-    """Service states, as in BizTalk (DESIGN.md §4)."""
+    """Service states, as in BizTalk (docs/concepts.md: Kinds)."""
 
     STARTED = "started"
     """Messages are routed and delivered."""
@@ -33,6 +33,28 @@ class State(StrEnum):
     """Enlisted but stopped: messages are routed and held until the service starts."""
     UNENLISTED = "unenlisted"
     """No active subscription: messages do not route to it."""
+
+
+class QueueState(StrEnum):
+    """A queue entry's state (``mb_queue.state``)."""
+
+    READY = "ready"
+    """Its subscription is started: the entry may be claimed."""
+    HELD = "held"
+    """Its subscription is stopped: the entry waits until the service starts."""
+
+
+class InstanceState(StrEnum):
+    """A service instance's state (``mb_service_instance.state``; docs/concepts.md:
+    Orchestrations)."""
+
+    RUNNING = "running"
+    """Handling its messages, one at a time."""
+    SUSPENDED = "suspended"
+    """A step failed past its retries: its other messages wait (the claim skips it)
+    until the failed entry is resumed or terminated."""
+    COMPLETED = "completed"
+    """Done: its convoy, timers and instance subscriptions are gone."""
 
 
 class OnFailure(StrEnum):
@@ -63,7 +85,7 @@ class Outcome(StrEnum):
 
 
 class HostSettings(BaseModel):
-    """A host's settings, with the defaults a new host gets (DESIGN.md §8)."""
+    """A host's settings, with the defaults a new host gets (docs/concepts.md: Hosts)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -150,7 +172,7 @@ class Subscription:
     on_failure: OnFailure = OnFailure.SUSPEND
     correlation: tuple[str, ...] = ()
     """Properties whose values pick the running instance this activation subscription
-    routes to (a convoy, DESIGN.md §9); empty for a plain subscription."""
+    routes to (a convoy, docs/concepts.md: Orchestrations); empty for a plain subscription."""
 
 
 @dataclass(frozen=True)
@@ -318,8 +340,8 @@ class Stats:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Tracked events over a recent window, by the database clock (DESIGN.md §10's
-    tracking data: counted only while tracking is enabled)."""
+    """Tracked events over a recent window, by the database clock (tracking data,
+    docs/concepts.md: Operations: counted only while tracking is enabled)."""
 
     seconds: float
     """The window: events tracked at most this many seconds ago."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 _Key = tuple[str, str]
 _waiters: dict[_Key, set[Callable[[], None]]] = {}
@@ -36,3 +37,18 @@ def signal(database: str, hosts: Iterable[str]) -> None:
         targets = [w for h in set(hosts) for w in _waiters.get((database, h), ())]
     for wake in targets:
         wake()
+
+
+_AFTER_COMMIT = "messagebox.wake"
+
+
+def after_commit(conn: Any, names: Iterable[str]) -> None:
+    """Signal these names in this process once ``conn``'s transaction commits (the
+    store does it: :func:`take` hands them over)."""
+    conn.info.setdefault(_AFTER_COMMIT, set()).update(names)
+
+
+def take(conn: Any) -> set[str]:
+    """The names to signal when ``conn``'s transaction commits; forgets them."""
+    names: set[str] = conn.info.pop(_AFTER_COMMIT, set())
+    return names

@@ -1,4 +1,4 @@
-"""Property names, value types and their encodings (DESIGN.md §2).
+"""Property names, value types and their encodings (docs/concepts.md: Messages).
 
 Values are normalised once, at the edge: ``Decimal`` becomes ``int`` when integral and
 ``float`` otherwise, datetimes move to UTC. After that every value is one of

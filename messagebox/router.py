@@ -1,5 +1,6 @@
-"""Publish and route (DESIGN.md §5): stage a batch, find every matching subscription in
-one set-based statement, store each message once and reference it from each queue entry.
+"""Publish and route (docs/concepts.md: Publishing): stage a batch, find every matching
+subscription in one set-based statement, store each message once and reference it from
+each queue entry.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +24,9 @@ from messagebox.message import Message
 from messagebox.models import (
     ROUTING_FAILURE,
     SUBSCRIPTION_REMOVED,
+    Kind,
     Outcome,
+    QueueState,
     Routed,
     RoutingPolicy,
     State,
@@ -32,6 +35,11 @@ from messagebox.properties import Value, decode_context, encode_value, family, s
 
 REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
 """Suspended reasons that :func:`reroute` takes: the message has no destination."""
+
+# plain strings, compared and stored once per queue entry
+_STOPPED = State.STOPPED.value
+_HELD = QueueState.HELD.value
+_READY = QueueState.READY.value
 
 
 def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:
@@ -73,7 +81,7 @@ def route(
     per_message: list[list[RouteRow]] = [[] for _ in promoted]
     if promoted:
         for row in dialect.route(conn, stage(promoted)):
-            per_message[row[0]].append(row)
+            per_message[row.msg].append(row)
     if now is not None:
         _correlate(conn, per_message, promoted, now)
     return per_message
@@ -93,10 +101,10 @@ def _correlate(
     first: dict[tuple[str, str], int] = {}
     for i, rows in enumerate(per_message):
         for row in rows:
-            if row[9]:
-                key = (row[8], correlation_key(json.loads(row[9]), promoted[i]))
-                keys[(i, row[1])] = key
-                if row[5] == "activation":
+            if row.correlation:
+                key = (row.service, correlation_key(json.loads(row.correlation), promoted[i]))
+                keys[(i, row.sub)] = key
+                if row.kind == Kind.ACTIVATION:
                     first.setdefault(key, i)
     if not keys:
         return
@@ -106,23 +114,23 @@ def _correlate(
         seen: set[str] = set()
         kept: list[RouteRow] = []
         for row in rows:
-            found = keys.get((i, row[1]))
+            found = keys.get((i, row.sub))
             if found is not None:
                 key = found
                 instance: str | None
                 if key in existing:  # running before the batch: everyone follows it
                     instance = existing[key]
-                elif row[5] == "activation":
+                elif row.kind == Kind.ACTIVATION:
                     instance = made[key]
                 else:  # created by this batch: only messages after the first follow it
                     instance = made[key] if first.get(key, i) < i else None
                 if instance is None:
                     continue  # no running instance to follow
-                row = (*row[:6], instance, *row[7:])
-            if row[6] is not None:
-                if row[6] in seen:
+                row = row._replace(instance_id=instance)
+            if row.instance_id is not None:
+                if row.instance_id in seen:
                     continue
-                seen.add(row[6])
+                seen.add(row.instance_id)
             kept.append(row)
         rows[:] = kept
 
@@ -173,19 +181,40 @@ class _Writes:
         )
 
     def enqueue(self, entry_id: int, msg_id: uuid.UUID, row: RouteRow, now: datetime) -> None:
-        _, sub, host, priority, state, _kind, instance_id, ordered, _service, _corr = row
+        _msg, sub, host, priority, state, _kind, instance_id, ordered, _service, _corr = row
         q = self.queue
         q["id"].append(entry_id)
         q["msg"].append(msg_id)
         q["sub"].append(sub)
         q["host"].append(host)
         q["priority"].append(priority)
-        q["state"].append("held" if state == State.STOPPED.value else "ready")
+        q["state"].append(_HELD if state == _STOPPED else _READY)
         q["attempts"].append(0)
         q["available_at"].append(now)
         q["enqueued_at"].append(now)
         q["instance_id"].append(instance_id)
         q["ordered"].append(bool(ordered))
+
+    def routed(
+        self,
+        entry_ids: Iterator[int],
+        msg_id: uuid.UUID,
+        rows: Sequence[RouteRow],
+        now: datetime,
+        suspension: Suspension | None = None,
+    ) -> Routed:
+        """Queue a message for its matches, and with a suspension also store it
+        suspended (one entry more)."""
+        for row in rows:
+            self.enqueue(next(entry_ids), msg_id, row, now)
+        subs = tuple(row.sub for row in rows)
+        if suspension is None:
+            self.reference(msg_id, len(rows), now)
+            return Routed(msg_id, Outcome.ROUTED, subs)
+        s = suspension
+        self.suspend(next(entry_ids), msg_id, s.reason, s.error, s.report, now)
+        self.reference(msg_id, len(rows) + 1, now)
+        return Routed(msg_id, Outcome.SUSPENDED, subs)
 
     def suspend(
         self,
@@ -283,17 +312,12 @@ def publish(
         [{} if i in forced and not forced[i].route else m.promoted for i, m in enumerate(messages)],
         now=now,
     )
-    hosts = Counter(row[2] for rows in matches for row in rows)
+    hosts = Counter(row.host for rows in matches for row in rows)
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
     unrouted = [i for i, rows in enumerate(matches) if not rows and i not in forced]
     if unrouted and policy is RoutingPolicy.RAISE:
-        first = unrouted[0]
-        raise RoutingFailure(
-            f"message {first} (id {ids[first]}) matched no subscription"
-            + (f", nor did {len(unrouted) - 1} more" if len(unrouted) > 1 else "")
-            + "; nothing of the batch was stored"
-        )
+        raise _routing_failure(unrouted, ids)
     keep = [
         i
         for i, rows in enumerate(matches)
@@ -305,18 +329,8 @@ def publish(
     results = []
     for i, rows in enumerate(matches):
         msg_id = ids[i]
-        if i in forced:
-            f = forced[i]
-            for row in rows:
-                writes.enqueue(next(entry_ids), msg_id, row, now)
-            writes.suspend(next(entry_ids), msg_id, f.reason, f.error, f.report, now)
-            writes.reference(msg_id, len(rows) + 1, now)
-            results.append(Routed(msg_id, Outcome.SUSPENDED, tuple(r[1] for r in rows)))
-        elif rows:
-            for row in rows:
-                writes.enqueue(next(entry_ids), msg_id, row, now)
-            writes.reference(msg_id, len(rows), now)
-            results.append(Routed(msg_id, Outcome.ROUTED, tuple(r[1] for r in rows)))
+        if i in forced or rows:
+            results.append(writes.routed(entry_ids, msg_id, rows, now, forced.get(i)))
         elif policy is RoutingPolicy.SUSPEND:
             report = failure_report(messages[i].promoted, publisher, now)
             writes.suspend(
@@ -341,6 +355,16 @@ def publish(
     writes.flush(conn, dialect)
     dialect.notify(conn, sorted(hosts))
     return results, hosts
+
+
+def _routing_failure(unrouted: Sequence[int], ids: Sequence[uuid.UUID]) -> RoutingFailure:
+    """The error of a batch whose messages ``unrouted`` (by index) matched nothing."""
+    first = unrouted[0]
+    return RoutingFailure(
+        f"message {first} (id {ids[first]}) matched no subscription"
+        + (f", nor did {len(unrouted) - 1} more" if len(unrouted) > 1 else "")
+        + "; nothing of the batch was stored"
+    )
 
 
 def reroute(
@@ -368,12 +392,12 @@ def reroute(
         releases["msg"].append(row.msg)
         releases["n"].append(1)
         releases["logged_at"].append(now)
-        done[row.id] = tuple(x[1] for x in m)
+        done[row.id] = tuple(x.sub for x in m)
     if routed:
         conn.execute(s.delete().where(s.c.id.in_(list(done))))
         writes.flush(conn, dialect)
         dialect.insert(conn, schema.ref_release, releases)
-        dialect.notify(conn, sorted({m[2] for _, ms in routed for m in ms}))
+        dialect.notify(conn, sorted({m.host for _, ms in routed for m in ms}))
     return done
 
 
@@ -401,6 +425,6 @@ def enqueue_direct(
         details=[publisher] * len(items),
     )
     writes.flush(conn, dialect)
-    hosts = Counter(target[2] for _, _, target in items)
+    hosts = Counter(target.host for _, _, target in items)
     dialect.notify(conn, sorted(hosts))
     return hosts

@@ -1,4 +1,4 @@
-"""The tables, as one SQLAlchemy Core ``MetaData`` (DESIGN.md §6).
+"""The tables, as one SQLAlchemy Core ``MetaData`` (docs/concepts.md: Spool).
 
 Subscriptions live in typed predicate tables, one per operator family; a predicate that
 several subscriptions share is stored once (``mb_predicate.key`` is unique) and linked to
@@ -13,6 +13,8 @@ No table is ever reflected; ids come from sequences or from the application.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -282,7 +284,7 @@ instance = sa.Table(
     sa.Column("heartbeat_at", Stamp, nullable=False),
     sa.Column("state", sa.Text, nullable=False),
 )
-"""Running host instances (DESIGN.md §8); a stale heartbeat marks one dead."""
+"""Running host instances (docs/concepts.md: Hosts); a stale heartbeat marks one dead."""
 
 service_instance = sa.Table(
     "mb_service_instance",
@@ -298,10 +300,10 @@ service_instance = sa.Table(
     sa.Column("updated_at", Stamp, nullable=False),
     sa.Column("completed_at", Stamp),
 )
-"""Instances of long-running services (orchestrations, DESIGN.md §9): their persisted
-state (``data``, JSON) and ``version``, bumped by each step that commits. ``state`` is
-``running``, ``suspended`` (a step failed past its retries: its messages wait) or
-``completed`` (kept for reporting until cleanup trims it)."""
+"""Instances of long-running services (orchestrations; docs/concepts.md: Orchestrations):
+their persisted state (``data``, JSON) and ``version``, bumped by each step that
+commits. ``state`` is ``running``, ``suspended`` (a step failed past its retries: its
+messages wait) or ``completed`` (kept for reporting until cleanup trims it)."""
 sa.Index("mb_service_instance_service", service_instance.c.service, service_instance.c.state)
 
 convoy = sa.Table(
@@ -399,3 +401,19 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""
+
+
+def queue_columns() -> list[sa.Column[Any]]:
+    """The queue's columns a suspension or a step reads from the rows it deletes."""
+    q = queue
+    return [
+        q.c.id,
+        q.c.msg,
+        q.c.sub,
+        q.c.host,
+        q.c.attempts,
+        q.c.priority,
+        q.c.ordered,
+        q.c.instance_id,
+        q.c.enqueued_at,
+    ]

@@ -9,17 +9,18 @@ part is never held in memory whole by the engine.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import IO, Any
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import clock, schema
 from messagebox.dialects import Dialect
 from messagebox.errors import UnknownMessage
 from messagebox.message import Message, MessageSummary, PartData, StoredMessage
-from messagebox.properties import decode_context, encode_context
+from messagebox.properties import Value, decode_context, encode_context
 
 FRAGMENT_SIZE = 1 << 20
 
@@ -86,6 +87,18 @@ def write_messages(
         dialect.insert(conn, schema.spool, spool)
         dialect.insert(conn, schema.message_part, links)
         dialect.insert(conn, schema.part, parts)
+
+
+def promoted_page(
+    conn: sa.Connection, after: uuid.UUID | None, limit: int
+) -> list[tuple[uuid.UUID, dict[str, Value]]]:
+    """Up to ``limit`` stored messages after ``after`` in id order (keyset paging), each
+    with its promoted properties."""
+    s = schema.spool
+    query = sa.select(s.c.id, s.c.context).order_by(s.c.id).limit(limit)
+    if after is not None:
+        query = query.where(s.c.id > after)
+    return [(row.id, decode_context(row.context)[0]) for row in conn.execute(query)]
 
 
 def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
@@ -193,3 +206,19 @@ def fragment(conn: sa.Connection, part_id: uuid.UUID, seq: int) -> bytes:
             sa.select(f.c.data).where(f.c.part == part_id, f.c.seq == seq)
         ).scalar_one()
     return bytes(data)
+
+
+def release(conn: sa.Connection, dialect: Dialect, msgs: Iterable[uuid.UUID]) -> None:
+    """Log the release of one reference per message given (a message given twice
+    releases two)."""
+    counts = Counter(msgs)
+    if len(counts) == 1:  # one cached statement beats a bulk load for one row
+        [(msg, n)] = counts.items()
+        conn.execute(schema.ref_release.insert().values(msg=msg, n=n, logged_at=sa.func.now()))
+    elif counts:
+        now = clock.local_now()  # a log stamp only; nothing compares it with the DB clock
+        dialect.insert(
+            conn,
+            schema.ref_release,
+            {"msg": list(counts), "n": list(counts.values()), "logged_at": [now] * len(counts)},
+        )

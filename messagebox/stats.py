@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import schema, subscriptions
-from messagebox.models import HostStats, QueueStats, Stats, Throughput
+from messagebox.models import HostStats, QueueState, QueueStats, Stats, Throughput
 from messagebox.tracking import EVENTS
 
 
@@ -30,7 +30,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     """Entries per host and subscription: how many, in which state, and the oldest."""
     q, s = schema.queue, schema.subscription
     leased = _leased()
-    held = sa.and_(q.c.state == "held", sa.not_(leased))
+    held = sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased))
     query = (
         sa.select(
             q.c.host,
@@ -115,7 +115,7 @@ def counts(conn: sa.Connection) -> Stats:
         sa.select(
             sa.func.count(),
             _count(leased),
-            _count(sa.and_(q.c.state == "held", sa.not_(leased))),
+            _count(sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased))),
         ).select_from(q)
     ).one()
     parts, part_bytes = conn.execute(

@@ -7,17 +7,20 @@ at the boundary, with the original chained.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 import sqlalchemy as sa
 
-from messagebox import clock, metrics, schema, tracking
+from messagebox import clock, metrics, notify, schema, tracking
 from messagebox.dialects import Dialect, dialect_for
 from messagebox.errors import BackendUnavailable, MessageBoxError, NoSchema, StorageError
 
 DEFAULT_URL = "duckdb:///messagebox.duckdb"
+
+URL = sa.URL
+StoreURL = str | sa.URL
+"""Where a store is: a URL string (``duckdb:///path``, ``postgresql://…``) or a parsed URL."""
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -60,12 +63,7 @@ class Store:
         self.engine = self.dialect.create_engine(self.url)
         self.tracking = tracking.SettingsCache()
         """This process's view of the store's tracking settings (re-read every few s)."""
-        database = self.url.database or ""
-        self.key = (
-            os.path.abspath(database)
-            if self.url.get_backend_name() == "duckdb" and database not in ("", ":memory:")
-            else self.url.render_as_string(hide_password=True)
-        )
+        self.key = self.dialect.database_key(self.url)
         """Names this database within the process (in-process wake-ups)."""
         if self._current():
             return  # no DDL: its table locks would contend with running hosts
@@ -137,22 +135,27 @@ class Store:
         with self.dialect.serial() if serial else nullcontext():
             try:
                 with self.engine.begin() as conn:
+                    notify.take(conn)  # nothing left over from an earlier transaction
                     tracking.begin(conn, self.tracking)
                     clock.begin(conn)
                     try:
                         yield conn
                     except BaseException:
                         tracking.discard(conn)
+                        notify.take(conn)
                         raise
                     finally:
                         clock.end(conn)
                     counts = tracking.committed(conn)  # read now: the commit follows
+                    wakes = notify.take(conn)
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
         if counts:
             metrics.apply(counts)  # committed: count it
+        if wakes:
+            notify.signal(self.key, wakes)
 
     def close(self) -> None:
         """Close every pooled connection."""

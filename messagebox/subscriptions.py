@@ -19,7 +19,14 @@ from messagebox import schema
 from messagebox.dialects import Dialect
 from messagebox.errors import AlreadyExists, UnknownHost
 from messagebox.ids import allocate
-from messagebox.models import Host, HostSettings, Kind, OnFailure, State, Subscription
+from messagebox.models import (
+    Host,
+    HostSettings,
+    Kind,
+    OnFailure,
+    State,
+    Subscription,
+)
 from predicates import Filter
 from predicates.sql import anchor_rank, typed_rows
 
@@ -100,6 +107,19 @@ def subscribe(
 ) -> list[Subscription]:
     """Store subscriptions; predicates equal to stored ones are shared, not stored again."""
     dialect.lock_subscriptions(conn)
+    _check_hosts(conn, specs)
+    prop_ids = _intern_properties(conn, dialect, specs)
+    pred_ids = _intern_predicates(conn, dialect, specs, prop_ids)
+    subs, groups, links, made = _subscription_rows(conn, specs, pred_ids, now)
+    _check_names(conn, [s["name"] for s in subs])
+    insert_rows(conn, dialect, schema.subscription, subs)
+    insert_rows(conn, dialect, schema.group, groups)
+    insert_rows(conn, dialect, schema.group_pred, links)
+    return made
+
+
+def _check_hosts(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> None:
+    """Raise :class:`UnknownHost` for the first spec whose host does not exist."""
     hosts = {s.host for s in specs}
     known = set(_lookup(conn, schema.host.c.name, schema.host.c.created_at, sorted(hosts)))
     for spec in specs:
@@ -109,7 +129,11 @@ def subscribe(
                 "(create it with create_host)"
             )
 
-    # properties, interned
+
+def _intern_properties(
+    conn: sa.Connection, dialect: Dialect, specs: Sequence[SubscriptionSpec]
+) -> dict[str, int]:
+    """The id of each property the filters name, storing the new ones."""
     names = sorted({p for s in specs for p in s.filter.properties})
     prop_ids = _lookup(conn, schema.prop.c.name, schema.prop.c.id, names)
     new_names = [n for n in names if n not in prop_ids]
@@ -122,8 +146,17 @@ def subscribe(
             schema.prop,
             [{"id": i, "name": n} for n, i in zip(new_names, ids, strict=True)],
         )
+    return prop_ids
 
-    # predicates, shared by key
+
+def _intern_predicates(
+    conn: sa.Connection,
+    dialect: Dialect,
+    specs: Sequence[SubscriptionSpec],
+    prop_ids: Mapping[str, int],
+) -> dict[str, int]:
+    """The id of each predicate the filters hold, by key: a stored equal predicate's,
+    or a new one's, stored with its typed rows."""
     preds = {p.key(): p for s in specs for g in s.filter.groups for p in g.predicates}
     keys = sorted(preds)
     pred_ids = _lookup(conn, schema.predicate.c.key, schema.predicate.c.id, keys)
@@ -142,8 +175,17 @@ def subscribe(
         insert_rows(conn, dialect, schema.predicate, master)
         for table_name, rows in typed.items():
             insert_rows(conn, dialect, _TABLES[table_name], rows)
+    return pred_ids
 
-    # subscriptions, groups and their links
+
+def _subscription_rows(
+    conn: sa.Connection,
+    specs: Sequence[SubscriptionSpec],
+    pred_ids: Mapping[str, int],
+    now: datetime,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[Subscription]]:
+    """The rows of the subscriptions, their groups and the groups' predicate links, with
+    the subscriptions they make (ids allocated)."""
     sub_ids = allocate(conn, len(specs))
     n_groups = sum(len(s.filter.groups) for s in specs)
     group_ids = iter(allocate(conn, n_groups))
@@ -178,18 +220,17 @@ def subscribe(
             groups.append({"id": group_id, "sub": sub_id, "n_pos": len(ranked), "anchor": anchor})
             links.extend({"grp": group_id, "pred": pred_ids[p.key()]} for p in group.predicates)
         made.append(_subscription(subs[-1], spec.filter))
+    return subs, groups, links, made
 
-    names_given = [s["name"] for s in subs]
+
+def _check_names(conn: sa.Connection, names_given: Sequence[str]) -> None:
+    """Raise :class:`AlreadyExists` for a name given twice or taken already."""
     if len(set(names_given)) != len(names_given):
         dup = next(n for n in names_given if names_given.count(n) > 1)
         raise AlreadyExists(f"subscription name {dup!r} is given twice")
     taken = _lookup(conn, schema.subscription.c.name, schema.subscription.c.id, names_given)
     if taken:
         raise AlreadyExists(f"a subscription named {sorted(taken)[0]!r} exists already")
-    insert_rows(conn, dialect, schema.subscription, subs)
-    insert_rows(conn, dialect, schema.group, groups)
-    insert_rows(conn, dialect, schema.group_pred, links)
-    return made
 
 
 def _subscription(row: Mapping[Any, Any], filt: Filter | None = None) -> Subscription:
@@ -254,13 +295,3 @@ def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -
                 conn.execute(table.delete().where(table.c.pred.in_(orphans)))
             conn.execute(schema.predicate.delete().where(schema.predicate.c.id.in_(orphans)))
     return int(removed)
-
-
-def set_state(conn: sa.Connection, sub_ids: Sequence[int], state: State) -> None:
-    """Change subscriptions' state; starting one releases its held queue entries."""
-    s, q = schema.subscription, schema.queue
-    conn.execute(s.update().where(s.c.id.in_(list(sub_ids))).values(state=state.value))
-    if state is State.STARTED:
-        conn.execute(
-            q.update().where(q.c.sub.in_(list(sub_ids)), q.c.state == "held").values(state="ready")
-        )

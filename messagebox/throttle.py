@@ -1,4 +1,4 @@
-"""Publish throttling (DESIGN.md §8): a host whose queue is deeper than its
+"""Publish throttling (docs/concepts.md: Hosts): a host whose queue is deeper than its
 ``throttle_queue_depth`` slows its publishers down instead of growing without bound.
 
 Depths and host settings are cached briefly so that an unthrottled publish costs no
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
-from messagebox import delivery, subscriptions
+from messagebox import leases, subscriptions
 from messagebox.errors import Throttled
 from messagebox.store import Store
 
@@ -52,7 +52,7 @@ class Throttle:
                         cached[h] = entry[1]
         stale = [h for h in wanted if h not in cached]
         if stale:
-            found = delivery.queue_depths(conn, stale)
+            found = leases.queue_depths(conn, stale)
             with self._lock:
                 for h, d in found.items():
                     self._depths[h] = (now, d)

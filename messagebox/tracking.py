@@ -9,9 +9,9 @@ calls :func:`record`. That one funnel does two things:
 - always, it counts the events for this process's Prometheus counters
   (:mod:`messagebox.metrics`), applied when the transaction commits.
 
-Events are kept for the retention period; the cleanup job trims older ones (DESIGN.md
-§10). Each
-process reads the setting at most every :data:`SETTINGS_TTL_SECONDS`, so enabling or
+Events are kept for the retention period; the cleanup job trims older ones
+(docs/concepts.md: Spool). Each process reads the setting at most every
+:data:`SETTINGS_TTL_SECONDS`, so enabling or
 disabling tracking reaches running hosts within that time.
 """
 

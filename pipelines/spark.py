@@ -1,10 +1,10 @@
-"""Batch routing on Spark (DESIGN.md §11): the same filters over a DataFrame of messages.
+"""Batch routing on Spark (docs/howto-spark.md): the same filters over a DataFrame of messages.
 
     from pipelines.spark import route_dataframe, session
 
     spark = session()                                   # local[*]; session("spark://…")
     orders = spark.read.parquet("orders/")              # key + one column per property
-    routes = route_dataframe(orders, "postgresql+psycopg://…/box", key="order_id")
+    routes = route_dataframe(orders, "postgresql://…/box", key="order_id")
     routes.write.partitionBy("subscription").parquet("routes/")
 
 The result has one row per (message, matching subscription): the key column, then

@@ -1,10 +1,10 @@
-"""Bulk publish from Spark into the MessageBox, idempotently (DESIGN.md §11).
+"""Bulk publish from Spark into the MessageBox, idempotently (docs/howto-spark.md).
 
     from pipelines.spark_publish import publish_dataframe
 
     orders = spark.read.parquet("orders/2026-11-24/")   # a key + one column per property
     report = publish_dataframe(
-        orders, "postgresql+psycopg://…/box", job="orders-2026-11-24", key="order_id",
+        orders, "postgresql://…/box", job="orders-2026-11-24", key="order_id",
         body="payload",
     )
     print(report)            # published, skipped, routed, suspended, dropped, batches, s
@@ -75,7 +75,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from itertools import groupby, islice
@@ -96,6 +96,7 @@ from messagebox.properties import is_reserved
 from pipelines.spark import column, property_columns, typed_value
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType
 
@@ -244,17 +245,7 @@ class _Counts:
     batches: int = 0
 
     def report(self, partition: int, seconds: float) -> PartitionReport:
-        return PartitionReport(
-            partition,
-            self.rows,
-            self.published,
-            self.skipped,
-            self.routed,
-            self.suspended,
-            self.dropped,
-            self.batches,
-            seconds,
-        )
+        return PartitionReport(partition=partition, seconds=seconds, **asdict(self))
 
     def add(self, results: Sequence[Routed]) -> None:
         self.batches += 1
@@ -395,13 +386,21 @@ def _describe(job: str, r: PartitionReport, error: tuple[str, str] | None) -> st
 # --- the driver ---
 
 
-def _check_job(job: object) -> str:
+def _check_options(job: object, batch_size: object, policy: str) -> tuple[str, RoutingPolicy]:
+    """The job name and the routing policy, checked with the batch size."""
     if not isinstance(job, str) or not job.strip() or len(job) > MAX_JOB_NAME or "\x00" in job:
         raise ValidationError(
             f"job name {job!r} must be a non-empty str of at most {MAX_JOB_NAME} characters "
             "(it names the run: re-running a job with the same name is idempotent)"
         )
-    return job
+    if type(batch_size) is not int or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValidationError(f"batch_size must be an int in 1..{MAX_BATCH_SIZE}")
+    try:
+        return job, RoutingPolicy(policy)
+    except ValueError as exc:
+        raise ValidationError(
+            f"policy must be 'suspend', 'drop' or 'raise', not {policy!r}"
+        ) from exc
 
 
 def _plan_columns(
@@ -487,6 +486,48 @@ def _check_keys(df: DataFrame, key: str) -> None:
     )
 
 
+def _publish_rows(plan: _Plan, rows: RDD[Any], box: MessageBox, executors: bool) -> list[_Outcome]:
+    """Publish the selected rows partition by partition, from the executors (each
+    partition on its own) or from the driver (stopping at the first failed partition)."""
+    logger.info(
+        "job %r: publishing %d partitions from the %s, %d rows a batch",
+        plan.job,
+        rows.getNumPartitions(),
+        "executors" if executors else "driver",
+        plan.batch_size,
+    )
+    if executors:
+        outcomes: list[_Outcome] = rows.mapPartitionsWithIndex(
+            partial(_run_partition, plan)
+        ).collect()
+        for o in outcomes:
+            logger.info("%s", _describe(plan.job, o.report, o.error))
+        return outcomes
+    outcomes = []
+    stream = rows.mapPartitionsWithIndex(_tag).toLocalIterator(prefetchPartitions=True)
+    for index, group in groupby(stream, key=lambda t: t[0]):
+        outcomes.append(_publish_partition(plan, index, (r for _, r in group), box))
+        if outcomes[-1].error is not None:
+            break
+    return outcomes
+
+
+def _failure(job: str, report: PublishReport, failed: Sequence[_Outcome]) -> MessageBoxError:
+    """The first failed partition's error (of its class), with the job's report noted."""
+    name, text = failed[0].error or ("", "")
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, MessageBoxError)):
+        cls = MessageBoxError
+    failure = _error(cls, f"spark job {job!r}: {text}")
+    if len(failed) > 1:
+        failure.add_note(f"{len(failed) - 1} more partitions failed")
+    failure.add_note(
+        f"{report}; what was published stays: fix the cause and run job {job!r} "
+        "again to publish the rest"
+    )
+    return failure
+
+
 def publish_dataframe(
     df: DataFrame,
     url: str | MessageBox,
@@ -519,22 +560,14 @@ def publish_dataframe(
     the other partitions are done, with what was published in a note.
     """
     start = time.monotonic()
-    job = _check_job(job)
-    if type(batch_size) is not int or not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ValidationError(f"batch_size must be an int in 1..{MAX_BATCH_SIZE}")
-    try:
-        routing = RoutingPolicy(policy)
-    except ValueError as exc:
-        raise ValidationError(
-            f"policy must be 'suspend', 'drop' or 'raise', not {policy!r}"
-        ) from exc
+    job, routing = _check_options(job, batch_size, policy)
     selected, names, stamps = _plan_columns(df, key, body, properties, trusted)
     box = url if isinstance(url, MessageBox) else MessageBox(url)  # creates the schema once
     try:
-        one_process = box.store.dialect.one_process
+        one_process = box.one_process
         if parallel and one_process:
             raise ValidationError(
-                f"{box.store.dialect.name} allows one process per database: the executors "
+                f"{box.backend} allows one process per database: the executors "
                 "cannot publish; leave parallel unset (the driver publishes)"
             )
         executors = not one_process if parallel is None else parallel
@@ -550,27 +583,7 @@ def publish_dataframe(
         )
         if validate:
             _check_keys(df, key)
-        rows = df.select(*selected).rdd
-        logger.info(
-            "job %r: publishing %d partitions from the %s, %d rows a batch",
-            job,
-            rows.getNumPartitions(),
-            "executors" if executors else "driver",
-            batch_size,
-        )
-        if executors:
-            outcomes: list[_Outcome] = rows.mapPartitionsWithIndex(
-                partial(_run_partition, plan)
-            ).collect()
-            for o in outcomes:
-                logger.info("%s", _describe(job, o.report, o.error))
-        else:
-            outcomes = []
-            stream = rows.mapPartitionsWithIndex(_tag).toLocalIterator(prefetchPartitions=True)
-            for index, group in groupby(stream, key=lambda t: t[0]):
-                outcomes.append(_publish_partition(plan, index, (r for _, r in group), box))
-                if outcomes[-1].error is not None:
-                    break
+        outcomes = _publish_rows(plan, df.select(*selected).rdd, box, executors)
     finally:
         if box is not url:
             box.close()
@@ -579,17 +592,7 @@ def publish_dataframe(
     )
     failed = [o for o in outcomes if o.error is not None]
     if failed:
-        name, text = failed[0].error or ("", "")
-        cls = getattr(errors, name, None)
-        if not (isinstance(cls, type) and issubclass(cls, MessageBoxError)):
-            cls = MessageBoxError
-        failure = _error(cls, f"spark job {job!r}: {text}")
-        if len(failed) > 1:
-            failure.add_note(f"{len(failed) - 1} more partitions failed")
-        failure.add_note(
-            f"{report}; what was published stays: fix the cause and run job {job!r} "
-            "again to publish the rest"
-        )
+        failure = _failure(job, report, failed)
         logger.error("%s", failure)
         raise failure
     logger.info("%s", report)

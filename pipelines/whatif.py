@@ -1,5 +1,5 @@
 """What-if routing: which stored messages would change destination under proposed
-subscriptions (DESIGN.md §11).
+subscriptions (docs/howto-spark.md).
 
     from pipelines.whatif import what_if
 
@@ -24,16 +24,10 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
-import uuid
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from messagebox import schema
-from messagebox.properties import decode_context
 from pipelines.spark import Target, load_subscriptions, route_dataframe
 
 if TYPE_CHECKING:
@@ -63,22 +57,6 @@ def _arrow_schema() -> Any:
     )
 
 
-def _spool_chunks(box: MessageBox, chunk: int) -> Iterator[Sequence[Any]]:
-    """Spool rows ``(id, context)`` in id order, ``chunk`` at a time (keyset paging)."""
-    s = schema.spool
-    after: uuid.UUID | None = None
-    while True:
-        query = sa.select(s.c.id, s.c.context).order_by(s.c.id).limit(chunk)
-        if after is not None:
-            query = query.where(s.c.id > after)
-        with box.store.transaction() as conn:
-            rows = conn.execute(query).all()
-        if not rows:
-            return
-        yield rows
-        after = rows[-1].id
-
-
 def export_messages(
     box: MessageBox,
     spark: SparkSession,
@@ -100,12 +78,11 @@ def export_messages(
     out.mkdir(parents=True, exist_ok=True)
     arrow_schema = _arrow_schema()
     n = 0
-    for part, rows in enumerate(_spool_chunks(box, chunk)):
+    for part, rows in enumerate(box.iter_promoted(chunk)):
         cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
-        for row in rows:
-            promoted, _ = decode_context(row.context)
+        for message_id, promoted in rows:
             for name, value in promoted.items():
-                cols["message_id"].append(str(row.id))
+                cols["message_id"].append(str(message_id))
                 cols["property"].append(name)
                 slot = _slot(value)
                 for column in _VALUE_COLUMNS:

@@ -2,7 +2,7 @@
 It lives in :mod:`predicates.model`, beside the types it evaluates (their ``matches``
 use it); this module names it.
 
-Semantics (DESIGN.md §3): an absent property satisfies only ``not_exists``; comparisons
+Semantics (docs/concepts.md: Filters): an absent property satisfies only ``not_exists``; comparisons
 need both sides in one family (str, number, bool, datetime); numbers compare exactly,
 strings by code point, datetimes chronologically.
 """

@@ -52,7 +52,7 @@ MAX_NESTING = 100
 
 
 class Op(StrEnum):
-    """Predicate operators (DESIGN.md §3)."""
+    """Predicate operators (docs/concepts.md: Filters)."""
 
     EQ = "eq"
     NE = "ne"

@@ -1,6 +1,6 @@
 """The Spark compiler: filters as two small broadcast tables, messages as probes.
 
-The counting algorithm with anchors, as the SQL router runs it (DESIGN.md §5, §11), as
+The counting algorithm with anchors, as the SQL router runs it (docs/concepts.md: Publishing), as
 one DataFrame plan with no Python UDF and, for wide frames, no shuffle but the final
 deduplication:
 

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 
 from messagebox import MessageBox
-from messagebox import delivery as mb_delivery
+from messagebox import leases as mb_leases
 from messagebox import schema as mb_schema
 from messagebox.models import HostSettings
 
@@ -116,10 +116,10 @@ def claim(
     owner: str = "t",
     lease_seconds: float = 30.0,
     instances: bool = False,
-) -> list[mb_delivery.Claim]:
+) -> list[mb_leases.Claim]:
     """Claim up to ``n`` entries of ``host`` as a host instance ``owner`` would."""
     with box.store.transaction(serial=True) as conn:
-        return mb_delivery.claim(
+        return mb_leases.claim(
             conn,
             box.store.dialect,
             host=host,
@@ -131,13 +131,11 @@ def claim(
         )
 
 
-def fail_for_good(
-    box: MessageBox, claimed: mb_delivery.Claim, error: str, owner: str = "t"
-) -> None:
+def fail_for_good(box: MessageBox, claimed: mb_leases.Claim, error: str, owner: str = "t") -> None:
     """Fail a claimed entry permanently, as a host instance would: it is suspended."""
     with box.store.transaction(serial=True) as conn:
-        failure = mb_delivery.Failure(claimed, error, permanent=True)
-        mb_delivery.finish(conn, box.store.dialect, owner, [], [failure], HostSettings(), set())
+        failure = mb_leases.Failure(claimed, error, permanent=True)
+        mb_leases.finish(conn, box.store.dialect, owner, [], [failure], HostSettings(), set())
 
 
 def table_counts(box: MessageBox) -> dict[str, int]:
@@ -149,9 +147,18 @@ def table_counts(box: MessageBox) -> dict[str, int]:
         }
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n``), every test that uses the Spark
+    session goes to one worker (``--dist loadgroup``): one JVM for the run, not one each."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local[2] Spark session for the whole run (starting one costs about 5 s)."""
+    """One local[2] Spark session for the whole run, or for the one xdist worker that
+    runs the Spark tests (starting one costs about 5 s)."""
     from pipelines.spark import session
 
     s = session("local[2]", "messagebox-tests", **{"spark.sql.shuffle.partitions": "4"})

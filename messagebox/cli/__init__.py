@@ -33,8 +33,11 @@
     console [--bind ADDR] [--port N] [--token-file PATH] [--allowed-host NAME ...]
                                            the web console (token: MESSAGEBOX_CONSOLE_TOKEN)
 
-The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (one
-function per command), ``terminal`` (tables, JSON, progress).
+The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (which
+function runs each command), the commands by group in ``subscriptions`` (and hosts),
+``messages`` (publishing, queues, suspended entries), ``routing`` (``route explain``) and
+``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the store),
+``terminal`` (tables, JSON, progress).
 
 ``hosts`` and ``subscriptions`` alone list. The database URL comes from ``--url``, else
 ``MESSAGEBOX_URL``, else ``duckdb:///messagebox.duckdb``. Only ``init`` (and ``host run``)

@@ -64,6 +64,15 @@ def size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def last_line(text: str | None, most: int = 60) -> str:
+    """The last non-blank line of ``text``, cut to ``most`` characters; empty for none."""
+    if not text:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""  # a traceback's last line says what failed
+    return last if len(last) <= most else last[: most - 1] + "…"
+
+
 class Terminal:
     """Where a command's results go: ``json`` picks JSON over tables and text;
     ``progress`` forces progress on (True) or off (False), or leaves it to whether

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from threading import Event
+from typing import Any, ClassVar, NamedTuple
 
 import sqlalchemy as sa
 
 import sql
+from messagebox import notify
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
 
 
@@ -28,10 +30,35 @@ class StagedBatch:
     v_int: list[int | None] = field(default_factory=list)
 
 
-RouteRow = tuple[int, int, str, int, str, str, str | None, bool, str, str | None]
-"""(message number, subscription id, host, priority, state, kind, instance id, ordered,
-service, correlation): the instance id is the subscription's, or for an activation
-subscription with a correlation (JSON property names) the convoy's, set by the router."""
+class RouteRow(NamedTuple):
+    """A match of the routing query: a message of the batch and a subscription it reaches,
+    with what queueing it needs. A tuple in the query's column order (a dialect makes
+    them from driver rows with :func:`route_rows`)."""
+
+    msg: int
+    """The message's number in the batch."""
+    sub: int
+    """The subscription's id."""
+    host: str
+    priority: int
+    state: str
+    """The subscription's state (a :class:`~messagebox.models.State` value)."""
+    kind: str
+    """The subscription's kind (a :class:`~messagebox.models.Kind` value)."""
+    instance_id: str | None
+    """The subscription's instance, or for an activation subscription with a
+    correlation the convoy's, set by the router."""
+    ordered: bool
+    service: str
+    correlation: str | None
+    """The subscription's correlation: its property names as JSON, or None."""
+
+
+def route_rows(rows: Iterable[Iterable[Any]]) -> list[RouteRow]:
+    """The routing query's driver rows as :class:`RouteRow`, in one pass: what
+    ``RouteRow._make`` does, without its per-row method call and length check."""
+    new = tuple.__new__
+    return [new(RouteRow, row) for row in rows]
 
 
 class Dialect:
@@ -39,6 +66,9 @@ class Dialect:
 
     name: ClassVar[str]
     supports_skip_locked: ClassVar[bool] = False
+    has_row_locks: ClassVar[bool] = False
+    """True when ``FOR UPDATE``/``FOR SHARE`` lock rows (else the store's in-process
+    write lock stands in for them)."""
     supports_notify: ClassVar[bool] = False
     one_process: ClassVar[bool] = False
     """True when only one OS process may open the database (host instances are threads)."""
@@ -64,6 +94,10 @@ class Dialect:
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError
+
+    def database_key(self, url: sa.URL) -> str:
+        """What names this database within the process (the URL, without a password)."""
+        return url.render_as_string(hide_password=True)
 
     def database_exists(self, url: sa.URL) -> bool:
         """Whether the database itself exists, checked without creating it (a DuckDB
@@ -99,7 +133,20 @@ class Dialect:
         raise NotImplementedError
 
     def notify(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
+        """Wake the idle instances of these hosts when the transaction commits: this
+        process's (the store signals them after the commit) and, where the dialect can,
+        other processes' (:meth:`notify_others`)."""
+        if hosts:
+            notify.after_commit(conn, hosts)
+            self.notify_others(conn, hosts)
+
+    def notify_others(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
         """Wake other processes' idle instances of these hosts when the transaction commits."""
+
+    def listen(self, url: sa.URL, host: str, wake: Callable[[], None], stop: Event) -> None:
+        """Call ``wake`` on each wake-up of ``host`` from another process until ``stop``
+        is set (only where :attr:`supports_notify`)."""
+        raise NotImplementedError
 
     def try_lock_cleanup(self, conn: sa.Connection) -> bool:
         """Take the cleanup lock for this transaction, or say another cleaner holds it."""

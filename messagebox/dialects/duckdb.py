@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from messagebox import clock
 from messagebox.dialects._ddl import create_all
-from messagebox.dialects.base import Dialect, RouteRow, StagedBatch
+from messagebox.dialects.base import Dialect, RouteRow, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 _LOCKS: dict[str, threading.RLock] = {}
@@ -81,6 +81,13 @@ class DuckDBDialect(Dialect):
                 self._lock = _LOCKS.setdefault(path, threading.RLock())
         return sa.create_engine(url)
 
+    def database_key(self, url: sa.URL) -> str:
+        """The file's absolute path (one file, however its URL spells it)."""
+        database = url.database or ""
+        return (
+            super().database_key(url) if database in ("", ":memory:") else os.path.abspath(database)
+        )
+
     def database_exists(self, url: sa.URL) -> bool:
         database = url.database or ""
         return database in ("", ":memory:") or os.path.exists(database)
@@ -117,7 +124,7 @@ class DuckDBDialect(Dialect):
         )
         with self._registered(conn, staged, "mb_staged_batch"):
             rows = conn.exec_driver_sql(self.route_sql, {"n": batch.n}).fetchall()
-        return [tuple(r) for r in rows]
+        return route_rows(rows)
 
     def insert(
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]

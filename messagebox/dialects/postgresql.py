@@ -8,7 +8,9 @@ predicates are created and collected safely. JIT is off for every session.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from threading import Event
 from typing import Any, ClassVar
 
 import psycopg
@@ -16,13 +18,16 @@ import sqlalchemy as sa
 
 import sql
 from messagebox.dialects._ddl import create_all
-from messagebox.dialects.base import Dialect, RouteRow, StagedBatch
+from messagebox.dialects.base import Dialect, RouteRow, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
+
+log = logging.getLogger("messagebox.hosts")
 
 
 class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
     supports_skip_locked: ClassVar[bool] = True
+    has_row_locks: ClassVar[bool] = True
     supports_notify: ClassVar[bool] = True
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
@@ -58,7 +63,7 @@ class PostgreSQLDialect(Dialect):
             "v_int": batch.v_int,
         }
         rows = conn.exec_driver_sql(self.route_sql, params).fetchall()
-        return [tuple(r) for r in rows]
+        return route_rows(rows)
 
     def insert(
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
@@ -78,7 +83,7 @@ class PostgreSQLDialect(Dialect):
         secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds
         return sa.func.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, sa.cast(secs, sa.Double))
 
-    def notify(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
+    def notify_others(self, conn: sa.Connection, hosts: Sequence[str]) -> None:
         if hosts:
             conn.exec_driver_sql(sql.load(self.name, "notify"), {"hosts": sorted(set(hosts))})
 
@@ -88,6 +93,25 @@ class PostgreSQLDialect(Dialect):
     def listen_dsn(self, url: sa.URL) -> str:
         """A libpq connection string for a LISTEN connection of its own."""
         return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def listen(self, url: sa.URL, host: str, wake: Callable[[], None], stop: Event) -> None:
+        """LISTEN on a connection of its own (reconnecting after a second on failure);
+        ``wake`` also runs on each (re)connect, for what was published meanwhile."""
+        dsn = self.listen_dsn(url)
+        while not stop.is_set():
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("LISTEN messagebox")
+                    row = conn.execute("SELECT current_schema()").fetchone()
+                    target = f"{row[0] if row else 'public'}/{host}"
+                    wake()
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if note.payload == target:
+                                wake()
+            except psycopg.Error as exc:
+                log.error("host %s: LISTEN connection failed: %s", host, exc)
+                stop.wait(1.0)
 
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_subscriptions"))

@@ -1,5 +1,12 @@
-"""The ``messagebox`` command line as a user and a script run it: as subprocesses, on
-DuckDB files (and a few core commands on PostgreSQL).
+"""The ``messagebox`` command line as a user and a script run it, on DuckDB files (and a
+few core commands on PostgreSQL).
+
+Most tests run the command in this process (``cli``: :func:`tests.cli_support.run_cli`,
+the same exit code, stdout and stderr as a subprocess with pipes, without ~2 s of
+start-up per command). The few tests about the process boundary run it for real
+(``cli_process``, or a pipeline): ``python -m messagebox.cli --help``, the installed
+``messagebox`` script's exit status, standard input piped from another process, and
+a reader that goes away (``| head``).
 
 Each test starts from a copy of one small box made with the library: hosts shipping and
 billing; ship-eu (orders.Region == "EU") and bill-big (orders.Total >= 100); an EU order
@@ -10,7 +17,6 @@ failure); and bill's waiting entry suspended (service unenlisted, then started a
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,25 +30,57 @@ from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
+from tests.cli_support import PROCESS_TIMEOUT, ROOT, process_env, run_cli, run_process
 from tests.conftest import table_counts
 
-ROOT = Path(__file__).resolve().parents[2]
+
+def _argv(args: tuple[str, ...], url: str | None) -> list[str]:
+    return [*(["--url", url] if url else []), *args]
 
 
 def cli(
     *args: str, url: str | None = None, stdin: bytes = b"", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``messagebox [--url URL] ARGS`` as a subprocess (stdin and stdout are pipes)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "messagebox.cli", *(["--url", url] if url else []), *args],
-        input=stdin,
-        capture_output=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )
-    return subprocess.CompletedProcess(
-        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    """Run ``messagebox [--url URL] ARGS`` in this process (stdin and stdout as pipes)."""
+    return run_cli(_argv(args, url), stdin=stdin, env=env)
+
+
+def cli_process(
+    *args: str, url: str | None = None, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m messagebox.cli [--url URL] ARGS`` as a subprocess (stdin and
+    stdout are pipes): for tests about the process boundary only."""
+    return run_process(_argv(args, url), stdin=stdin, env=env)
+
+
+PYTHON_M = [sys.executable, "-m", "messagebox.cli"]
+
+
+def pipeline(
+    first: list[str], second: list[str]
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``first | second`` as a shell runs it, from the repository's root: each one's exit
+    status and output (first's stdout is the pipe, so it is empty here)."""
+    env = process_env()
+    out, err = subprocess.PIPE, subprocess.PIPE
+    with (
+        subprocess.Popen(first, stdout=out, stderr=err, cwd=ROOT, env=env) as writer,
+        subprocess.Popen(
+            second, stdin=writer.stdout, stdout=out, stderr=err, cwd=ROOT, env=env
+        ) as reader,
+    ):
+        assert writer.stdout is not None
+        writer.stdout.close()  # only the reader reads: when it goes, writes fail (EPIPE)
+        try:
+            shown, said = reader.communicate(timeout=PROCESS_TIMEOUT)
+            _, first_said = writer.communicate(timeout=PROCESS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            writer.kill()
+            raise
+    return (
+        subprocess.CompletedProcess(first, writer.returncode, "", first_said.decode()),
+        subprocess.CompletedProcess(second, reader.returncode, shown.decode(), said.decode()),
     )
 
 
@@ -191,12 +229,15 @@ def test_publish_files_with_typed_properties_prints_where_each_went(
     assert stored.body == b"<order n='2'/>"
 
 
-def test_publish_from_stdin_with_json_properties(url: str) -> None:
-    # When stdin is published with properties as JSON, matching nothing, with policy drop
-    result = cli(
-        "publish", "--properties-json", '{"orders.Region": "US", "orders.Total": 1.5}',
-        "--policy", "drop", url=url, stdin=b"<piped/>",
+def test_process_publish_from_stdin_piped_from_another_process(url: str) -> None:
+    # When stdin, piped from another process, is published with properties as JSON,
+    # matching nothing, with policy drop
+    printed, result = pipeline(
+        ["printf", "%s", "<piped/>"],
+        [*PYTHON_M, "--url", url, "publish", "--properties-json",
+         '{"orders.Region": "US", "orders.Total": 1.5}', "--policy", "drop"],
     )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
     # Then the table says it was dropped, and the summary goes to stderr
     assert result.returncode == 0, result.stderr
     header, row = result.stdout.splitlines()
@@ -435,3 +476,45 @@ def test_core_commands_on_postgresql(pg_url: str, files: list[str]) -> None:
     ok(cli("suspended", "terminate", str(failure["id"]), "--json", url=pg_url))
     history = ok(cli("tracking", "events", us[0]["message_id"], "--json", url=pg_url))
     assert [e["event"] for e in history] == ["terminated"]
+
+
+# --- the process boundary: the command as the shell runs it -------------------------------
+
+
+def test_process_python_m_messagebox_cli_prints_help() -> None:
+    shown = cli_process("--help")
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert shown.stdout.startswith("usage: messagebox ")
+    for named in ("init", "publish", "subscriptions", "suspended", "tracking", "MESSAGEBOX_URL"):
+        assert named in shown.stdout, named
+
+
+def test_process_the_installed_script_exits_with_the_commands_code(url: str) -> None:
+    script = Path(sys.executable).with_name("messagebox")  # the [project.scripts] entry point
+    if not script.exists():
+        pytest.skip(f"the console script is not installed ({script})")
+    # When the script is asked to explain a message that is not stored
+    found = run_process(
+        ["--url", url, "route", "explain", "01a20db1-0000-7000-8000-000000000000"],
+        command=[str(script)],
+    )
+    # Then the shell sees exit status 3 (not found), with the reason on stderr only
+    assert (found.returncode, found.stdout) == (3, ""), found.stderr
+    assert "no message" in found.stderr
+    assert "Traceback" not in found.stderr
+
+
+def test_process_a_reader_that_goes_away_stops_it_quietly(url: str) -> None:
+    # Given far more suspended entries than a pipe holds (about 600 B of JSON each)
+    with MessageBox(url) as box:
+        box.publish(Message(b"x", promoted={"orders.Region": "US"}) for _ in range(500))
+    # When they are listed into `| head -n 3`, which exits after three lines
+    listed, head = pipeline(
+        [*PYTHON_M, "--url", url, "suspended", "list", "--json"], ["head", "-n", "3"]
+    )
+    # Then head shows the first lines, and the command stops on the broken pipe quietly:
+    # no traceback, no "Exception ignored ... BrokenPipeError", exit status 1
+    assert head.returncode == 0, head.stderr
+    assert head.stdout.splitlines()[:2] == ["[", "  {"]
+    assert head.stdout.splitlines()[2].startswith('    "id": ')
+    assert (listed.returncode, listed.stderr) == (1, "")

@@ -4,7 +4,6 @@ embedded default (DuckDB)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -17,19 +16,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import Message, MessageBox
 from predicates import P
+from tests.cli_support import ROOT, process_env, run_cli
 from tests.conftest import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``messagebox ARGS`` as a subprocess: ``host run`` (it configures logging, serves
+    metrics, loads the app's module) stays out of the tests' process."""
     return subprocess.run(
         [sys.executable, "-m", "messagebox.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env=process_env(env),
     )
 
 
@@ -56,10 +56,10 @@ def test_host_run_delivers_then_cleanup_empties(tmp_path: Path) -> None:
     assert proc.returncode == 0, stderr
     assert "running; Ctrl-C stops it" in stderr
     assert len(lines()) == 50
-    cleaned = cli("--url", url, "cleanup")
+    cleaned = run_cli(["--url", url, "cleanup"])  # short commands: in this process
     assert cleaned.returncode == 0, cleaned.stderr
     assert cleaned.stdout.startswith("deleted 50 messages and 50 parts")
-    listed = cli("--url", url, "instances")
+    listed = run_cli(["--url", url, "instances"])
     assert (listed.returncode, listed.stdout) == (0, "")  # it unregistered on the way out
 
 
@@ -70,7 +70,7 @@ def host_run(
     return subprocess.Popen(
         [sys.executable, "-m", "messagebox.cli", "--url", url, "host", "run", app, *options],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env=process_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

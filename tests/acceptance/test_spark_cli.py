@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +11,8 @@ import pytest
 from messagebox import Message, MessageBox
 from messagebox.cli import main
 from predicates import Filter, P
+from tests.cli_support import run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 CSV = """key,orders.Region,orders.Total,orders.At
 1,EU,5.5,2024-01-01T00:00:00Z
 2,US,500,2024-01-02T00:00:00Z
@@ -35,16 +33,16 @@ def store(tmp_path: Path) -> str:
     return url
 
 
-def test_spark_route_writes_pairs_partitioned_by_subscription(store: str, tmp_path: Path) -> None:
+def test_spark_route_writes_pairs_partitioned_by_subscription(
+    spark: Any, store: str, tmp_path: Path
+) -> None:
     # Given a CSV of messages and a store's subscriptions
     (tmp_path / "in.csv").write_text(CSV)
     out = tmp_path / "out"
-    # When the command runs as a user runs it
-    result = subprocess.run(
+    # When the command runs as a user runs it (in this process, on the tests' Spark
+    # session, so --master is moot: a Spark of its own would cost ~10 s of JVM start-up)
+    result = run_cli(
         [
-            sys.executable,
-            "-m",
-            "messagebox.cli",
             "--url",
             store,
             "spark",
@@ -55,11 +53,7 @@ def test_spark_route_writes_pairs_partitioned_by_subscription(store: str, tmp_pa
             str(out),
             "--master",
             "local[1]",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        ]
     )
     # Then it succeeds, with its steps on stderr and a count per subscription on stdout
     assert result.returncode == 0, result.stderr

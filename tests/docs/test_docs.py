@@ -487,7 +487,18 @@ def _doc_ids() -> list[str]:
     return [p.name for p in documents()]
 
 
-@pytest.mark.parametrize("name", _doc_ids())
+def _doc_params() -> list[Any]:
+    """The documents; those that use the test session's Spark run on its xdist worker."""
+    return [
+        pytest.param(
+            p.name,
+            marks=[pytest.mark.xdist_group("spark")] if "spark" in parse(p).requires else [],
+        )
+        for p in documents()
+    ]
+
+
+@pytest.mark.parametrize("name", _doc_params())
 def test_doc_samples_run(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Given a document, when its samples run in order, then each succeeds and prints
     what the document shows."""

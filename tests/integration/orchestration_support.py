@@ -84,6 +84,17 @@ def make_app(
     return app, sink
 
 
+def settled(box: MessageBox) -> bool:
+    """Nothing is being handled and nothing waits for the sink: what is left on the
+    queue waits, unclaimed, for an orchestration."""
+    return all(not q.leased and q.service != "sink" for q in box.queue_stats())
+
+
+def waiting(box: MessageBox) -> list[tuple[str | None, int]]:
+    """(service, entries) of each subscription with entries on the queue."""
+    return [(q.service, q.depth) for q in box.queue_stats()]
+
+
 def instance_rows(box: MessageBox) -> list[sa.Row]:
     si = mb_schema.service_instance
     with box.store.transaction() as conn:

@@ -15,6 +15,7 @@ from messagebox import (
     UnknownSubscription,
     ValidationError,
 )
+from messagebox import receipts as mb_receipts
 from messagebox.errors import AlreadyReceived
 from predicates import P
 from tests.conftest import table_counts
@@ -172,14 +173,14 @@ def test_a_receipt_recorded_between_check_and_insert_is_already_received(
     # When a second publish of it passes the check (as when a concurrent publish records
     # the receipt after the check) and only the insert meets the stored key
     checks = iter([None])
-    real = MessageBox._refuse_received
+    real = mb_receipts.refuse_received
 
     def late(conn: object, keys: object, cause: Exception | None = None) -> None:
         if next(checks, "again") is None:
             return  # the first check saw nothing yet
         real(conn, keys, cause)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(MessageBox, "_refuse_received", staticmethod(late))
+    monkeypatch.setattr(mb_receipts, "refuse_received", late)
     # Then it is refused as already received, naming the first publish's message
     with pytest.raises(AlreadyReceived, match="loc: input 'k' was published already") as info:
         ready.publish([Message(b"1", promoted={"a.B": 1})], receipts=[("loc", "k", [0])])

@@ -1,4 +1,4 @@
-"""The cleanup job runs while a publisher and two consumers work (DESIGN.md §10): it
+"""The cleanup job runs while a publisher and two consumers work (docs/concepts.md: Spool): it
 never deletes a message that is still referenced, and once everything is consumed it
 leaves spool, parts and reference logs empty. A short run is in the default suite; the
 30-second one is marked slow."""

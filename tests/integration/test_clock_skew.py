@@ -4,23 +4,17 @@ host instance a day fast or slow delivers as one in sync would."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-import adapters
-import hosts
-import messagebox
 from adapters.file import IN_PROGRESS, FileReceive, location_tag, owner_tag
 from hosts import HostInstance
-from messagebox import Message, MessageBox, delivery, schema
+from messagebox import Message, MessageBox, clock, registry, schema
 from messagebox.cli import main as cli_main
 from messagebox.models import InstanceInfo
 from predicates import P
@@ -32,30 +26,13 @@ DAY = timedelta(days=1)
 
 
 @pytest.fixture(params=[DAY, -DAY], ids=["a-day-fast", "a-day-slow"])
-def skewed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process's clock, as messagebox, hosts and adapters read it, is off by a day;
+def skewed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """This process's clock, as every package module reads it (``messagebox.clock``;
+    ``python -m tests.structure`` checks that none reads another), is off by a day;
     the database's is right."""
     offset: timedelta = request.param
-
-    class AnyDatetime(type):
-        def __instancecheck__(cls, obj: object) -> bool:  # isinstance(x, datetime) holds
-            return isinstance(obj, datetime)
-
-    class Skewed(datetime, metaclass=AnyDatetime):
-        @classmethod
-        def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
-            return datetime.now(tz) + offset  # type: ignore[arg-type]
-
-    for package in (messagebox, hosts, adapters):  # load them all: some load lazily
-        for found in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
-            if not found.name.endswith(".__main__"):
-                importlib.import_module(found.name)
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in {"messagebox", "hosts", "adapters", "predicates"} and (
-            getattr(module, "datetime", None) is datetime
-        ):
-            monkeypatch.setattr(module, "datetime", Skewed)
-    return
+    with clock.use_local(lambda: datetime.now(UTC) + offset):
+        yield
 
 
 def near_now(at: datetime) -> bool:
@@ -116,7 +93,7 @@ def test_a_machine_with_a_skewed_clock_recovers_only_dead_instances_files(
     stamp = datetime.now(UTC)
     with box.store.transaction() as conn:
         for owner in ("busy", "gone"):
-            delivery.register(conn, InstanceInfo(owner, "h", "m1", 1, stamp, stamp, "running"))
+            registry.register(conn, InstanceInfo(owner, "h", "m1", 1, stamp, stamp, "running"))
         conn.execute(
             schema.instance.update()
             .where(schema.instance.c.id == "gone")

@@ -1,4 +1,4 @@
-"""Host instances and delivery (DESIGN.md §8), on both backends: exactly-once handling
+"""Host instances and delivery (docs/concepts.md: Hosts), on both backends: exactly-once handling
 within a host, retries and the suspended queue, ordered delivery, service states,
 throttling, graceful stop, leases and dead instances."""
 
@@ -79,6 +79,34 @@ class Recorder:
             self.seen.append((d.subscription.name, int(n), d.attempt))  # type: ignore[arg-type]
         if self.fail is not None and self.fail(d):
             raise RuntimeError(f"refused {n}")
+
+
+class Marker:
+    """A service of its own on the host, for marker messages. A marker published after
+    other messages, once handled and its entry completed, proves the host instance has
+    claimed past them: claims take ordered subscriptions' heads first, then ready
+    entries oldest first. So what is still queued then was held back, not just late."""
+
+    def __init__(self, box: MessageBox, host: str = "h") -> None:
+        self.box = box
+        self.sub = box.subscribe("marker", host=host, filter=P("t.Mark") >= 0, name="marker")
+        self.handled: list[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, d: Delivery) -> None:
+        with self.lock:
+            self.handled.append(int(d.properties["t.Mark"]))  # type: ignore[arg-type]
+
+    def passes(self, n: int) -> None:
+        """Publish marker ``n`` and wait until it is handled and its entry completed."""
+        self.box.publish([Message(b"marker", promoted={"t.Mark": n})])
+
+        def done() -> bool:
+            with self.lock:
+                handled = n in self.handled
+            return handled and all(d.subscription != self.sub.id for d in self.box.queue_depth())
+
+        wait_for(done, what=f"marker {n} to be handled")
 
 
 def test_every_pair_is_handled_once_and_cleanup_empties_storage(
@@ -267,13 +295,16 @@ def test_ordered_failure_can_stop_the_service(
     )
     healthy = threading.Event()
     rec = Recorder(fail=lambda d: d.properties["t.N"] == 3 and not healthy.is_set())
-    run(instances, box, "h", {"svc": rec}, dequeue_threads=2, max_attempts=1)
+    marker = Marker(box)
+    run(instances, box, "h", {"svc": rec, "marker": marker}, dequeue_threads=2, max_attempts=1)
     box.publish(msgs(8))
     wait_for(lambda: len(box.suspended()) == 1)
-    time.sleep(0.3)
+    # a later marker is handled: had 4 been claimable, it would have been claimed first
+    marker.passes(1)
     assert [n for _, n, _ in rec.seen] == [0, 1, 2, 3]
     assert box.subscription("ord").state is State.STOPPED
-    assert {d.state for d in box.queue_depth()} == {"held"}
+    ord_id = box.subscription("ord").id
+    assert [(d.subscription, d.state, d.depth) for d in box.queue_depth()] == [(ord_id, "held", 4)]
     healthy.set()
     [entry] = box.suspended()
     box.resume(entry.id)  # back at the head of the queue, held while stopped
@@ -288,12 +319,13 @@ def test_stopped_service_holds_until_started(
     box.create_host("h", **FAST)
     box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
     rec = Recorder()
-    run(instances, box, "h", {"svc": rec})
+    marker = Marker(box)
+    run(instances, box, "h", {"svc": rec, "marker": marker})
     box.set_service_state("svc", State.STOPPED)
     box.publish(msgs(5))
-    time.sleep(0.3)
+    marker.passes(1)  # claimed after the five: they would have been claimed first
     assert rec.seen == []
-    assert [d.state for d in box.queue_depth()] == ["held"]
+    assert [(d.state, d.depth) for d in box.queue_depth()] == [("held", 5)]
     box.set_service_state("svc", State.STARTED)
     wait_for(drained(box))
     assert sorted(n for _, n, _ in rec.seen) == list(range(5))
@@ -579,20 +611,49 @@ def test_bad_settings_name_the_field(box: MessageBox) -> None:
 
 
 @pytest.mark.postgres
-def test_notify_wakes_an_idle_instance_at_once(pg_url: str, instances: list[HostInstance]) -> None:
+def test_notify_wakes_an_idle_instance_at_once(
+    pg_url: str, instances: list[HostInstance], monkeypatch: pytest.MonkeyPatch
+) -> None:
     box = MessageBox(pg_url)
     box.create_host("h", **{**FAST, "poll_min_seconds": 10.0, "poll_max_seconds": 10.0})
     box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
     got = threading.Event()
-    run(
-        instances,
+    inst = HostInstance(
         box,
         "h",
         {"svc": lambda d: got.set()},
-        poll_min_seconds=10.0,
-        poll_max_seconds=10.0,
+        settings={**FAST, "poll_min_seconds": 10.0, "poll_max_seconds": 10.0},
     )
-    time.sleep(0.5)  # the workers are now asleep for 10 s
+    # record the wake-ups (the LISTEN connection wakes the workers once it listens), and
+    # what each worker last saw before it went to sleep (it sleeps 10 s unless woken)
+    wakes: list[None] = []
+    slept: dict[str, int] = {}
+    lock = threading.Lock()
+    real_wake, real_wait = inst.wake, inst._wait
+
+    def recording_wake() -> None:
+        real_wake()
+        with lock:
+            wakes.append(None)
+
+    def recording_wait(seen: int, seconds: float) -> None:
+        with lock:
+            slept[threading.current_thread().name] = seen
+        real_wait(seen, seconds)
+
+    monkeypatch.setattr(inst, "wake", recording_wake)
+    monkeypatch.setattr(inst, "_wait", recording_wait)
+    instances.append(inst.start())
+
+    def asleep() -> bool:
+        """The instance listens, and every worker went to sleep having seen every
+        wake-up so far: only another wake-up starts it before its 10 s are up."""
+        with lock:
+            return (
+                bool(wakes) and list(slept.values()) == [len(wakes)] * inst.settings.dequeue_threads
+            )
+
+    wait_for(asleep, what="the instance to listen and its workers to sleep")
     # another "process": a second connection pool, so only NOTIFY can wake the instance
     other = MessageBox(pg_url + "&application_name=publisher")
     started = time.monotonic()

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox
-from messagebox import delivery as mb_delivery
+from messagebox import leases as mb_leases
+from messagebox import registry as mb_registry
 from messagebox import schema as mb_schema
 from messagebox.errors import BackendUnavailable
 from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE, InstanceInfo
@@ -243,7 +244,7 @@ def test_outcomes_the_store_could_not_record_are_not_kept_leased(
     retries): the entries must not stay leased for as long as the instance lives."""
     setup_host(box, lease_seconds=2.0)
     seen = Seen()
-    real = mb_delivery.finish
+    real = mb_leases.finish
     outage = {"until": 0.0}
 
     def finish(*args: object, **kwargs: object) -> object:
@@ -251,7 +252,7 @@ def test_outcomes_the_store_could_not_record_are_not_kept_leased(
             raise BackendUnavailable("the store is unreachable (test)")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(mb_delivery, "finish", finish)
+    monkeypatch.setattr(mb_leases, "finish", finish)
     outage["until"] = time.monotonic() + 1.5
     inst = start(instances, box, {"svc": seen.add}, dequeue_threads=2, claim_batch=5)
     box.publish(msgs(20))
@@ -265,7 +266,7 @@ def test_heartbeats_extend_only_the_leases_of_entries_in_flight(box: MessageBox)
     box.publish(msgs(2))
     first, second = claim(box, "h", n=2, owner="me", lease_seconds=30)
     with box.store.transaction(serial=True) as conn:
-        mb_delivery.register(conn, _info("me"))
+        mb_registry.register(conn, _info("me"))
     q = mb_schema.queue
 
     def expires() -> dict[int, object]:
@@ -274,7 +275,7 @@ def test_heartbeats_extend_only_the_leases_of_entries_in_flight(box: MessageBox)
 
     before = expires()
     with box.store.transaction(serial=True) as conn:
-        assert mb_delivery.heartbeat(conn, box.store.dialect, "me", 300, [first.id])
+        assert mb_registry.heartbeat(conn, box.store.dialect, "me", 300, [first.id])
     after = expires()
     assert after[first.id] > before[first.id]  # type: ignore[operator]
     assert after[second.id] == before[second.id]
@@ -383,7 +384,7 @@ def test_only_a_delivery_marked_started_is_charged_when_its_host_ends(box: Messa
     box.publish(msgs(3))
     first, second, third = claim(box, "h", n=3, owner="dead-1")
     with box.store.transaction(serial=True) as conn:
-        assert mb_delivery.mark_started(conn, "dead-1", [first]) == 1
+        assert mb_leases.mark_started(conn, "dead-1", [first]) == 1
     lapse(box, "dead-1")
     again = {c.id: c for c in claim(box, "h", n=3, owner="next")}
     assert again[first.id].charges == 1
@@ -393,7 +394,7 @@ def test_only_a_delivery_marked_started_is_charged_when_its_host_ends(box: Messa
     assert all(c.interrupted and c.attempts == 2 for c in again.values())
     # an interrupted entry given back stays interrupted (and uncharged)
     with box.store.transaction(serial=True) as conn:
-        mb_delivery.give_back(conn, "next", [again[third.id]])
+        mb_leases.give_back(conn, "next", [again[third.id]])
     [back] = claim(box, "h", n=1, owner="other")
     assert back.id == third.id
     assert back.interrupted
@@ -403,7 +404,7 @@ def test_only_a_delivery_marked_started_is_charged_when_its_host_ends(box: Messa
     box.publish(msgs(1))
     [fresh] = claim(box, "h", n=1, owner="other")
     with box.store.transaction(serial=True) as conn:
-        mb_delivery.give_back(conn, "other", [fresh])
+        mb_leases.give_back(conn, "other", [fresh])
     [fresh_again] = claim(box, "h", n=1, owner="other")
     assert fresh_again.id == fresh.id
     assert not fresh_again.interrupted
@@ -418,7 +419,7 @@ def test_an_entry_whose_host_ended_max_attempts_times_is_suspended_as_crashed_ho
         claimed = claim(box, "h", n=3, owner=f"dead-{n}")
         poison = min(claimed, key=lambda c: c.id)  # t.N 0
         with box.store.transaction(serial=True) as conn:
-            mb_delivery.mark_started(conn, f"dead-{n}", [poison])
+            mb_leases.mark_started(conn, f"dead-{n}", [poison])
         lapse(box, f"dead-{n}")
     seen = Seen()
     inst = start(instances, box, {"svc": seen.add})
@@ -510,13 +511,13 @@ def test_a_heartbeat_skips_entries_a_completion_holds_instead_of_waiting(pg_url:
         box.publish(msgs(2))
         first, second = claim(box, "h", n=2, owner="me", lease_seconds=30)
         with box.store.transaction(serial=True) as conn:
-            mb_delivery.register(conn, _info("me"))
+            mb_registry.register(conn, _info("me"))
         q = mb_schema.queue
         with box.store.engine.connect() as holder:
             holder.execute(sa.select(q.c.id).where(q.c.id == first.id).with_for_update())
             with box.store.transaction(serial=True) as conn:
                 conn.exec_driver_sql("SET LOCAL lock_timeout = '2s'")
-                assert mb_delivery.heartbeat(
+                assert mb_registry.heartbeat(
                     conn, box.store.dialect, "me", 300, [first.id, second.id]
                 )
             holder.rollback()

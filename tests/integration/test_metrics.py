@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from hosts import Delivery, HostInstance
-from messagebox import Message, MessageBox, delivery
+from messagebox import Message, MessageBox, leases
 from messagebox.errors import RoutingFailure
 from messagebox.metrics import exposition
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
@@ -144,32 +145,40 @@ def test_an_entry_s_wait_is_its_first_claim_s_and_a_resumed_entry_waits_from_its
     box: MessageBox, host: str
 ) -> None:
     box.publish([Message(b"1", promoted={"t.Kind": "order"})])
-    time.sleep(0.3)
+    # (ages by the database's clock, which claims measure waits with)
+    wait_for(lambda: box.queue_stats(host)[0].oldest_age_seconds >= 0.3, "a 0.3 s wait")
     # The first claim has waited since the publish
     [first] = claim(box, host, n=5, lease_seconds=0.05)
     assert first.waited is not None
     assert first.waited >= 0.3
     # A lapsed lease, then a give-back, are claimed again, but not waited again
-    time.sleep(0.1)
-    [again] = claim(box, host, n=5)
+    lapsed: list[leases.Claim] = []
+
+    def claimed_again() -> bool:
+        lapsed.extend(claim(box, host, n=5))  # nothing while the lease holds
+        return bool(lapsed)
+
+    wait_for(claimed_again, "the lease to lapse")
+    [again] = lapsed
     assert again.attempts == 2
     assert again.waited is None
     with box.store.transaction() as conn:
-        assert delivery.give_back(conn, "t", [again]) == 1
+        assert leases.give_back(conn, "t", [again]) == 1
     [given_back] = claim(box, host, n=5)
     assert given_back.attempts == 2
     assert given_back.waited is None
     # Suspended, then resumed: it waits again, from its resume
     fail_for_good(box, given_back, "gave up")
-    time.sleep(0.3)
     [entry] = box.suspended(host=host)
+    wait_for(lambda: box.now() - entry.suspended_at >= timedelta(seconds=0.3), "0.3 s suspended")
     started = time.monotonic()
     box.resume(entry.id)
     [resumed] = claim(box, host, n=5)
     between = time.monotonic() - started  # encloses the resume and the claim
     assert resumed.attempts == 1
     assert resumed.waited is not None
-    assert resumed.waited <= between + 0.01  # not the 0.7 s since the publish
+    # not the 0.65 s or more since the publish, nor the 0.3 s since the suspension
+    assert resumed.waited <= between + 0.01
 
 
 def test_the_exposition_has_the_store_s_gauges(box: MessageBox, host: str) -> None:

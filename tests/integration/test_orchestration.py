@@ -1,4 +1,5 @@
-"""Orchestrations (issue 5, DESIGN.md §9), on both backends: correlation, convoys,
+"""Orchestrations (issue 5; docs/concepts.md: Orchestrations), on both backends:
+correlation, convoys,
 parallel convoys, timeouts, completion with zombies, one message at a time per instance,
 failure and resume."""
 
@@ -21,7 +22,14 @@ from messagebox import schema as mb_schema
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE, Kind
 from predicates import P
-from tests.integration.orchestration_support import instance_rows, make_app, msg, wait_until
+from tests.integration.orchestration_support import (
+    instance_rows,
+    make_app,
+    msg,
+    settled,
+    wait_until,
+    waiting,
+)
 
 # --- orchestrations under test ---
 
@@ -215,7 +223,10 @@ def test_parallel_convoy_waits_for_both_messages_in_either_order(box: MessageBox
     running(app)
     # When some conversations send the order first, others the payment first
     box.publish([msg("order", 1), msg("payment", 2)])
-    time.sleep(0.3)
+    # both handled: a shipment would have been queued with its step, and consumed since
+    wait_until(
+        lambda: len(instance_rows(box)) == 2 and not box.queue_depth(), 30, "both halves handled"
+    )
     assert sink.kinds("ship") == []  # nothing ships on half a pair
     box.publish([msg("payment", 1), msg("order", 2), msg("payment", 3), msg("order", 3)])
     # Then each ships exactly once, after both arrived, in the order they arrived
@@ -257,15 +268,21 @@ class PaymentTimeout(Orchestration[Waiting]):
 def test_a_missing_payment_times_out_into_a_compensating_message(box: MessageBox, running):
     # Given an orchestration that waits 0.5 s for a payment
     app, sink = make_app(PaymentTimeout, sink_kinds=("ship", "cancel"))
-    running(app)
+    host = running(app)
     # When order 1 is paid in time and order 2 never is
     box.publish([msg("order", 1), msg("order", 2)])
-    time.sleep(0.1)
+    wait_until(lambda: len(instance_rows(box)) == 2, 30, "both orders waiting")
     box.publish([msg("payment", 1)])
     # Then order 1 ships, order 2 is cancelled by its timeout, each exactly once
-    wait_until(lambda: len(sink.got) == 2, 30, "ship and cancel")
-    time.sleep(0.8)  # order 1's timer was stopped: no cancel comes for it later
-    assert sorted((k, o) for k, o, _ in sink.got) == [("cancel", 2), ("ship", 1)]
+    wait_until(lambda: bool(sink.kinds("ship")), 30, "the shipment")
+    # and order 1's timer was stopped: order 3, ordered after order 1 was paid, times out
+    # later than order 1 would have; once its cancel is in and the queue is empty, a
+    # timeout of order 1 would have been fired and handled too
+    box.publish([msg("order", 3)])
+    wait_until(lambda: len(sink.kinds("cancel")) == 2 and not box.queue_depth(), 30, "two cancels")
+    assert sorted((k, o) for k, o, _ in sink.got) == [("cancel", 2), ("cancel", 3), ("ship", 1)]
+    assert host.stats.snapshot()["timers_fired"] == 2
+    assert box.suspended() == []  # nor did it fire into the completed instance
     with box.store.transaction() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(mb_schema.timer)).scalar() == 0
     # and a payment after the timeout finds no instance: a routing failure, not lost
@@ -281,8 +298,9 @@ def test_timers_survive_a_restart_of_the_host(box: MessageBox, running):
     box.publish([msg("order", 7, **{"t.Wait": 1.0})])
     wait_until(lambda: len(instance_rows(box)) == 1, 10, "the instance")
     first.stop(5.0)
-    # When a new host instance starts after the due time
-    time.sleep(1.2)
+    # When a new host instance starts after the due time (by the database's clock)
+    probe = box.consumer("orch", "test")
+    wait_until(lambda: probe.next_due() == 0.0, 10, "the timer to be due")
     running(app)
     # Then the timeout fires from the stored timer
     wait_until(lambda: len(sink.got) == 1, 20, "the cancel")
@@ -366,17 +384,26 @@ def test_a_failing_step_suspends_the_instance_until_resumed(box: MessageBox, run
     # other instances go on
     wait_until(lambda: len(box.suspended()) == 1, 20, "the suspension")
     wait_until(lambda: (2, b"0") in sink.kinds("progress"), 20, "the other instance")
-    time.sleep(0.3)
+    # a later message of the other instance is handled: instance 1's waiting message
+    # (older) would have been claimed first, had it been claimable
+    box.publish([msg("item", 2, **{"t.Seq": 1})])
+    wait_until(
+        lambda: (2, b"0,1") in sink.kinds("progress") and settled(box),
+        20,
+        "the other instance's next message",
+    )
     assert [b for o, b in sink.kinds("progress") if o == 1] == [b"0"]
+    assert waiting(box) == [("flaky", 1)]
     assert sorted(r.state for r in instance_rows(box)) == ["running", "suspended"]
     # When the cause is fixed and the message resumed
     Flaky.fail = False
     [entry] = box.suspended()
     assert entry.resumable
     box.resume(entry.id)
-    # Then the instance goes on, in order
+    # Then the instance goes on, in order: each step's progress holds the steps before
+    # it (the sink, on 4 threads, may receive them in any order)
     wait_until(lambda: len([1 for o, _ in sink.kinds("progress") if o == 1]) == 3, 20, "resume")
-    assert [b for o, b in sink.kinds("progress") if o == 1] == [b"0", b"0,1", b"0,1,2"]
+    assert sorted(b for o, b in sink.kinds("progress") if o == 1) == [b"0", b"0,1", b"0,1,2"]
 
 
 class Counting(BaseModel):
@@ -556,12 +583,16 @@ def test_a_failing_first_step_holds_the_rest_of_its_convoy(box: MessageBox, runn
     box.publish([msg("item", 5, **{"t.Seq": 1}), msg("item", 5, **{"t.Seq": 2})])
     # Then it is suspended and the convoy's later messages wait for it
     wait_until(lambda: len(box.suspended()) == 1, 20, "the suspension")
-    time.sleep(0.4)
-    assert sink.kinds("progress") == []
+    # another convoy's later message is handled: the held ones (older) would have been
+    # claimed first, had they been claimable
+    box.publish([msg("item", 6, **{"t.Seq": 0})])
+    wait_until(lambda: bool(sink.kinds("progress")) and settled(box), 20, "the other convoy")
+    assert sink.kinds("progress") == [(6, b"0")]
+    assert waiting(box) == [("flaky", 2)]
     # When it is resumed once the cause is fixed, the convoy goes on in order
     Flaky.fail = False
     box.resume(box.suspended()[0].id)
-    wait_until(lambda: len(sink.kinds("progress")) == 3, 20, "the convoy")
+    wait_until(lambda: len(sink.kinds("progress")) == 4, 20, "the convoy")
     # each step's progress holds the steps before it (the sink, on 4 threads, may
     # receive them in any order)
-    assert sorted(b for _, b in sink.kinds("progress")) == [b"0", b"0,1", b"0,1,2"]
+    assert sorted(b for o, b in sink.kinds("progress") if o == 5) == [b"0", b"0,1", b"0,1,2"]

@@ -1,4 +1,4 @@
-"""Orchestrations in real ``messagebox host run`` processes (DESIGN.md §9).
+"""Orchestrations in real ``messagebox host run`` processes (docs/concepts.md: Orchestrations).
 
 A host killed mid-step and restarted resumes every instance from its saved state
 without publishing anything twice; first messages for one correlation value published
@@ -28,7 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, delivery, router, schema
+from messagebox import Message, MessageBox, leases, router, schema
 from messagebox.errors import MessageBoxError
 from messagebox.ids import uuid7
 from messagebox.models import HostSettings, Outcome, RoutingPolicy
@@ -383,14 +383,14 @@ def test_a_message_committed_late_with_an_older_id_waits_for_the_running_step(pg
     with MessageBox(pg_url, publisher="tests") as box:
         app.setup(box)
 
-        def take(owner: str) -> list[delivery.Claim]:
+        def take(owner: str) -> list[leases.Claim]:
             return claim(box, HOST, n=10, owner=owner, lease_seconds=60, instances=True)
 
         # Given a running instance for X whose first order was handled
         box.publish([message("order")])
         [first] = take("h1")
         with box.store.transaction(serial=True) as conn:
-            delivery.finish(conn, box.store.dialect, "h1", [first], [], HostSettings(), set())
+            leases.finish(conn, box.store.dialect, "h1", [first], [], HostSettings(), set())
         # When a second order for X is being published (its entry id taken) while a
         # payment for X is published and committed, and h1 takes the payment
         with box.store.transaction() as late:

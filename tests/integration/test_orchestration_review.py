@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from hosts import Delivery, Orchestration, activate, receive, timeout
-from messagebox import Message, MessageBox, delivery, instances
+from messagebox import Message, MessageBox, leases, service_instances
 from messagebox.errors import BackendUnavailable
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE
 from predicates import P
@@ -44,7 +44,7 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
     # Given a host instance with one dequeue thread, and a store that fails once while
     # a step loads its instance (a dropped connection, a failover)
     app, sink = make_app(Plain, sink_kinds=("handled",), dequeue_threads=1)
-    real_load = instances.load
+    real_load = service_instances.load
     calls = {"n": 0}
 
     def flaky_load(conn, ids):
@@ -53,7 +53,7 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
             raise BackendUnavailable("cannot reach the database (simulated)")
         return real_load(conn, ids)
 
-    monkeypatch.setattr(instances, "load", flaky_load)
+    monkeypatch.setattr(service_instances, "load", flaky_load)
     host = running(app)
     box = MessageBox(backend_url, publisher="tests")
     try:
@@ -232,7 +232,7 @@ def test_a_single_entry_claim_does_not_starve_plain_entries(backend_url: str):
         order: list[str] = []
         for _ in range(6):
             with box.store.transaction(serial=True) as conn:
-                [c] = delivery.claim(
+                [c] = leases.claim(
                     conn,
                     dialect,
                     host="orch",
@@ -242,7 +242,7 @@ def test_a_single_entry_claim_does_not_starve_plain_entries(backend_url: str):
                     ordered=False,
                     instances=True,
                 )
-                delivery.finish(conn, dialect, "me", [c], [], settings, set())
+                leases.finish(conn, dialect, "me", [c], [], settings, set())
             order.append("instance" if c.instance_id else "plain")
         # Then the plain entry (the oldest) is not served last
         assert order.index("plain") <= 1, order

@@ -309,21 +309,47 @@ def test_xml_and_json_single_and_batch_reach_the_ports_their_region_names(
     assert box.suspended() == []
 
 
+class Scans:
+    """Counts the crash-recovery scans a file receive location has finished."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def watch(self, adapter: object, monkeypatch: pytest.MonkeyPatch) -> None:
+        assert isinstance(adapter, FileReceive)
+        recover = adapter.recover
+
+        def counted() -> int:
+            try:
+                return recover()
+            finally:
+                self.done += 1
+
+        monkeypatch.setattr(adapter, "recover", counted)
+
+
 class Pause(Component):
-    """Holds each message a while: a taken file stays in progress that long."""
+    """Holds each message until another location has finished two more recovery scans:
+    one at least began and ended while the file taken for the message was in progress."""
+
+    def __init__(self, scans: Scans) -> None:
+        self.scans = scans
 
     def process(
         self, message: PipelineMessage, context: PipelineContext
     ) -> Iterable[PipelineMessage]:
-        time.sleep(0.3)
+        start = self.scans.done
+        wait_for(lambda: self.scans.done >= start + 2, what="two recovery scans")
         yield message
 
 
 def test_locations_sharing_a_folder_never_recover_each_others_files(
-    backend_url: str, box: MessageBox, tmp_path: Path
+    backend_url: str, box: MessageBox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given two locations of one instance on one folder (*.xml, *.json), each looking for
-    # orphaned in-progress files every 50 ms, the XML one slow to publish
+    # orphaned in-progress files every 50 ms, the XML one slow to publish: it holds each
+    # message while the JSON one scans the folder twice
+    json_scans = Scans()
     app = HostApp("h", **FAST)
     inbound, out = tmp_path / "in", tmp_path / "out"
     inbound.mkdir()
@@ -332,7 +358,7 @@ def test_locations_sharing_a_folder_never_recover_each_others_files(
         "xml",
         file_url(inbound, mask="*.xml", interval=0.05, recover_interval=0.05),
         pipeline=ReceivePipeline(
-            [XmlDisassembler({BATCH: None}), Pause(), Promote([XML_ORDER_PROPS])]
+            [XmlDisassembler({BATCH: None}), Pause(json_scans), Promote([XML_ORDER_PROPS])]
         ),
     )
     jsn = port.location(
@@ -340,6 +366,7 @@ def test_locations_sharing_a_folder_never_recover_each_others_files(
         file_url(inbound, mask="*.json", interval=0.05, recover_interval=0.05),
         pipeline=JsonReceive([JSON_ORDER_PROPS], message_type=JSON_ORDER),
     )
+    json_scans.watch(jsn.adapter, monkeypatch)
     app.send_port(
         "eu",
         filter=P("orders.Region") == "EU",

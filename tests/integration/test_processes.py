@@ -1,5 +1,5 @@
 """Host instances in separate OS processes sharing one PostgreSQL queue
-(DESIGN.md §7-8): exactly one instance handles each entry, and a killed instance
+(docs/concepts.md: Hosts): exactly one instance handles each entry, and a killed instance
 loses nothing. The instances run through ``messagebox host run``."""
 
 from __future__ import annotations

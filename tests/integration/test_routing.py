@@ -1,4 +1,4 @@
-"""Conformance: publish, route and store, on every backend (DESIGN.md §4–6)."""
+"""Conformance: publish, route and store, on every backend (docs/concepts.md: Kinds)."""
 
 from __future__ import annotations
 

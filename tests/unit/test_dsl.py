@@ -1,5 +1,5 @@
 """The Python filter language: ``P`` operators, ``&``/``|`` composition, DNF normalisation
-and the group limits (DESIGN.md §3)."""
+and the group limits (docs/concepts.md: Filters)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The reference evaluator ``Filter.matches``: the semantics every other evaluator must
-agree with (DESIGN.md §2, §3)."""
+agree with (docs/concepts.md: Messages, Filters)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The filter model: validation when a filter is built, and its typed JSON form
-(DESIGN.md §2, §3, §12)."""
+(docs/concepts.md: Messages, Filters)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Correlation keys (DESIGN.md §9): two messages reach one convoy instance exactly when
+"""Correlation keys (docs/concepts.md: Orchestrations): two messages reach one convoy
+instance exactly when
 routing finds their correlation values equal."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given
 
 from messagebox.convoys import correlation_key
-from messagebox.instances import message_ids
 from messagebox.properties import Value, normalize_value, values_equal
+from messagebox.service_instances import message_ids
 from tests.strategies import values
 
 

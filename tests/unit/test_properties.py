@@ -1,5 +1,5 @@
 """Property names, value normalisation, the exact (hi, lo) number encoding and the typed
-context encoding (DESIGN.md §2)."""
+context encoding (docs/concepts.md: Messages)."""
 
 from __future__ import annotations
 

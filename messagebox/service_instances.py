@@ -1,4 +1,5 @@
-"""Service instances in storage (DESIGN.md §9): convoys, persisted state, steps, timers.
+"""Service instances in storage (docs/concepts.md: Orchestrations): convoys, persisted
+state, steps, timers.
 
 An instance of a long-running service (an orchestration) lives in ``mb_service_instance``
 with its state as JSON and a version. Its messages reach it through queue entries that
@@ -28,17 +29,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, delivery, router, schema, subscriptions, tracking
+from messagebox import clock, leases, router, schema, spool, subscriptions, suspension, tracking
 from messagebox.dialects import Dialect, RouteRow
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate
 from messagebox.message import Message
-from messagebox.models import INSTANCE_COMPLETED, Kind, RoutingPolicy
+from messagebox.models import INSTANCE_COMPLETED, InstanceState, Kind, RoutingPolicy
 from messagebox.properties import Value, decode_value, encode_value
-
-RUNNING = "running"
-SUSPENDED = "suspended"
-COMPLETED = "completed"
 
 TIMER_PUBLISHER = "messagebox.timer"
 """The publisher of timeout messages (their spool rows say so)."""
@@ -47,7 +44,7 @@ TIMEOUT_TYPE = "messagebox#timeout"
 
 _CHUNK = 1000
 
-log = logging.getLogger("messagebox.instances")
+log = logging.getLogger("messagebox.service_instances")
 
 
 class LeaseLost(MessageBoxError):
@@ -65,7 +62,7 @@ class Stored:
     id: str
     service: str
     host: str
-    state: str
+    state: InstanceState
     correlation: dict[str, Value]
     data: dict[str, Any]
     version: int
@@ -84,7 +81,7 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
                 id=row.id,
                 service=row.service,
                 host=row.host,
-                state=row.state,
+                state=InstanceState(row.state),
                 correlation={k: decode_value(v) for k, v in json.loads(row.correlation).items()},
                 data=json.loads(row.data),
                 version=int(row.version),
@@ -153,7 +150,22 @@ def commit_steps(
     the owner's and :class:`Conflict` when another step changed an instance first;
     nothing is then committed. Returns the entries queued per host (to wake them) and
     the number of messages discarded by completions (suspended as zombies)."""
-    q, si, t = schema.queue, schema.service_instance, schema.timer
+    _take_entries(conn, dialect, steps)
+    _insert_instances(conn, dialect, [s for s in steps if s.version is None], now)
+    _update_instances(conn, [s for s in steps if s.version is not None], now)
+    _cancel_timers(conn, steps)
+    _set_timers(conn, dialect, steps, now)
+    # completions first: a step's own publications then find its convoy gone (an
+    # activating one starts the next instance instead of queueing for this one)
+    done = {s.instance_id: s.service for s in steps if s.complete}
+    discarded = complete(conn, dialect, done, now) if done else 0
+    return _publish(conn, dialect, steps, now, publisher), discarded
+
+
+def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) -> None:
+    """Delete the steps' queue entries, delivered, or raise :class:`LeaseLost` if one is
+    no longer leased by their owner."""
+    q = schema.queue
     owner = steps[0].owner
     entry_ids = [s.entry_id for s in steps]
     gone = conn.execute(
@@ -166,109 +178,137 @@ def commit_steps(
         raise LeaseLost(
             f"queue entry {lost[0]} is no longer leased by {owner}; its step was not committed"
         )
-    delivery.release(conn, dialect, [r.msg for r in gone])
-    delivery.delivered(conn, dialect, gone, owner)
-    new = [s for s in steps if s.version is None]
-    if new:
-        dialect.insert(
-            conn,
-            si,
-            {
-                "id": [s.instance_id for s in new],
-                "service": [s.service for s in new],
-                "host": [s.host for s in new],
-                "state": [COMPLETED if s.complete else RUNNING for s in new],
-                "correlation": [
-                    json.dumps({k: encode_value(v) for k, v in s.correlation.items()}) for s in new
-                ],
-                "data": [_dump(s.data) for s in new],
-                "version": [1] * len(new),
-                "created_at": [now] * len(new),
-                "updated_at": [now] * len(new),
-                "completed_at": [now if s.complete else None for s in new],
-            },
+    spool.release(conn, dialect, [r.msg for r in gone])
+    leases.delivered(conn, dialect, gone, owner)
+
+
+def _state(step: Step) -> str:
+    """The state an instance is stored in after the step."""
+    return (InstanceState.COMPLETED if step.complete else InstanceState.RUNNING).value
+
+
+def _insert_instances(
+    conn: sa.Connection, dialect: Dialect, new: Sequence[Step], now: datetime
+) -> None:
+    """Store the instances that first steps created (version 1)."""
+    if not new:
+        return
+    dialect.insert(
+        conn,
+        schema.service_instance,
+        {
+            "id": [s.instance_id for s in new],
+            "service": [s.service for s in new],
+            "host": [s.host for s in new],
+            "state": [_state(s) for s in new],
+            "correlation": [
+                json.dumps({k: encode_value(v) for k, v in s.correlation.items()}) for s in new
+            ],
+            "data": [_dump(s.data) for s in new],
+            "version": [1] * len(new),
+            "created_at": [now] * len(new),
+            "updated_at": [now] * len(new),
+            "completed_at": [now if s.complete else None for s in new],
+        },
+    )
+
+
+def _update_instances(conn: sa.Connection, old: Sequence[Step], now: datetime) -> None:
+    """Store the new state of existing instances, each at the version its step began
+    from (bumped); raise :class:`Conflict` if another step changed one first."""
+    if not old:
+        return
+    si = schema.service_instance
+    v = sa.values(
+        sa.column("id", sa.Text),
+        sa.column("version", sa.Integer),
+        sa.column("data", sa.Text),
+        sa.column("state", sa.Text),
+        name="v",
+    ).data([(s.instance_id, s.version, _dump(s.data), _state(s)) for s in old])
+    n = conn.execute(
+        si.update()
+        .where(si.c.id == v.c.id, si.c.version == v.c.version)
+        .values(
+            data=v.c.data,
+            version=si.c.version + 1,
+            updated_at=now,
+            state=v.c.state,
+            completed_at=sa.case((v.c.state == InstanceState.COMPLETED.value, now), else_=None),
         )
-    old = [s for s in steps if s.version is not None]
-    if old:
-        v = sa.values(
-            sa.column("id", sa.Text),
-            sa.column("version", sa.Integer),
-            sa.column("data", sa.Text),
-            sa.column("state", sa.Text),
-            name="v",
-        ).data(
-            [
-                (s.instance_id, s.version, _dump(s.data), COMPLETED if s.complete else RUNNING)
-                for s in old
-            ]
+    ).rowcount
+    if n != len(old):
+        raise Conflict(
+            f"{len(old) - n} of {len(old)} instances changed since their step began; "
+            "the steps were not committed"
         )
-        n = conn.execute(
-            si.update()
-            .where(si.c.id == v.c.id, si.c.version == v.c.version)
-            .values(
-                data=v.c.data,
-                version=si.c.version + 1,
-                updated_at=now,
-                state=v.c.state,
-                completed_at=sa.case((v.c.state == COMPLETED, now), else_=None),
-            )
-        ).rowcount
-        if n != len(old):
-            raise Conflict(
-                f"{len(old) - n} of {len(old)} instances changed since their step began; "
-                "the steps were not committed"
-            )
+
+
+def _cancel_timers(conn: sa.Connection, steps: Sequence[Step]) -> None:
+    """Delete the timers that steps of instances going on cancelled (by name)."""
+    t = schema.timer
     cancels = {(s.instance_id, name) for s in steps if not s.complete for name in s.cancel}
-    if cancels:
-        found = conn.execute(
-            sa.select(t.c.id, t.c.instance_id, t.c.name).where(
-                t.c.instance_id.in_(sorted({i for i, _ in cancels}))
-            )
-        ).all()
-        gone_timers = [r.id for r in found if (r.instance_id, r.name) in cancels]
-        if gone_timers:
-            conn.execute(t.delete().where(t.c.id.in_(gone_timers)))
+    if not cancels:
+        return
+    found = conn.execute(
+        sa.select(t.c.id, t.c.instance_id, t.c.name).where(
+            t.c.instance_id.in_(sorted({i for i, _ in cancels}))
+        )
+    ).all()
+    gone_timers = [r.id for r in found if (r.instance_id, r.name) in cancels]
+    if gone_timers:
+        conn.execute(t.delete().where(t.c.id.in_(gone_timers)))
+
+
+def _set_timers(
+    conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: datetime
+) -> None:
+    """Store the timers that steps of instances going on set."""
     timers = [(s, timer) for s in steps if not s.complete for timer in s.timers]
-    if timers:
-        dialect.insert(
-            conn,
-            t,
-            {
-                "id": allocate(conn, len(timers)),
-                "instance_id": [s.instance_id for s, _ in timers],
-                "service": [s.service for s, _ in timers],
-                "host": [s.host for s, _ in timers],
-                "sub": [s.sub for s, _ in timers],
-                "name": [timer.name for _, timer in timers],
-                "due_at": [timer.due_at for _, timer in timers],
-                "created_at": [now] * len(timers),
-            },
-        )
-    # completions first: a step's own publications then find its convoy gone (an
-    # activating one starts the next instance instead of queueing for this one)
-    done = {s.instance_id: s.service for s in steps if s.complete}
-    discarded = complete(conn, dialect, done, now) if done else 0
-    hosts: Counter[str] = Counter()
+    if not timers:
+        return
+    dialect.insert(
+        conn,
+        schema.timer,
+        {
+            "id": allocate(conn, len(timers)),
+            "instance_id": [s.instance_id for s, _ in timers],
+            "service": [s.service for s, _ in timers],
+            "host": [s.host for s, _ in timers],
+            "sub": [s.sub for s, _ in timers],
+            "name": [timer.name for _, timer in timers],
+            "due_at": [timer.due_at for _, timer in timers],
+            "created_at": [now] * len(timers),
+        },
+    )
+
+
+def _publish(
+    conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: datetime, publisher: str
+) -> Counter[str]:
+    """Publish the steps' messages under ids fixed by instance and version (see
+    :func:`message_ids`); returns the entries queued per host."""
     messages = [m for s in steps for m in s.publish]
-    if messages:
-        ids = [
-            i
-            for s in steps
-            if s.publish
-            for i in message_ids(
-                s.instance_id, 1 if s.version is None else s.version + 1, len(s.publish)
-            )
-        ]
-        _, hosts = router.publish(
-            conn,
-            dialect,
-            messages,
-            ids,
-            policy=RoutingPolicy.SUSPEND,
-            publisher=publisher,
-            now=now,
+    if not messages:
+        return Counter()
+    ids = [
+        i
+        for s in steps
+        if s.publish
+        for i in message_ids(
+            s.instance_id, 1 if s.version is None else s.version + 1, len(s.publish)
         )
-    return hosts, discarded
+    ]
+    _, hosts = router.publish(
+        conn,
+        dialect,
+        messages,
+        ids,
+        policy=RoutingPolicy.SUSPEND,
+        publisher=publisher,
+        now=now,
+    )
+    return hosts
 
 
 def _dump(data: Mapping[str, Any]) -> str:
@@ -297,7 +337,7 @@ def complete(
     conn.execute(schema.convoy.delete().where(schema.convoy.c.instance_id.in_(ids)))
     conn.execute(schema.timer.delete().where(schema.timer.c.instance_id.in_(ids)))
     rows = conn.execute(
-        q.delete().where(q.c.instance_id.in_(ids)).returning(*delivery.queue_columns())
+        q.delete().where(q.c.instance_id.in_(ids)).returning(*schema.queue_columns())
     ).all()
     if not rows:
         return 0
@@ -309,7 +349,7 @@ def complete(
         ).scalars()
     )
     dropped = [r for r in rows if r.msg in timeouts]
-    delivery.release(conn, dialect, [r.msg for r in dropped])
+    spool.release(conn, dialect, [r.msg for r in dropped])
     # the history ends here; not an operator's termination, so not counted as one
     tracking.record_rows(
         conn,
@@ -321,7 +361,7 @@ def complete(
     )
     zombies = [r for r in rows if r.msg not in timeouts]
     for instance_id in sorted({r.instance_id for r in zombies}):
-        delivery.suspend_rows(
+        suspension.suspend_rows(
             conn,
             dialect,
             [r for r in zombies if r.instance_id == instance_id],
@@ -393,8 +433,18 @@ def fire_timers(
                 "messagebox.InstanceId": r.instance_id,
             },
         )
-        route = (0, sub.id, sub.host, sub.priority, sub.state, Kind.ACTIVATION.value,
-                 r.instance_id, False, r.service, None)  # fmt: skip
+        route = RouteRow(
+            msg=0,
+            sub=sub.id,
+            host=sub.host,
+            priority=sub.priority,
+            state=sub.state,
+            kind=Kind.ACTIVATION.value,
+            instance_id=r.instance_id,
+            ordered=False,
+            service=r.service,
+            correlation=None,
+        )
         items.append((uuid.uuid5(uuid.NAMESPACE_URL, f"mb-timer:{r.id}"), message, route))
     return router.enqueue_direct(conn, dialect, items, now, TIMER_PUBLISHER)
 

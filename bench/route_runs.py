@@ -1,0 +1,195 @@
+"""The runs of ``bench.route``: the naive loop (the baseline) and ``MessageBox.publish``
+on a fresh DuckDB file or PostgreSQL schema, its routes checked against the loop's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from bench.route_workload import BATCH, HOSTS, Workload
+from messagebox.engine import MessageBox
+from messagebox.message import Message
+from messagebox.models import Routed
+from predicates import filter_matches, normalize_properties
+
+NAIVE_MIN_MESSAGES = 3
+
+# --- the naive baseline ---
+
+
+@dataclass(frozen=True)
+class NaiveResult:
+    sampled: int
+    seconds: float
+    matches: list[list[int]]  # per sampled message, the indexes of the matching filters
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.sampled / self.seconds
+
+
+def run_naive(work: Workload, budget_s: float) -> NaiveResult:
+    """Every filter against every message, until ``budget_s`` is spent (or all are done)."""
+    filters = work.filters
+    matches: list[list[int]] = []
+    start = time.perf_counter()
+    elapsed = 0.0
+    for props in work.properties:
+        normal = normalize_properties(props)  # once per message, as a fair loop would
+        matches.append([j for j, filt in enumerate(filters) if filter_matches(filt, normal)])
+        elapsed = time.perf_counter() - start
+        if elapsed >= budget_s and len(matches) >= NAIVE_MIN_MESSAGES:
+            break
+    return NaiveResult(sampled=len(matches), seconds=elapsed, matches=matches)
+
+
+# --- the backends ---
+
+
+@contextmanager
+def duckdb_url(n: int) -> Iterator[str]:
+    """A fresh DuckDB file, removed afterwards."""
+    folder = tempfile.mkdtemp(prefix=f"bench-route-{n}-")
+    try:
+        yield f"duckdb:///{os.path.join(folder, 'route.duckdb')}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pg_check(base_url: str) -> str | None:
+    """None when PostgreSQL answers, else why not."""
+    engine = sa.create_engine(base_url, connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        return None
+    except Exception as exc:
+        return str(exc).strip().splitlines()[0]
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def postgresql_url(base_url: str, n: int) -> Iterator[str]:
+    """A fresh schema (``search_path`` set through the URL), dropped afterwards."""
+    schema = f"bench_route_{os.getpid()}_{n}"
+    admin = sa.create_engine(base_url)
+    try:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        url = sa.make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.dispose()
+
+
+@contextmanager
+def backend_url(backend: str, n: int, pg_url: str) -> Iterator[str]:
+    if backend == "duckdb":
+        with duckdb_url(n) as url:
+            yield url
+    else:
+        with postgresql_url(pg_url, n) as url:
+            yield url
+
+
+@dataclass(frozen=True)
+class RunResult:
+    backend: str
+    n: int
+    subscribe_s: float
+    messages: int
+    publish_s: float
+    batch_ms: list[float]
+    avg_matches: float
+    agree: tuple[int, int] | None  # (messages where SQL routing == naive, messages compared)
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.publish_s
+
+
+def _batches(messages: Sequence[Message]) -> Iterator[Sequence[Message]]:
+    for start in range(0, len(messages), BATCH):
+        yield messages[start : start + BATCH]
+
+
+def prepare(url: str, work: Workload) -> tuple[MessageBox, float, dict[int, int]]:
+    """Open the box, create hosts and subscriptions, publish the warm-up batch.
+
+    Returns the box, how long ``subscribe_many`` took, and subscription id -> spec index.
+    """
+    box = MessageBox(url, publisher="bench.route")
+    for host in HOSTS:
+        box.create_host(host)
+    start = time.perf_counter()
+    made = box.subscribe_many(work.specs)
+    subscribe_s = time.perf_counter() - start
+    box.publish(work.warmup)
+    return box, subscribe_s, {s.id: i for i, s in enumerate(made)}
+
+
+def timed_publish(box: MessageBox, messages: Sequence[Message]) -> tuple[list[Routed], list[float]]:
+    routed: list[Routed] = []
+    batch_s: list[float] = []
+    for batch in _batches(messages):
+        start = time.perf_counter()
+        routed.extend(box.publish(batch))
+        batch_s.append(time.perf_counter() - start)
+    return routed, batch_s
+
+
+def log_disagreement(work: Workload, i: int, got: list[int], expected: list[int]) -> None:
+    log(f"N={work.n:,}: message {i} routed differently from the naive loop")
+    log(f"  properties: {work.properties[i]!r}")
+    for label, extra in (
+        ("routed only", set(got) - set(expected)),
+        ("naive only", set(expected) - set(got)),
+    ):
+        for j in sorted(extra):
+            log(f"  {label}: subscription #{j}: {work.filters[j]}")
+
+
+def run_backend(backend: str, work: Workload, naive: NaiveResult | None, pg_url: str) -> RunResult:
+    with backend_url(backend, work.n, pg_url) as url:
+        box, subscribe_s, index_of = prepare(url, work)
+        try:
+            routed, batch_s = timed_publish(box, work.messages)
+        finally:
+            box.close()
+    agree = None
+    if naive is not None:
+        same = 0
+        for i, (r, expected) in enumerate(zip(routed, naive.matches, strict=False)):
+            got = sorted(index_of[s] for s in r.subscriptions)
+            if got == expected:
+                same += 1
+            elif i - same < 3:  # describe the first few disagreements
+                log_disagreement(work, i, got, expected)
+        agree = (same, naive.sampled)
+    return RunResult(
+        backend=backend,
+        n=work.n,
+        subscribe_s=subscribe_s,
+        messages=len(routed),
+        publish_s=sum(batch_s),
+        batch_ms=[s * 1000 for s in batch_s],
+        avg_matches=sum(len(r.subscriptions) for r in routed) / max(1, len(routed)),
+        agree=agree,
+    )
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,288 @@
+"""What every part of a host instance shares: its settings, store, subscriptions and
+wake-ups, the entries it has in flight, and the recording of outcomes (one transaction a
+batch, retried; what cannot be written yet is kept and retried by the housekeeper)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from hosts.dispatch import (
+    InstanceStats,
+    Pending,
+    Permits,
+    Run,
+)
+from hosts.service import Delivery, Handler, as_handler
+from messagebox import clock, leases
+from messagebox.engine import MessageBox, StoreURL
+from messagebox.errors import (
+    MessageBoxError,
+)
+from messagebox.leases import Claim, Failure
+from messagebox.models import (
+    HostSettings,
+    InstanceInfo,
+    Kind,
+    OnFailure,
+    Subscription,
+)
+
+log = logging.getLogger("messagebox.hosts")
+
+FINISH_TRIES = 5
+
+
+class Receiver(Protocol):
+    """Something a host instance runs beside its dequeue threads: a receive location.
+
+    ``start`` returns at once (the receiver runs on its own threads); ``stop`` stops
+    taking input and returns within ``timeout`` seconds, having finished or given back
+    what it had taken."""
+
+    def start(self, box: MessageBox, owner: str) -> None: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
+class InstanceCore:
+    """A host instance's state, and the outcome recording its threads share."""
+
+    def __init__(
+        self,
+        box: MessageBox | StoreURL | None,
+        host: str,
+        services: Mapping[str, object],
+        *,
+        settings: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        close_box: bool | None = None,
+        receivers: Sequence[Receiver] = (),
+    ) -> None:
+        self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
+        self.box = box if isinstance(box, MessageBox) else MessageBox(box)
+        stored = self.box.host(host)
+        self.settings: HostSettings = (
+            HostSettings.checked(
+                f"host instance of {host!r}", {**stored.settings.model_dump(), **settings}
+            )
+            if settings
+            else stored.settings
+        )
+        self.host = host
+        self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.queue = self.box.consumer(host, self.id)
+        """The store as this instance uses it."""
+        self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
+        self._uses_instances = any(getattr(s, "uses_instances", False) for s in services.values())
+        self._flushers: dict[str, Callable[[], None]] = {
+            n: getattr(s, "flush")  # noqa: B009
+            for n, s in services.items()
+            if callable(getattr(s, "flush", None))
+        }
+        """Services that make a batch's work durable at its end (file send ports)."""
+        self._batchers: dict[str, Callable[[list[Delivery]], list[Exception | None]]] = {
+            n: getattr(s, "handle_many")  # noqa: B009
+            for n, s in services.items()
+            if callable(getattr(s, "handle_many", None))
+        }
+        self.stats = InstanceStats()
+        self._subs: dict[int, Subscription] = {}
+        self._subs_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._wake_cond = threading.Condition()
+        self._wakes = 0
+        self._permits = Permits(self.settings.max_in_flight)
+        self._threads: list[threading.Thread] = []
+        """The dequeue threads (one that timed out or failed is replaced here)."""
+        self._generation = 0
+        self._abandoned: list[threading.Thread] = []
+        """Threads whose handler was abandoned and still runs (they end when it returns)."""
+        self._runs: set[Run] = set()
+        self._runs_lock = threading.Lock()
+        self._in_flight: Counter[int] = Counter()
+        """Entries claimed and not yet recorded: the only leases heartbeats extend."""
+        self._pending: list[Pending] = []
+        self._flight_lock = threading.Lock()
+        self._service_threads: list[threading.Thread] = []
+        self._unwatch: Callable[[], None] | None = None
+        self._unwatch_timers: Callable[[], None] | None = None
+        self._timer_wake = threading.Event()
+        self._started = False
+        self._last_cleanup = time.monotonic()
+        self.receivers: list[Receiver] = list(receivers)
+        """Receive locations this instance runs (started after it registers, stopped
+        first)."""
+        self.on_stop: list[Callable[[], None]] = []
+        """Called once the instance has stopped (closing send ports' connections)."""
+
+    def wake(self) -> None:
+        """Wake idle workers (a publish touched this host)."""
+        with self._wake_cond:
+            self._wakes += 1
+            self._wake_cond.notify_all()
+
+    def _info(self) -> InstanceInfo:
+        stamp = clock.local_now()
+        return InstanceInfo(
+            id=self.id,
+            host=self.host,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=stamp,
+            heartbeat_at=stamp,
+            state="running",
+        )
+
+    def _refresh_subscriptions(self) -> None:
+        subs = {s.id: s for s in self.box.subscriptions(host=self.host)}
+        with self._subs_lock:
+            self._subs = subs
+
+    def _subscription(self, sub_id: int) -> Subscription | None:
+        with self._subs_lock:
+            found = self._subs.get(sub_id)
+        if found is None:
+            self._refresh_subscriptions()
+            with self._subs_lock:
+                found = self._subs.get(sub_id)
+        return found
+
+    def _has_ordered(self) -> bool:
+        with self._subs_lock:
+            return any(s.ordered for s in self._subs.values())
+
+    def _has_instances(self) -> bool:
+        """Whether entries of this host can be for a service instance (claimed one at
+        a time per instance)."""
+        if self._uses_instances:
+            return True
+        with self._subs_lock:
+            return any(s.kind is Kind.INSTANCE or s.correlation for s in self._subs.values())
+
+    def _stop_on_failure(self) -> set[int]:
+        with self._subs_lock:
+            return {s.id for s in self._subs.values() if s.on_failure is OnFailure.STOP}
+
+    def _wait(self, seen: int, seconds: float) -> None:
+        with self._wake_cond:
+            if self._wakes == seen and not self._stopping.is_set():
+                self._wake_cond.wait(seconds)
+
+    def _forget(self, claims: Sequence[Claim]) -> None:
+        """These deliveries are over (once per claimed batch): heartbeats stop extending
+        their leases. An entry may be in flight twice (delivered again meanwhile)."""
+        with self._flight_lock:
+            self._in_flight.subtract(c.id for c in claims)
+            for c in claims:
+                if self._in_flight[c.id] <= 0:
+                    del self._in_flight[c.id]
+
+    def _write(
+        self,
+        done: list[Claim],
+        failed: list[Failure],
+        unstarted: list[Claim],
+        *,
+        recheck: bool = False,
+    ) -> tuple[leases.Finished, int]:
+        """Complete, fail and give back in one transaction. ``recheck``: only entries
+        whose delivery is still the one claimed (outcomes written late)."""
+        return self.queue.record(
+            done, failed, unstarted, self.settings, self._stop_on_failure(), recheck=recheck
+        )
+
+    def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
+        """Record a batch's outcomes, retried a few times on error; outcomes that still
+        cannot be written are retried by the housekeeper until their leases would have
+        lapsed (they are no longer extended: another delivery follows)."""
+        if not (done or failed or unstarted):
+            return  # every step committed its own outcome (orchestrations)
+        pause = 0.05
+        for attempt in range(1, FINISH_TRIES + 1):
+            try:
+                result, given = self._write(done, failed, unstarted)
+                break
+            except MessageBoxError as exc:
+                if attempt == FINISH_TRIES:
+                    log.error(
+                        "host instance %s: could not record %d outcomes (%s); retrying "
+                        "in the background, else delivered again once their leases lapse "
+                        "(within %.0f s)",
+                        self.id,
+                        len(done) + len(failed) + len(unstarted),
+                        exc,
+                        self.settings.lease_seconds,
+                    )
+                    with self._flight_lock:
+                        self._pending.append(Pending(done, failed, unstarted, time.monotonic()))
+                    return
+                time.sleep(pause)
+                pause *= 2
+        self._account(result, given)
+
+    def _account(self, result: leases.Finished, given: int) -> None:
+        self.stats.add(
+            completed=result.completed,
+            retried=result.retried,
+            suspended=result.suspended,
+            lost_leases=result.lost,
+            given_back=given,
+        )
+        if result.suspended:
+            log.warning(
+                "host instance %s: suspended %d entries",
+                self.id,
+                result.suspended,
+                extra={
+                    "event": "suspended",
+                    "host_instance": self.id,
+                    "host": self.host,
+                    "count": result.suspended,
+                },
+            )
+        if result.stopped_subscriptions:
+            log.warning(
+                "host instance %s: ordered subscriptions %s stopped after a suspended "
+                "message (on_failure=stop); resume or terminate it, then start the service",
+                self.id,
+                list(result.stopped_subscriptions),
+            )
+            self._refresh_subscriptions()
+
+    def _retry_pending(self) -> None:
+        """Write the outcomes that could not be written before; give up on those whose
+        leases have lapsed by now (they are delivered again)."""
+        with self._flight_lock:
+            pending, self._pending = self._pending, []
+        for p in pending:
+            done, failed, unstarted = p.done, p.failed, p.unstarted
+            try:
+                result, given = self._write(done, failed, unstarted, recheck=True)
+            except MessageBoxError as exc:
+                if time.monotonic() - p.since < self.settings.lease_seconds:
+                    with self._flight_lock:
+                        self._pending.append(p)
+                else:
+                    log.error(
+                        "host instance %s: gave up recording %d outcomes (%s); their "
+                        "entries are delivered again",
+                        self.id,
+                        len(done) + len(failed) + len(unstarted),
+                        exc,
+                    )
+                continue
+            log.info(
+                "host instance %s: recorded %d outcomes that had failed to be written",
+                self.id,
+                len(done) + len(failed) + len(unstarted),
+            )
+            self._account(result, given)

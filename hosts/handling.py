@@ -1,0 +1,383 @@
+"""How a host instance hands a claimed batch to its services: one by one or together
+(batching services), interrupted entries alone, outcomes held with the batch until its
+services flush, failures classified (retry, permanent, uncharged engine failures)."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from hosts.core import InstanceCore
+from hosts.dispatch import (
+    ALONE,
+    ALONE_WAIT_SECONDS,
+    DONE,
+    SETTLED,
+    Abandoned,
+    Done,
+    Run,
+    Settled,
+)
+from hosts.service import Delivery, MessageBatch
+from messagebox import leases
+from messagebox.errors import (
+    BackendUnavailable,
+    InstanceCompleted,
+    MessageBoxError,
+    PermanentFailure,
+    RetryLater,
+)
+from messagebox.leases import Claim, Failure
+from messagebox.models import (
+    CRASHED_HOST,
+    SUBSCRIPTION_REMOVED,
+    Subscription,
+)
+
+log = logging.getLogger("messagebox.hosts")
+
+
+class Handling(InstanceCore):
+    """Delivering claimed batches (run on the dequeue threads)."""
+
+    def _handle_batch(self, claims: list[Claim]) -> bool:
+        """Handle a claimed batch and record its outcomes. False when the supervisor
+        took the batch over (a handler timed out): this thread then ends."""
+        run = Run(claims)
+        with self._runs_lock:
+            self._runs.add(run)
+        try:
+            self._handle_run(run)
+            return True
+        except Abandoned:
+            return False
+        except BaseException:
+            self._salvage(run)
+            raise
+        finally:
+            if not run.abandoned:
+                self._release_run(run)
+
+    def _release_run(self, run: Run) -> None:
+        with self._runs_lock:
+            self._runs.discard(run)
+        self._forget(run.claims)
+        self._permits.give(len(run.claims))
+        ALONE.release(run)
+
+    def _salvage(self, run: Run) -> None:
+        """After an unexpected error: record what the batch holds and give back what
+        it never started."""
+        try:
+            done, failed = run.take()
+            self._finish(done, failed, run.unseen())
+        except BaseException as exc:
+            log.error("host instance %s: could not record a failed batch: %s", self.id, exc)
+
+    def _handle_run(self, run: Run) -> None:
+        unstarted: list[Claim] = []
+        blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
+        batch = MessageBatch(self.box, [c.msg for c in run.claims])
+        most = self.settings.max_attempts
+        # an ordered subscription with an interrupted entry here goes one by one, in order
+        one_by_one = {c.sub for c in run.claims if c.ordered and c.interrupted}
+        fresh = [
+            c
+            for c in run.claims
+            if not c.interrupted and c.charges < most and c.sub not in one_by_one
+        ]
+        together = {} if self._stopping.is_set() else self._handle_together(run, fresh, batch)
+        for c in run.claims:
+            outcome: Failure | Settled | Done | None
+            if c.id in together:
+                outcome = together[c.id]
+            elif c.charges >= most:
+                outcome = self._used_up(c)
+                self._note(run, c, outcome)
+            elif self._stopping.is_set() or c.sub in blocked:
+                unstarted.append(c)
+                continue
+            elif c.interrupted:
+                outcome = self._handle_alone(run, c, batch)
+                if outcome is None:
+                    unstarted.append(c)  # given back, still interrupted
+                    if c.ordered:
+                        blocked.add(c.sub)
+                    continue
+            else:
+                outcome = self._deliver(run, c, batch)
+            if isinstance(outcome, Failure) and c.ordered:
+                blocked.add(c.sub)
+        self._record(run, unstarted)
+
+    def _deliver(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
+        """Hand one claim to its service; its outcome is held with the batch's."""
+        together = self._handle_together(run, [c], batch)
+        if c.id in together:
+            return together[c.id]
+        outcome = self._handle(run, c, batch)
+        self._note(run, c, outcome)
+        return outcome
+
+    def _note(self, run: Run, c: Claim, outcome: Failure | Settled | Done) -> None:
+        if isinstance(outcome, Settled):
+            self.stats.add(completed=1)
+        run.add(c, outcome)
+
+    def _record(self, run: Run, unstarted: Sequence[Claim] = ()) -> None:
+        """Record the outcomes the batch holds so far (after its services' flush)."""
+        done, failed = run.take()
+        done = self._flush(done, failed)
+        self._finish(done, failed, list(unstarted))
+
+    def _handle_alone(
+        self, run: Run, c: Claim, batch: MessageBatch
+    ) -> Failure | Settled | Done | None:
+        """Deliver an entry whose previous delivery ended with no outcome: alone, one at
+        a time per process, marked started in storage first and recorded at once, so
+        that a message that makes its host end is charged for it and nothing else is
+        (``crashed-host`` past ``max_attempts``). None: not started (another is being
+        delivered alone, or stopping); it is given back, still interrupted."""
+        self._record(run)  # what came before it must not be lost if it ends the process
+        if self._stopping.is_set() or not ALONE.acquire(run, ALONE_WAIT_SECONDS):
+            return None
+        try:
+            if self._stopping.is_set():
+                return None
+            try:
+                self.queue.mark_started([c])
+            except MessageBoxError as exc:
+                outcome: Failure | Settled | Done = self._engine_failure(c, exc)
+                self._note(run, c, outcome)
+            else:
+                outcome = self._deliver(run, c, batch)
+            self._record(run)
+            return outcome
+        finally:
+            ALONE.release(run)
+
+    def _used_up(self, c: Claim) -> Failure:
+        """An entry charged ``max_attempts`` before this delivery: suspended unseen, as
+        ``crashed-host`` when its host ended during its last delivery."""
+        if not (c.interrupted and c.crashed_by):  # max_attempts was lowered since
+            return Failure(
+                c,
+                f"it was charged {c.charges} attempts, max_attempts is "
+                f"{self.settings.max_attempts}",
+                permanent=True,
+            )
+        self.stats.add(crashed=1)
+        error = (
+            f"a host process ended while handling it (the last time: instance "
+            f"{c.crashed_by}); with its failures that makes {c.charges} attempts, and it "
+            "is suspended so that it does not end another"
+        )
+        log.error(
+            "host instance %s: entry %d (message %s): %s",
+            self.id,
+            c.id,
+            c.msg,
+            error,
+            extra={
+                "event": "crashed-host",
+                "host_instance": self.id,
+                "host": self.host,
+                "entry": c.id,
+                "message_id": str(c.msg),
+                "crashed_by": c.crashed_by,
+            },
+        )
+        return Failure(c, error, permanent=True, reason=CRASHED_HOST)
+
+    def _flush(self, done: list[Claim], failed: list[Failure]) -> list[Claim]:
+        """Have the services that defer durability to the end of a batch (``flush``)
+        make it durable before the batch's completions are recorded; the entries of a
+        service whose flush fails are failed instead (and delivered again)."""
+        if not self._flushers or not done:
+            return done
+        subs: dict[int, Subscription] = {}
+        for c in done:
+            sub = self._subscription(c.sub)
+            if sub is not None and sub.service in self._flushers:
+                subs[c.id] = sub
+        broken: dict[str, BaseException] = {}
+        for service in sorted({sub.service for sub in subs.values()}):
+            try:
+                self._flushers[service]()
+            except BaseException as exc:
+                broken[service] = exc
+        if not broken:
+            return done
+        kept = []
+        for c in done:
+            sub = subs.get(c.id)
+            if sub is not None and sub.service in broken:
+                failed.append(self._failure(c, sub, broken[sub.service]))
+            else:
+                kept.append(c)
+        return kept
+
+    def _handle_together(
+        self, run: Run, claims: list[Claim], batch: MessageBatch
+    ) -> dict[int, Failure | Settled | Done]:
+        """Hand the claims of services that take a batch (``handle_many``, as
+        orchestrations do: their steps commit in one transaction) to them at once."""
+        if not self._batchers:
+            return {}
+        by_service: dict[str, list[tuple[Claim, Delivery]]] = {}
+        for c in claims:
+            sub = self._subscription(c.sub)
+            if sub is not None and sub.service in self._batchers:
+                d = self._delivery(c, sub, batch)
+                by_service.setdefault(sub.service, []).append((c, d))
+        outcomes: dict[int, Failure | Settled | Done] = {}
+        timeout = self.settings.handler_timeout_seconds
+        for service, pairs in by_service.items():
+            run.begin([c for c, _ in pairs], None if timeout is None else timeout * len(pairs))
+            try:
+                errors: list[BaseException | None] = list(
+                    self._batchers[service]([d for _, d in pairs])
+                )
+            except BaseException as exc:  # never lose the thread (and strand its claims)
+                errors = [exc] * len(pairs)
+            run.end()
+            for (c, d), error in zip(pairs, errors, strict=True):
+                outcome = (
+                    (SETTLED if d.settled else DONE)
+                    if error is None
+                    else self._failure(c, d.subscription, error, d)
+                )
+                self._note(run, c, outcome)  # held at once: a time-out elsewhere keeps it
+                outcomes[c.id] = outcome
+        return outcomes
+
+    def _delivery(self, c: Claim, sub: Subscription, batch: MessageBatch) -> Delivery:
+        return Delivery(
+            self.box,
+            entry_id=c.id,
+            message_id=c.msg,
+            subscription=sub,
+            attempt=c.attempts,
+            host_instance=self.id,
+            batch=batch,
+            instance_id=c.instance_id,
+        )
+
+    def _handle(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
+        sub = self._subscription(c.sub)
+        if sub is None:
+            return Failure(
+                c,
+                "its subscription was removed before it was delivered",
+                permanent=True,
+                reason=SUBSCRIPTION_REMOVED,
+            )
+        handler = self.handlers.get(sub.service)
+        if handler is None:
+            return Failure(
+                c,
+                f"service {sub.service!r} is not registered in host instance {self.id} "
+                f"(it runs: {', '.join(sorted(self.handlers)) or 'no service'})",
+            )
+        d = self._delivery(c, sub, batch)
+        run.begin([c], self.settings.handler_timeout_seconds)
+        try:
+            handler(d)
+        except BaseException as exc:  # SystemExit too: a service cannot end its host
+            run.end()
+            return self._failure(c, sub, exc, d)
+        run.end()
+        return SETTLED if d.settled else DONE
+
+    def _engine_failure(self, c: Claim, exc: BaseException) -> Failure:
+        """The store failed during a delivery: retried, without using up an attempt."""
+        self.stats.add(engine_failures=1)
+        log.warning(
+            "host instance %s: the store failed while delivering entry %d (%s); it is "
+            "delivered again, not counted as an attempt",
+            self.id,
+            c.id,
+            exc,
+        )
+        return Failure(
+            c,
+            f"{type(exc).__name__}: {exc}",
+            charge=False,
+            retry_after=min(
+                self.settings.retry_backoff_seconds * 2 ** min(c.attempts - 1, 10),
+                leases.MAX_BACKOFF_SECONDS,
+            ),
+        )
+
+    def _failure(
+        self, c: Claim, sub: Subscription, exc: BaseException, d: Delivery | None = None
+    ) -> Failure:
+        """What a service's exception means for its entry."""
+        if isinstance(exc, BackendUnavailable) or (
+            d is not None and isinstance(d.storage_error, BackendUnavailable)
+        ):
+            return self._engine_failure(c, exc)
+        self.stats.add(failed=1)
+        if isinstance(exc, PermanentFailure):
+            if isinstance(exc, InstanceCompleted):
+                self.stats.add(zombies=1)
+                log.warning(
+                    "host instance %s: zombie message %s: %s",
+                    self.id,
+                    c.msg,
+                    exc,
+                    extra=self._fields("zombie", c, sub, exc),
+                )
+            return Failure(c, f"{type(exc).__name__}: {exc}", permanent=True, reason=exc.reason)
+        if isinstance(exc, RetryLater):
+            log.info(
+                "host instance %s: service %r retries entry %d in %.3g s (attempt %d): %s",
+                self.id,
+                sub.service,
+                c.id,
+                exc.delay,
+                c.attempts,
+                exc,
+                extra=self._fields("retry-later", c, sub, exc),
+            )
+            return Failure(c, f"RetryLater: {exc}", retry_after=exc.delay, charge=False)
+        if not isinstance(exc, Exception):
+            log.error(
+                "host instance %s: service %r raised %s on entry %d (attempt %d): a "
+                "service cannot end its host instance; the entry fails",
+                self.id,
+                sub.service,
+                type(exc).__name__,
+                c.id,
+                c.attempts,
+                extra=self._fields("delivery-failed", c, sub, exc),
+            )
+        else:
+            log.warning(
+                "host instance %s: service %r failed entry %d (attempt %d): %s",
+                self.id,
+                sub.service,
+                c.id,
+                c.attempts,
+                exc,
+                extra=self._fields("delivery-failed", c, sub, exc),
+            )
+        return Failure(c, "".join(traceback.format_exception(exc)))
+
+    def _fields(
+        self, event: str, c: Claim, sub: Subscription, exc: BaseException
+    ) -> dict[str, Any]:
+        """Structured log fields of an event about one queue entry."""
+        return {
+            "event": event,
+            "host_instance": self.id,
+            "host": self.host,
+            "service": sub.service,
+            "subscription": sub.id,
+            "entry": c.id,
+            "message_id": str(c.msg),
+            "attempt": c.attempts,
+            "error": f"{type(exc).__name__}: {exc}",
+        }

@@ -1,0 +1,275 @@
+"""A host instance's threads other than the handlers: the dequeue loop (claim, handle,
+record), the supervisor (handler time-outs, replacing dead threads), the housekeeper
+(heartbeats, pending outcomes, dead instances, cleanup), the timer loop and the
+listener (wake-ups from other processes)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from hosts.handling import Handling
+from messagebox import metrics
+from messagebox.errors import (
+    MessageBoxError,
+)
+from messagebox.leases import Claim, Failure
+
+log = logging.getLogger("messagebox.hosts")
+
+
+class Supervision(Handling):
+    """The dequeue loop and the service threads."""
+
+    def _worker(self) -> None:
+        """A dequeue thread; anything that escapes it is logged, and the supervisor
+        starts another in its place."""
+        try:
+            self._work()
+        except BaseException as exc:
+            if not self._stopping.is_set():
+                log.critical(
+                    "host instance %s: dequeue thread %s failed (%s: %s); another takes "
+                    "its place, its claimed entries are delivered again",
+                    self.id,
+                    threading.current_thread().name,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=True,
+                    extra={"event": "thread-failed", "host_instance": self.id, "host": self.host},
+                )
+
+    def _work(self) -> None:
+        idle = self.settings.poll_min_seconds
+        while not self._stopping.is_set():
+            with self._wake_cond:
+                seen = self._wakes
+            want = self._permits.take(self.settings.claim_batch, self._stopping)
+            if self._stopping.is_set():
+                self._permits.give(want)
+                break
+            try:
+                claims = self._claim(want)
+            except MessageBoxError as exc:
+                self._permits.give(want)
+                log.error("host instance %s: claim failed: %s", self.id, exc)
+                self._wait(seen, self.settings.poll_max_seconds)
+                continue
+            except BaseException:
+                self._permits.give(want)
+                raise
+            self._permits.give(want - len(claims))
+            if not claims:
+                self._wait(seen, idle)
+                idle = min(idle * 2, self.settings.poll_max_seconds)
+                continue
+            idle = self.settings.poll_min_seconds
+            if not self._handle_batch(claims):
+                return  # its handler timed out: another thread has taken this one's place
+
+    def _claim(self, n: int) -> list[Claim]:
+        started = time.perf_counter()
+        claims = self.queue.claim(
+            n,
+            self.settings.lease_seconds,
+            ordered=self._has_ordered(),
+            instances=self._has_instances(),
+        )
+        seconds = time.perf_counter() - started
+        waits = [c.waited for c in claims if c.waited is not None]
+        metrics.observe_claim(self.host, seconds, waits)
+        if claims:
+            with self._flight_lock:
+                self._in_flight.update(c.id for c in claims)  # Counter: adds one each
+            self.stats.add(
+                claimed=len(claims), redelivered=sum(1 for c in claims if c.attempts > 1)
+            )
+        return claims
+
+    def _supervisor(self) -> None:
+        """Abandon handlers past ``handler_timeout_seconds``, and keep
+        ``dequeue_threads`` dequeue threads running."""
+        timeout = self.settings.handler_timeout_seconds
+        interval = min(1.0, timeout / 4) if timeout else 1.0
+        while not self._stopping.wait(interval):
+            try:
+                self._abandon_overdue()
+                self._top_up()
+            except Exception as exc:  # the supervisor itself must not die
+                log.error("host instance %s: supervisor failed: %s", self.id, exc, exc_info=True)
+
+    def _abandon_overdue(self) -> None:
+        now = time.monotonic()
+        with self._runs_lock:
+            runs = list(self._runs)
+        for run in runs:
+            taken = run.abandon_if_overdue(now)
+            if taken is None:
+                continue
+            with self._runs_lock:
+                if run.worker in self._threads:
+                    self._threads.remove(run.worker)
+                    self._abandoned.append(run.worker)
+            try:
+                self._settle_abandoned(*taken)
+            finally:
+                self._release_run(run)
+
+    def _settle_abandoned(
+        self,
+        timed_out: list[Claim],
+        done: list[Claim],
+        failed: list[Failure],
+        unstarted: list[Claim],
+    ) -> None:
+        """Record an abandoned batch: its timed-out entries fail, what it had done is
+        recorded, what it had not started is given back."""
+        seconds = self.settings.handler_timeout_seconds
+        with self._subs_lock:  # no lookup in the store here: this must not fail
+            subs = dict(self._subs)
+        self.stats.add(timed_out=len(timed_out), failed=len(timed_out))
+        for c in timed_out:
+            sub = subs.get(c.sub)
+            service = sub.service if sub is not None else "?"
+            log.error(
+                "host instance %s: the handler of service %r has not returned entry %d "
+                "after %.3g s: it fails; %d unstarted entries of its batch are given back "
+                "and another thread takes its place",
+                self.id,
+                service,
+                c.id,
+                seconds,
+                len(unstarted),
+                extra={
+                    "event": "handler-timeout",
+                    "host_instance": self.id,
+                    "host": self.host,
+                    "service": service,
+                    "entry": c.id,
+                    "message_id": str(c.msg),
+                },
+            )
+            failed.append(
+                Failure(
+                    c,
+                    f"TimeoutError: the handler of service {service!r} did not return "
+                    f"within {seconds:g} s (handler_timeout_seconds); it was abandoned",
+                )
+            )
+        kept = []
+        for c in done:  # a service that makes its work durable at the batch's end
+            sub = subs.get(c.sub)
+            if sub is not None and sub.service in self._flushers:
+                failed.append(
+                    Failure(
+                        c,
+                        "its batch was abandoned before its service made it durable",
+                        charge=False,
+                        retry_after=0.0,
+                    )
+                )
+            else:
+                kept.append(c)
+        self._finish(kept, failed, unstarted)
+
+    def _top_up(self) -> None:
+        """Replace dequeue threads that failed or whose handler was abandoned. Abandoned
+        handlers still running count too, up to ``dequeue_threads`` of them: beyond,
+        no thread is added until one returns (a dependency that hangs every call must
+        not grow the threads without bound)."""
+        with self._runs_lock:
+            if self._stopping.is_set():
+                return
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            for t in [t for t in self._threads if not t.is_alive()]:
+                self._threads.remove(t)
+                log.warning("host instance %s: dequeue thread %s ended", self.id, t.name)
+            want = self.settings.dequeue_threads
+            running = len(self._threads)
+            room = min(want - running, 2 * want - running - len(self._abandoned))
+            for _ in range(max(room, 0)):
+                self._generation += 1
+                t = threading.Thread(
+                    target=self._worker,
+                    name=f"{self.host}-dequeue-r{self._generation}",
+                    daemon=True,
+                )
+                t.start()
+                self._threads.append(t)
+                self.stats.add(threads_replaced=1)
+                log.warning("host instance %s: started dequeue thread %s", self.id, t.name)
+            if len(self._threads) < want:
+                log.error(
+                    "host instance %s: %d dequeue threads of %d, %d handlers abandoned "
+                    "and still running; no more threads until they return",
+                    self.id,
+                    len(self._threads),
+                    want,
+                    len(self._abandoned),
+                )
+
+    def _housekeeper(self) -> None:
+        while not self._stopping.wait(self.settings.heartbeat_seconds):
+            try:
+                self._beat()
+            except MessageBoxError as exc:
+                log.error("host instance %s: housekeeping failed: %s", self.id, exc)
+
+    def _beat(self) -> None:
+        with self._flight_lock:
+            in_flight = sorted(self._in_flight)
+        if not self.queue.heartbeat(self.settings.lease_seconds, in_flight, self._info()):
+            log.warning(
+                "host instance %s was declared dead (no heartbeat for %.0f s); "
+                "re-registered, its leases were released",
+                self.id,
+                self.settings.dead_after_seconds,
+            )
+        if self._pending:
+            self._retry_pending()
+        dead, released = self.queue.release_dead(self.settings.dead_after_seconds)
+        if dead or released:
+            log.warning(
+                "host instance %s: released %d leases of dead instances %s",
+                self.id,
+                released,
+                dead,
+            )
+            self.wake()
+        self._refresh_subscriptions()
+        interval = self.settings.cleanup_interval_seconds
+        if interval and time.monotonic() - self._last_cleanup >= interval:
+            self._last_cleanup = time.monotonic()
+            report = self.box.cleanup()
+            if report.messages:
+                log.info("cleanup: %s", report)
+
+    def _wake_timers(self) -> None:
+        self._timer_wake.set()
+
+    def _timers(self) -> None:
+        """Fire the host's due timers (service instances' timeouts): sleep until the
+        next is due, at most ``poll_max_seconds`` (another process may set one), or
+        until a step in this process sets one."""
+        while not self._stopping.is_set():
+            wait = self.settings.poll_max_seconds
+            try:
+                due = self.queue.next_due()
+                if due is not None and due <= 0:
+                    hosts = self.queue.fire_timers()
+                    if hosts:
+                        self.stats.add(timers_fired=sum(hosts.values()))
+                        continue
+                if due is not None:
+                    wait = min(wait, max(due, self.settings.poll_min_seconds))
+            except MessageBoxError as exc:
+                log.error("host instance %s: firing timers failed: %s", self.id, exc)
+            self._timer_wake.wait(wait)
+            self._timer_wake.clear()
+            # steps that set timers wake this loop; look again at most this often
+            self._stopping.wait(self.settings.poll_min_seconds)
+
+    def _listener(self) -> None:
+        """Wake the workers on wake-ups from other processes (PostgreSQL's NOTIFY)."""
+        self.queue.listen(self.wake, self._stopping)

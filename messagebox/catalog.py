@@ -1,0 +1,231 @@
+"""Hosts and subscriptions: validated, then written one transaction a call (the storage
+side of :class:`~messagebox.engine.MessageBox`'s host and subscription methods)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import clock, schema, subscriptions, suspension
+from messagebox.errors import UnknownHost, UnknownSubscription, ValidationError
+from messagebox.models import (
+    SERVICE_UNENLISTED,
+    SUBSCRIPTION_REMOVED,
+    Host,
+    HostSettings,
+    Kind,
+    OnFailure,
+    State,
+    Subscription,
+)
+from messagebox.properties import canonical_name, check_text
+from messagebox.store import Store
+from predicates import to_filter
+
+SPEC_FIELDS = frozenset(
+    {
+        "service",
+        "host",
+        "filter",
+        "name",
+        "kind",
+        "instance_id",
+        "priority",
+        "state",
+        "ordered",
+        "on_failure",
+        "correlation",
+    }
+)
+"""What a subscription spec (a dict of ``subscribe``'s arguments) may give."""
+
+
+def check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 256:
+        raise ValidationError(
+            f"{what} name {name!r} must be a non-empty str of at most 256 characters"
+        )
+    try:
+        check_text(name)  # PostgreSQL refuses NUL, every driver a lone surrogate
+    except ValueError as exc:
+        raise ValidationError(f"{what} name {name!r}: {exc}") from exc
+    return name
+
+
+def check_host(conn: sa.Connection, host: str | None) -> None:
+    """Raise :class:`UnknownHost` for a host filter that names no host (a typo would
+    otherwise match nothing, silently)."""
+    if host is None:
+        return
+    try:
+        check_text(host)
+    except ValueError:  # no host can have this name (and PostgreSQL refuses to look it up)
+        raise UnknownHost(f"no host named {host!r}") from None
+    h = schema.host
+    if conn.execute(sa.select(h.c.name).where(h.c.name == host)).first() is None:
+        raise UnknownHost(f"no host named {host!r}")
+
+
+def _correlation(index: int, service: str, names: object) -> tuple[str, ...]:
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValidationError(
+            f"subscription {index} of {service!r}: correlation must be a list of property names"
+        )
+    checked = []
+    for name in names:
+        try:
+            checked.append(canonical_name(name))
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(
+                f"subscription {index} of {service!r}: correlation property {name!r}: {exc}"
+            ) from exc
+    if len(set(checked)) != len(checked):
+        raise ValidationError(
+            f"subscription {index} of {service!r}: a correlation property is given twice"
+        )
+    return tuple(checked)
+
+
+def _fields(index: int, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's enumerated and named fields, checked."""
+    unknown = set(args) - SPEC_FIELDS
+    if unknown:
+        raise ValidationError(f"subscription {index}: unknown field {sorted(unknown)[0]!r}")
+    try:
+        service = check_name("service", args.get("service"))
+        host = check_name("host", args.get("host"))
+        name = args.get("name")
+        if name is not None:
+            check_name("subscription", name)
+        return {
+            "service": service,
+            "host": host,
+            "name": name,
+            "kind": Kind(args.get("kind", Kind.ACTIVATION)),
+            "state": State(args.get("state", State.STARTED)),
+            "on_failure": OnFailure(args.get("on_failure", OnFailure.SUSPEND)),
+        }
+    except ValueError as exc:
+        raise ValidationError(f"subscription {index}: {exc}") from exc
+
+
+def check_spec(index: int, spec: Mapping[str, Any]) -> subscriptions.SubscriptionSpec:
+    """One subscription spec, validated (errors name it by ``index`` and service)."""
+    args = dict(spec)
+    fields = _fields(index, args)
+    service, kind = fields["service"], fields["kind"]
+    instance_id = args.get("instance_id")
+    priority = args.get("priority", 0)
+    if instance_id is not None:
+        try:
+            check_text(str(instance_id))
+        except ValueError as exc:
+            raise ValidationError(
+                f"subscription {index} of {service!r}: instance_id {instance_id!r}: {exc}"
+            ) from exc
+    correlation = _correlation(index, service, args.get("correlation") or ())
+    if kind is Kind.ACTIVATION and instance_id is not None:
+        raise ValidationError(
+            f"subscription {index} of {service!r}: only instance subscriptions take an instance_id"
+        )
+    if kind is Kind.INSTANCE and (instance_id is None) == (not correlation):
+        raise ValidationError(
+            f"subscription {index} of {service!r}: an instance subscription needs "
+            "either an instance_id or a correlation (not both)"
+        )
+    if type(priority) is not int or not -1000 <= priority <= 1000:
+        raise ValidationError(f"subscription {index}: priority must be an int in -1000..1000")
+    return subscriptions.SubscriptionSpec(
+        **fields,
+        filter=to_filter(args.get("filter")),
+        instance_id=None if instance_id is None else str(instance_id),
+        priority=priority,
+        ordered=bool(args.get("ordered", False)),
+        correlation=correlation,
+    )
+
+
+def resolve(conn: sa.Connection, refs: Sequence[int | str]) -> list[Subscription]:
+    """Subscriptions by id or name; an unknown one raises :class:`UnknownSubscription`."""
+    s = schema.subscription
+    ids = [r for r in refs if isinstance(r, int)]
+    names = [r for r in refs if isinstance(r, str)]
+    rows = (
+        conn.execute(sa.select(s.c.id).where(sa.or_(s.c.id.in_(ids), s.c.name.in_(names))))
+        .scalars()
+        .all()
+    )
+    found = subscriptions.list_subscriptions(conn, ids=list(rows))
+    known = {x.id for x in found} | {x.name for x in found}
+    for ref in refs:
+        if ref not in known:
+            raise UnknownSubscription(f"no subscription {ref!r}")
+    return found
+
+
+class Catalog:
+    """Hosts and subscriptions of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def create_host(
+        self, name: str, settings: HostSettings | None, options: Mapping[str, Any]
+    ) -> Host:
+        check_name("host", name)
+        config = settings or HostSettings.checked(f"host {name!r}", options)
+        with self._store.transaction(serial=True) as conn:
+            return subscriptions.create_host(conn, name, config, clock.now(conn))
+
+    def hosts(self) -> list[Host]:
+        with self._store.transaction() as conn:
+            return subscriptions.list_hosts(conn)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts():
+            if h.name == name:
+                return h
+        raise UnknownHost(f"no host named {name!r}")
+
+    def subscribe_many(self, specs: Iterable[Mapping[str, Any]]) -> list[Subscription]:
+        checked = [check_spec(i, spec) for i, spec in enumerate(specs)]
+        if not checked:
+            return []
+        with self._store.transaction(serial=True) as conn:
+            return subscriptions.subscribe(conn, self._store.dialect, checked, clock.now(conn))
+
+    def subscriptions(
+        self, *, service: str | None, host: str | None, instance_id: str | None
+    ) -> list[Subscription]:
+        with self._store.transaction() as conn:
+            return subscriptions.list_subscriptions(
+                conn, service=service, host=host, instance_id=instance_id
+            )
+
+    def subscription(self, ref: int | str) -> Subscription:
+        with self._store.transaction() as conn:
+            return resolve(conn, [ref])[0]
+
+    def unsubscribe(self, refs: Sequence[int | str]) -> int:
+        with self._store.transaction(serial=True) as conn:
+            ids = [s.id for s in resolve(conn, refs)]
+            suspension.suspend_waiting(conn, self._store.dialect, ids, SUBSCRIPTION_REMOVED)
+            removed = subscriptions.unsubscribe(conn, self._store.dialect, ids)
+            suspension.orphan_suspended(conn, ids)  # after: sees a suspension that raced it
+            return removed
+
+    def set_service_state(self, service: str, state: State | str) -> int:
+        new = State(state)
+        with self._store.transaction(serial=True) as conn:
+            subs = subscriptions.list_subscriptions(conn, service=service)
+            if not subs:
+                raise UnknownSubscription(f"service {service!r} has no subscription")
+            ids = [s.id for s in subs]
+            suspension.hold(conn, ids, new)
+            if new is State.UNENLISTED:
+                suspension.suspend_waiting(conn, self._store.dialect, ids, SERVICE_UNENLISTED)
+            elif new is State.STARTED:
+                self._store.dialect.notify(conn, sorted({s.host for s in subs}))
+        return len(subs)

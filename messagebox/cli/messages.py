@@ -1,0 +1,335 @@
+"""The commands on messages and their entries: ``publish``, ``queues``, ``instances``
+and ``suspended list|show|resume|terminate|reroute``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from messagebox.cli import inputs
+from messagebox.cli.box import open_box
+from messagebox.cli.terminal import Terminal, age, last_line, size
+
+if TYPE_CHECKING:
+    from messagebox.models import SuspendedEntry
+
+BULK_BATCH = 1000
+"""Entries per transaction of a bulk resume or terminate."""
+
+
+def publish(args: argparse.Namespace, out: Terminal) -> None:
+    """Publish each file (or standard input) as one message, in batches of ``--batch``;
+    show where each routed."""
+    from messagebox.errors import MessageBoxError
+    from messagebox.message import Message
+
+    promoted = inputs.properties(args)
+    written = inputs.assignments(args.written, "--written")
+    files = _files_to_publish(args)
+    Message(b"", promoted=promoted, written=written)  # refuses bad properties before any I/O
+    if "-" in files and sys.stdin.isatty():
+        out.note("reading the message body from standard input (end it with Ctrl-D)")
+    stdin = sys.stdin.buffer.read() if "-" in files else b""
+    results: list[tuple[str, Any]] = []
+    with open_box(args) as box, out.progress("publishing") as step:
+        for start in range(0, len(files), args.batch):
+            chunk = files[start : start + args.batch]
+            with ExitStack() as files_open:  # parts are read as they are stored
+                batch = [
+                    Message(
+                        stdin if name == "-" else files_open.enter_context(open(name, "rb")),
+                        promoted=promoted,
+                        written=written,
+                    )
+                    for name in chunk
+                ]
+                try:
+                    routed = box.publish(batch, policy=args.policy)
+                except MessageBoxError:
+                    if results:
+                        out.note(
+                            f"the first {len(results)} of {len(files)} files were published "
+                            f"(batches of {args.batch}); none from {chunk[0]!r} on"
+                        )
+                    raise
+            results.extend(zip(chunk, routed, strict=True))
+            step(len(results), len(files))
+        names = {s.id: s.name for s in box.subscriptions()}
+    rows = [
+        {
+            "file": name,
+            "message_id": r.message_id,
+            "outcome": r.outcome,
+            "subscriptions": [{"id": s, "name": names.get(s)} for s in r.subscriptions],
+        }
+        for name, r in results
+    ]
+    if out.json:
+        out.emit(rows)
+        return
+    out.table(
+        ["file", "message", "outcome", "subscriptions"],
+        [
+            [
+                r["file"],
+                str(r["message_id"]),
+                str(r["outcome"]),
+                ", ".join(str(s["name"]) for s in r["subscriptions"]) or "-",
+            ]
+            for r in rows
+        ],
+        empty="nothing published",
+    )
+    counts: dict[str, int] = {}
+    for _name, r in results:
+        counts[str(r.outcome)] = counts.get(str(r.outcome), 0) + 1
+    out.note(
+        f"published {len(results)} message{'s' if len(results) != 1 else ''}: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    )
+
+
+def _files_to_publish(args: argparse.Namespace) -> list[str]:
+    """The files named (``-`` for standard input, the default); a usage error for ``-``
+    twice, or a name that is not a readable file."""
+    files = list(args.files) or ["-"]
+    if files.count("-") > 1:
+        raise inputs.UsageError("standard input ('-') can be published once")
+    for name in files:
+        if name == "-":
+            continue
+        path = Path(name)
+        if not path.exists():
+            raise inputs.UsageError(f"no file {name!r}")
+        if not path.is_file():
+            raise inputs.UsageError(f"{name!r} is not a file")
+        if not os.access(path, os.R_OK):
+            raise inputs.UsageError(f"cannot read {name!r}")
+    return files
+
+
+def queues(args: argparse.Namespace, out: Terminal) -> None:
+    """Each subscription's queue: its depth by state and its oldest entry's age."""
+    with open_box(args) as box:
+        stats = box.queue_stats(inputs.known_host(box, args.host))
+    if out.json:
+        out.emit(stats)
+        return
+    out.table(
+        ["host", "subscription", "service", "depth", "ready", "held", "leased", "oldest"],
+        [
+            [
+                q.host,
+                f"{q.name} ({q.subscription})" if q.name else str(q.subscription),
+                q.service,
+                q.depth,
+                q.ready,
+                q.held,
+                q.leased,
+                age(q.oldest_age_seconds),
+            ]
+            for q in stats
+        ],
+        empty="every queue is empty",
+    )
+
+
+def instances(args: argparse.Namespace, out: Terminal) -> None:
+    """The registered host instances and their heartbeats."""
+    with open_box(args) as box:
+        found = box.instances(inputs.known_host(box, args.host))
+    if out.json:
+        out.emit(found)
+        return
+    out.table(
+        ["id", "host", "hostname", "pid", "state", "heartbeat"],
+        [[i.id, i.host, i.hostname, i.pid, i.state, i.heartbeat_at.isoformat()] for i in found],
+        empty="no host instances",
+    )
+
+
+def _entry_json(e: SuspendedEntry, names: dict[int, Any]) -> dict[str, Any]:
+    """A suspended entry as JSON, with its subscription's name and service."""
+    sub = names.get(e.subscription) if e.subscription is not None else None
+    return {
+        "id": e.id,
+        "message_id": e.message_id,
+        "reason": e.reason,
+        "resumable": e.resumable,
+        "host": e.host,
+        "subscription": e.subscription,
+        "subscription_name": sub.name if sub else None,
+        "service": sub.service if sub else None,
+        "attempts": e.attempts,
+        "suspended_at": e.suspended_at,
+        "error": e.error,
+        "report": e.report,
+    }
+
+
+def suspended_list(args: argparse.Namespace, out: Terminal) -> None:
+    """The suspended entries the filters select, up to ``--limit``."""
+    with open_box(args) as box:
+        query = inputs.suspended_query(box, args)
+        entries = box.suspended(**query, limit=args.limit)
+        subs = {s.id: s for s in box.subscriptions()}
+    if out.json:
+        out.emit([_entry_json(e, subs) for e in entries])
+        return
+    out.table(
+        ["id", "reason", "resumable", "host", "subscription", "attempts", "suspended", "error"],
+        [
+            [
+                e.id,
+                e.reason,
+                "yes" if e.resumable else "no",
+                e.host or "-",
+                subs[e.subscription].name if e.subscription in subs else e.subscription or "-",
+                e.attempts,
+                e.suspended_at.isoformat(timespec="seconds"),
+                last_line(e.error),
+            ]
+            for e in entries
+        ],
+        empty="no suspended entries",
+    )
+    if len(entries) == args.limit:
+        out.note(f"(the first {args.limit}; --limit shows more)")
+
+
+def suspended_show(args: argparse.Namespace, out: Terminal) -> None:
+    """One suspended entry: its error and report, its message's parts and properties."""
+    from messagebox.errors import UnknownMessage
+    from predicates.text import format_value
+
+    with open_box(args) as box:
+        entry = box.suspended_entry(args.id)
+        subs = {s.id: s for s in box.subscriptions()}
+        try:
+            message = box.message_summary(entry.message_id)
+        except UnknownMessage:
+            message = None
+    if out.json:
+        out.emit(
+            {
+                "entry": _entry_json(entry, subs),
+                "message": None
+                if message is None
+                else {
+                    "id": message.id,
+                    "published_at": message.published_at,
+                    "publisher": message.publisher,
+                    "promoted": message.promoted,
+                    "written": message.written,
+                    "body_part": message.body_part,
+                    "parts": [{"name": n, "size": s} for n, s in message.part_sizes.items()],
+                },
+            }
+        )
+        return
+    sub = subs.get(entry.subscription) if entry.subscription is not None else None
+    pairs = [
+        ("entry", str(entry.id)),
+        ("reason", f"{entry.reason} ({'resumable' if entry.resumable else 'not resumable'})"),
+        ("host", entry.host or "-"),
+        (
+            "subscription",
+            f"{sub.name} ({sub.id}), service {sub.service}"
+            if sub
+            else str(entry.subscription or "-"),
+        ),
+        ("attempts", str(entry.attempts)),
+        ("suspended at", entry.suspended_at.isoformat()),
+        ("message", str(entry.message_id)),
+    ]
+    if message is None:
+        pairs.append(("", "(no longer in the spool)"))
+    else:
+        pairs.append(("published", f"{message.published_at.isoformat()} by {message.publisher}"))
+        pairs.append(
+            (
+                "parts",
+                "\n".join(
+                    f"{n}  {size(s)}" + ("  (body)" if n == message.body_part else "")
+                    for n, s in message.part_sizes.items()
+                ),
+            )
+        )
+        for label, props in (("promoted", message.promoted), ("written", message.written)):
+            pairs.append(
+                (label, "\n".join(f"{k} = {format_value(v)}" for k, v in props.items()) or "-")
+            )
+    pairs.append(("error", entry.error or "-"))
+    if entry.report:
+        pairs.append(("report", json.dumps(entry.report, indent=2, ensure_ascii=False)))
+    out.fields(pairs)
+
+
+def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
+    """Resume or terminate suspended entries: the ids given (all or none), or with
+    ``--all-matching`` those the filters select, in batches of :data:`BULK_BATCH`."""
+    from messagebox.errors import ValidationError
+
+    action = args.action
+    filters = [args.reason, args.host, args.service, args.subscription, args.older_than]
+    given = any(f is not None for f in filters)
+    if args.ids and (args.all_matching or given):
+        raise inputs.UsageError("give entry ids, or --all-matching with filters, not both")
+    if not args.ids and not args.all_matching:
+        raise inputs.UsageError(
+            "name the entries: give their ids, or --all-matching with at least one filter "
+            "(--reason, --host, --service, --subscription, --older-than)"
+            if not given
+            else "filters select entries only with --all-matching (an explicit bulk change)"
+        )
+    if args.all_matching and not given:
+        raise inputs.UsageError(
+            "--all-matching needs at least one filter (--reason, --host, --service, "
+            "--subscription, --older-than)"
+        )
+    with open_box(args) as box:
+        run = box.resume if action == "resume" else box.terminate
+        if args.ids and action == "resume":
+            for entry_id in args.ids:  # refused as such (1), rather than as not found (3)
+                entry = box.suspended_entry(entry_id)
+                if not entry.resumable:
+                    raise ValidationError(
+                        f"suspended entry {entry_id} is not resumable ({entry.reason}); "
+                        "terminate it"
+                        + (
+                            ", or reroute it"
+                            if entry.reason in ("routing-failure", "subscription-removed")
+                            else ""
+                        )
+                        + "; nothing was resumed"
+                    )
+        if args.ids:
+            done = run(*args.ids)
+        else:
+            query = inputs.suspended_query(box, args)
+            with out.progress(f"{action}") as step:
+                done = run(**query, batch=BULK_BATCH, progress=step)
+    past = {"resume": "resumed", "terminate": "terminated"}[action]
+    if out.json:
+        out.emit({past: done, "count": len(done)})
+    else:
+        shown = ", ".join(map(str, done[:20])) + (", …" if len(done) > 20 else "")
+        out.say(
+            f"{past} {len(done)} entr{'ies' if len(done) != 1 else 'y'}"
+            + (f": {shown}" if done else "")
+        )
+
+
+def suspended_reroute(args: argparse.Namespace, out: Terminal) -> None:
+    """Route the entries given again (every reroutable one when none is given)."""
+    with open_box(args) as box:
+        moved = box.reroute(*args.ids)
+    if out.json:
+        out.emit({"rerouted": {str(k): list(v) for k, v in moved.items()}, "count": len(moved)})
+    else:
+        out.say(f"rerouted {len(moved)} entr{'ies' if len(moved) != 1 else 'y'}")

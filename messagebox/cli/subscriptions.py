@@ -1,0 +1,130 @@
+"""The ``subscriptions`` and ``hosts`` commands: list, add, remove."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from messagebox.cli import inputs
+from messagebox.cli.box import open_box
+from messagebox.cli.terminal import Terminal
+
+
+def _subscription_json(sub: Any) -> dict[str, Any]:
+    """A subscription as JSON, its filter in text and in JSON."""
+    from predicates import format_filter
+
+    return {
+        "id": sub.id,
+        "name": sub.name,
+        "service": sub.service,
+        "host": sub.host,
+        "state": sub.state,
+        "kind": sub.kind,
+        "priority": sub.priority,
+        "ordered": sub.ordered,
+        "on_failure": sub.on_failure,
+        "instance_id": sub.instance_id,
+        "correlation": list(sub.correlation),
+        "created_at": sub.created_at,
+        "filter": format_filter(sub.filter),
+        "filter_json": json.loads(sub.filter.to_json()),
+    }
+
+
+def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
+    """The subscriptions, only of ``--host`` and ``--service`` when given."""
+    with open_box(args) as box:
+        subs = box.subscriptions(
+            host=getattr(args, "host", None), service=getattr(args, "service", None)
+        )
+    if out.json:
+        out.emit([_subscription_json(s) for s in subs])
+        return
+    from predicates import format_filter
+
+    out.table(
+        ["id", "name", "service", "host", "state", "filter"],
+        [[s.id, s.name, s.service, s.host, s.state.value, format_filter(s.filter)] for s in subs],
+        empty="no subscriptions",
+    )
+
+
+def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
+    """Subscribe a service (by default the subscription's name) on a known host."""
+    filt = inputs.filter_arg(args.filter)
+    with open_box(args) as box:
+        inputs.known_host(box, args.host)
+        sub = box.subscribe(
+            args.service or args.name,
+            host=args.host,
+            filter=filt,
+            name=args.name,
+            priority=args.priority,
+            ordered=args.ordered,
+            on_failure=args.on_failure,
+            state=args.state,
+        )
+    if out.json:
+        out.emit(_subscription_json(sub))
+    else:
+        out.say(f"subscription {sub.id} {sub.name!r}: {sub.service} on {sub.host}")
+
+
+def subscriptions_remove(args: argparse.Namespace, out: Terminal) -> None:
+    """Remove subscriptions by id or name; entries waiting for them are suspended."""
+    refs = [inputs.ref(r) for r in args.refs]
+    with open_box(args) as box:
+        removed = box.unsubscribe(*refs)
+    if out.json:
+        out.emit({"removed": removed})
+    else:
+        out.say(
+            f"removed {removed} subscription{'s' if removed != 1 else ''}; entries still "
+            "waiting for them are suspended (subscription-removed; `messagebox suspended "
+            "reroute` routes them again)"
+        )
+
+
+def hosts_list(args: argparse.Namespace, out: Terminal) -> None:
+    """The hosts with their instances, queued and suspended entries and settings."""
+    with open_box(args) as box:
+        hosts = box.host_stats()
+    if out.json:
+        out.emit(hosts)
+        return
+    out.table(
+        ["host", "instances", "queued", "suspended", "threads", "max attempts"],
+        [
+            [
+                h.name,
+                h.instances,
+                h.queued,
+                h.suspended,
+                h.settings.dequeue_threads,
+                h.settings.max_attempts,
+            ]
+            for h in hosts
+        ],
+        empty="no hosts",
+    )
+
+
+def hosts_add(args: argparse.Namespace, out: Terminal) -> None:
+    """Create a host; each ``--set KEY=VALUE`` is read as JSON, else as a string."""
+    settings: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise inputs.UsageError(f"--set {item!r}: expected SETTING=VALUE")
+        try:
+            settings[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            settings[key.strip()] = raw
+    with open_box(args) as box:
+        host = box.create_host(args.name, **settings)
+    if out.json:
+        out.emit({"name": host.name, "settings": host.settings.model_dump()})
+    else:
+        out.say(f"host {host.name!r} created")

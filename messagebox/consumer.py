@@ -1,0 +1,168 @@
+"""What a host instance does to the store, one transaction a call: the storage side of
+:mod:`hosts` (procrastinate's manager over its connector is the model).
+
+Hosts call this and nothing below it: the queries live in :mod:`messagebox.leases`
+and :mod:`messagebox.service_instances`; this module decides which transactions take the
+in-process write lock (DuckDB) and its store sends the wake-ups when they commit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from messagebox import clock, leases, notify, registry, service_instances
+from messagebox.leases import Claim, Failure, Finished
+from messagebox.models import HostSettings, InstanceInfo
+from messagebox.store import Store
+
+
+def timer_channel(host: str) -> str:
+    """The in-process wake-up name of a host's timer loop."""
+    return f"{host}#timers"
+
+
+class Consumer:
+    """The store as one host instance (``owner``) of ``host`` uses it."""
+
+    def __init__(self, store: Store, host: str, owner: str) -> None:
+        self._store = store
+        self._dialect = store.dialect
+        self.host = host
+        self.owner = owner
+
+    @property
+    def listens(self) -> bool:
+        """Whether other processes' publications arrive as wake-ups (:meth:`listen`)."""
+        return self._dialect.supports_notify
+
+    # --- wake-ups ---
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when this process queues work for the host; returns the
+        function that stops watching."""
+        return notify.watch(self._store.key, self.host, wake)
+
+    def watch_timers(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when a step in this process sets a timer on the host."""
+        return notify.watch(self._store.key, timer_channel(self.host), wake)
+
+    def listen(self, wake: Callable[[], None], stop: threading.Event) -> None:
+        """Call ``wake`` when another process queues work for the host, until ``stop``
+        (blocks; only where :attr:`listens`)."""
+        self._dialect.listen(self._store.url, self.host, wake, stop)
+
+    # --- membership ---
+
+    def register(self, info: InstanceInfo) -> None:
+        with self._store.transaction(serial=True) as conn:
+            registry.register(conn, info)
+
+    def unregister(self) -> int:
+        """Unregister; returns the leases released (their host is woken)."""
+        with self._store.transaction(serial=True) as conn:
+            released = registry.unregister(conn, self.owner)
+            if released:
+                self._dialect.notify(conn, [self.host])
+        return released
+
+    def heartbeat(self, lease_seconds: float, in_flight: Sequence[int], info: InstanceInfo) -> bool:
+        """Prove the instance alive and extend the leases in flight; re-registers and
+        returns False if it had been declared dead meanwhile."""
+        with self._store.transaction(serial=True) as conn:
+            alive = registry.heartbeat(conn, self._dialect, self.owner, lease_seconds, in_flight)
+            if not alive:
+                registry.register(conn, info)
+        return alive
+
+    def release_dead(self, dead_after_seconds: float) -> tuple[list[str], int]:
+        """Unregister the host's dead instances and release their leases."""
+        with self._store.transaction(serial=True) as conn:
+            return registry.release_dead(conn, self._dialect, self.host, dead_after_seconds)
+
+    # --- the queue ---
+
+    def claim(self, n: int, lease_seconds: float, *, ordered: bool, instances: bool) -> list[Claim]:
+        with self._store.transaction(serial=True) as conn:
+            return leases.claim(
+                conn,
+                self._dialect,
+                host=self.host,
+                owner=self.owner,
+                n=n,
+                lease_seconds=lease_seconds,
+                ordered=ordered,
+                instances=instances,
+            )
+
+    def mark_started(self, claims: Sequence[Claim]) -> None:
+        with self._store.transaction(serial=True) as conn:
+            leases.mark_started(conn, self.owner, claims)
+
+    def record(
+        self,
+        done: Sequence[Claim],
+        failed: Sequence[Failure],
+        unstarted: Sequence[Claim],
+        settings: HostSettings,
+        stop_on_failure: set[int],
+        *,
+        recheck: bool = False,
+    ) -> tuple[Finished, int]:
+        """Complete, fail and give back in one transaction; returns what was recorded
+        and the number given back. ``recheck``: only entries whose delivery is still the
+        one claimed (outcomes written late)."""
+        with self._store.transaction(serial=True) as conn:
+            if recheck:
+                mine = leases.held(
+                    conn, self._dialect, self.owner, [*done, *(f.claim for f in failed), *unstarted]
+                )
+                done = [c for c in done if c.id in mine]
+                failed = [f for f in failed if f.claim.id in mine]
+                unstarted = [c for c in unstarted if c.id in mine]
+            result = leases.finish(
+                conn, self._dialect, self.owner, done, failed, settings, stop_on_failure
+            )
+            given = leases.give_back(conn, self.owner, unstarted)
+            if given:
+                self._dialect.notify(conn, [self.host])
+        return result, given
+
+    # --- service instances (orchestrations) ---
+
+    def next_due(self) -> float | None:
+        """Seconds until the host's next timer is due (0 if one is), or None."""
+        with self._store.transaction() as conn:  # a read: no write lock while idle
+            return service_instances.next_due(conn, self.host)
+
+    def fire_timers(self) -> Counter[str]:
+        """Queue the host's due timeouts; returns the entries queued per host."""
+        with self._store.transaction(serial=True) as conn:
+            return service_instances.fire_timers(conn, self._dialect, self.host, clock.now(conn))
+
+    def load(
+        self, instance_ids: Sequence[str]
+    ) -> tuple[datetime, dict[str, service_instances.Stored], set[str]]:
+        """The store's time, the saved instances of these ids, and which of the missing
+        ones are convoys still being created (their first step has not committed)."""
+        with self._store.transaction() as conn:
+            now = clock.now(conn)  # timeouts fall due by the store's clock
+            if not instance_ids:
+                return now, {}, set()
+            stored = service_instances.load(conn, instance_ids)
+            missing = [i for i in instance_ids if i not in stored]
+            return now, stored, service_instances.in_convoy(conn, missing) if missing else set()
+
+    def commit_steps(self, steps: Sequence[service_instances.Step], publisher: str) -> int:
+        """Commit steps at once (see :func:`messagebox.service_instances.commit_steps`); returns
+        the messages discarded by completions."""
+        with self._store.transaction(serial=True) as conn:
+            _, discarded = service_instances.commit_steps(
+                conn, self._dialect, steps, clock.now(conn), publisher=publisher
+            )
+            timers = {timer_channel(s.host) for s in steps if s.timers}
+            if timers:
+                notify.after_commit(conn, timers)
+        return discarded

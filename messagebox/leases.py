@@ -1,0 +1,384 @@
+"""Delivery in storage (docs/concepts.md: Hosts): claims under a lease, completion, failure and
+retry. Suspending lives in :mod:`messagebox.suspension`, the registry of host instances
+in :mod:`messagebox.registry`.
+
+Every function runs inside the caller's transaction. On DuckDB the caller holds the
+in-process serial lock around each of them (``Store.transaction(serial=True)``): DuckDB
+has no row locks, so claims must never interleave. A lease is owned by a host instance
+id; completing or failing an entry whose lease another instance has taken since is a
+no-op, reported as a lost lease (the other instance delivers it again: at least once).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from messagebox import schema, tracking
+from messagebox.dialects import Dialect
+from messagebox.models import (
+    CRASHED_HOST,
+    DELIVERY_FAILURE,
+    SUBSCRIPTION_REMOVED,
+    HostSettings,
+    State,
+)
+from messagebox.schema import queue_columns
+from messagebox.spool import release
+from messagebox.suspension import (
+    MAX_ERROR_CHARS,
+    NOT_RESUMABLE,
+    hold,
+    orphans,
+    suspend_instances,
+    suspend_rows,
+)
+
+MAX_BACKOFF_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A queue entry claimed under a lease; ``attempts`` counts this delivery."""
+
+    id: int
+    msg: uuid.UUID
+    sub: int
+    attempts: int
+    priority: int
+    instance_id: str | None
+    ordered: bool
+    enqueued_at: datetime | None = None
+    waited: float | None = None
+    """Seconds from enqueue to this claim by the database clock, when this is the
+    entry's first claim (not after a give-back or a lapsed lease); else ``None``."""
+    charges: int = 0
+    """Earlier deliveries charged against ``max_attempts``: failures, and deliveries
+    marked started whose host then ended."""
+    interrupted: bool = False
+    """The previous delivery ended with no outcome (a crash, a kill, a lapsed lease)."""
+    crashed_by: str | None = None
+    """The last host instance that ended while handling it, if any."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed delivery: the error text, and whether to suspend without retrying."""
+
+    claim: Claim
+    error: str
+    permanent: bool = False
+    reason: str = DELIVERY_FAILURE
+    retry_after: float | None = None
+    """The service's own retry delay (``RetryLater``): retried however many attempts."""
+    charge: bool = True
+    """Counted against ``max_attempts``; False for ``RetryLater`` and when the engine,
+    not the service, failed (the store was unreachable): then retried after
+    ``retry_after`` however many times."""
+
+
+@dataclass
+class Finished:
+    """What :func:`finish` did."""
+
+    completed: int = 0
+    retried: int = 0
+    suspended: int = 0
+    lost: int = 0
+    stopped_subscriptions: tuple[int, ...] = ()
+
+
+def _claim(row: Any) -> Claim:
+    enqueued_at, claimed_at, now = row[7], row[8], row[9]
+    first = claimed_at == now  # set by this claim: the database's now() is per transaction
+    return Claim(
+        id=int(row[0]),
+        msg=row[1] if isinstance(row[1], uuid.UUID) else uuid.UUID(str(row[1])),
+        sub=int(row[2]),
+        attempts=int(row[3]),
+        priority=int(row[4]),
+        instance_id=row[5],
+        ordered=bool(row[6]),
+        enqueued_at=enqueued_at,
+        waited=max(0.0, (now - enqueued_at).total_seconds()) if first else None,
+        charges=int(row[10]),
+        interrupted=bool(row[11]),
+        crashed_by=row[12],
+    )
+
+
+def claim(
+    conn: sa.Connection,
+    dialect: Dialect,
+    *,
+    host: str,
+    owner: str,
+    n: int,
+    lease_seconds: float,
+    ordered: bool,
+    instances: bool = False,
+) -> list[Claim]:
+    """Lease up to ``n`` ready entries of ``host``: the heads of its ordered
+    subscriptions first (when ``ordered``), then the heads of its service instances
+    (when ``instances``; at most half the batch while other entries wait, so neither
+    kind starves the other), then the rest by priority and age."""
+
+    def take(sql: str, most: int, **extra: int) -> int:
+        params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
+        got = [_claim(r) for r in conn.exec_driver_sql(sql, params)]
+        claims.extend(got)
+        return len(got)
+
+    claims: list[Claim] = []
+    if ordered:
+        take(dialect.claim_ordered_sql, n)
+    room = n - len(claims)
+    if instances and room and dialect.claim_mixed_sql is not None:
+        # one statement for both kinds, interleaved; a claim of one entry alternates
+        first = next(_turns) % 2 if room == 1 else 0
+        take(dialect.claim_mixed_sql, room, first_kind=first)
+        claims.sort(key=lambda c: (-c.priority, c.id))
+        return claims
+    # half each; a claim of one entry alternates between the kinds
+    share = room // 2 if room > 1 else (next(_turns) % 2 if room == 1 else 0)
+    heads = take(dialect.claim_instance_sql, share) if instances and share else 0
+    if len(claims) < n:
+        take(dialect.claim_sql, n - len(claims))
+    if instances and heads == share and len(claims) < n:
+        take(dialect.claim_instance_sql, n - len(claims))
+    claims.sort(key=lambda c: (-c.priority, c.id))
+    return claims
+
+
+_turns = itertools.count()
+
+
+def finish(
+    conn: sa.Connection,
+    dialect: Dialect,
+    owner: str,
+    completed: Sequence[Claim],
+    failed: Sequence[Failure],
+    settings: HostSettings,
+    stop_on_failure: set[int],
+) -> Finished:
+    """Complete and fail claimed entries in one transaction.
+
+    Completing deletes the entry and releases its reference. Failing makes the entry
+    available again after a back-off, or past ``max_attempts`` (or when permanent)
+    moves it to the suspended queue with the error, keeping its reference. When a
+    subscription in ``stop_on_failure`` suspends a message, the subscription is stopped.
+    """
+    result = Finished()
+    if completed:
+        _complete(conn, dialect, owner, completed, result)
+    to_suspend = [
+        f
+        for f in failed
+        if f.permanent
+        or (f.charge and f.retry_after is None and f.claim.charges + 1 >= settings.max_attempts)
+    ]
+    _retry(conn, dialect, owner, [f for f in failed if f not in to_suspend], settings, result)
+    if to_suspend:
+        _suspend(conn, dialect, owner, to_suspend, stop_on_failure, result)
+    return result
+
+
+def _complete(
+    conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim], result: Finished
+) -> None:
+    """Delete the entries still leased by ``owner`` and release their references."""
+    q = schema.queue
+    gone = conn.execute(
+        q.delete()
+        .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
+        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
+    ).all()
+    result.completed = len(gone)
+    result.lost += len(claims) - len(gone)
+    release(conn, dialect, (r.msg for r in gone))
+    delivered(conn, dialect, gone, owner)
+
+
+def _retry(
+    conn: sa.Connection,
+    dialect: Dialect,
+    owner: str,
+    failures: Sequence[Failure],
+    settings: HostSettings,
+    result: Finished,
+) -> None:
+    """Make failed entries available again after their back-off."""
+    q = schema.queue
+    retried: list[tuple[Failure, str]] = []  # with the host, for tracking
+    for f in failures:
+        backoff = min(
+            f.retry_after
+            if f.retry_after is not None
+            else settings.retry_backoff_seconds * 2 ** min(f.claim.charges, 30),
+            MAX_BACKOFF_SECONDS,
+        )
+        hosts = conn.execute(
+            q.update()
+            .where(q.c.id == f.claim.id, q.c.lease_owner == owner)
+            .values(
+                lease_owner=None,
+                lease_expires=None,
+                started_by=None,
+                available_at=dialect.now_plus(backoff),
+                charges=q.c.charges + int(f.charge),
+            )
+            .returning(q.c.host)
+        ).all()
+        retried.extend((f, h.host) for h in hosts)
+        result.retried += len(hosts)
+        result.lost += 1 - len(hosts)
+    _failed(conn, dialect, retried)
+
+
+def _suspend(
+    conn: sa.Connection,
+    dialect: Dialect,
+    owner: str,
+    failures: Sequence[Failure],
+    stop_on_failure: set[int],
+    result: Finished,
+) -> None:
+    """Move failed entries to the suspended queue (by reason; an entry whose
+    subscription was removed meanwhile as ``subscription-removed``), suspend their
+    service instances, and stop the ordered subscriptions that stop on failure."""
+    q = schema.queue
+    rows = conn.execute(
+        q.delete()
+        .where(q.c.id.in_([f.claim.id for f in failures]), q.c.lease_owner == owner)
+        .returning(*queue_columns())
+    ).all()
+    by_reason: dict[str, list[Any]] = {}
+    reasons = {f.claim.id: f.reason for f in failures}
+    for r in orphans(conn, dialect, rows):  # removed while it was being delivered
+        reasons[r.id] = SUBSCRIPTION_REMOVED
+    hosts_of = {r.id: r.host for r in rows}
+    _failed(conn, dialect, [(f, hosts_of[f.claim.id]) for f in failures if f.claim.id in hosts_of])
+    for r in rows:
+        by_reason.setdefault(reasons[r.id], []).append(r)
+    errors = {f.claim.id: f.error[-MAX_ERROR_CHARS:] for f in failures}
+    for reason, group in by_reason.items():
+        suspend_rows(
+            conn,
+            dialect,
+            group,
+            reason=reason,
+            resumable=reason not in NOT_RESUMABLE,
+            errors=errors,
+        )
+    result.suspended = len(rows)
+    suspend_instances(
+        conn,
+        [
+            r.instance_id
+            for r in rows
+            if r.instance_id and reasons[r.id] in (DELIVERY_FAILURE, CRASHED_HOST)
+        ],
+    )
+    result.lost += len(failures) - len(rows)
+    stop = sorted({r.sub for r in rows if r.ordered and r.sub in stop_on_failure})
+    if stop:
+        hold(conn, stop, State.STOPPED)
+        result.stopped_subscriptions = tuple(stop)
+
+
+def delivered(conn: sa.Connection, dialect: Dialect, rows: Sequence[Any], owner: str) -> None:
+    """Track completed deliveries (rows with id, msg, sub and host)."""
+    tracking.record_rows(conn, dialect, tracking.DELIVERED, rows, owner)
+
+
+def _failed(conn: sa.Connection, dialect: Dialect, failures: Sequence[tuple[Failure, str]]) -> None:
+    """Track failed attempts (each with its host)."""
+    tracking.record(
+        conn,
+        dialect,
+        tracking.FAILED,
+        [f.claim.msg for f, _ in failures],
+        subs=[f.claim.sub for f, _ in failures],
+        hosts=[h for _, h in failures],
+        entries=[f.claim.id for f, _ in failures],
+        details=[_summary(f.error) for f, _ in failures],
+    )
+
+
+def _summary(error: str) -> str:
+    """The last line of an error (a traceback ends with the exception)."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else error
+
+
+def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
+    """Release leases of entries that were claimed but never handed to a service (their
+    attempt is not counted). An interrupted entry stays interrupted (its ``lease_owner``
+    is kept): its next delivery is handled alone too."""
+    q = schema.queue
+    given = 0
+    for interrupted in (False, True):
+        ids = [c.id for c in claims if c.interrupted is interrupted]
+        if not ids:
+            continue
+        values: dict[str, Any] = {
+            "lease_expires": None,
+            "started_by": None,
+            "attempts": q.c.attempts - 1,
+        }
+        if not interrupted:
+            values["lease_owner"] = None
+        given += conn.execute(
+            q.update().where(q.c.id.in_(ids), q.c.lease_owner == owner).values(**values)
+        ).rowcount
+    return given
+
+
+def held(conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim]) -> set[int]:
+    """The ids of ``claims`` whose delivery is still the one ``owner`` claimed (not
+    claimed again since, by it or another instance). Locked until the transaction ends
+    where there are row locks, so that no claim takes them meanwhile."""
+    if not claims:
+        return set()
+    q = schema.queue
+    query = sa.select(q.c.id, q.c.attempts).where(
+        q.c.id.in_(sorted({c.id for c in claims})), q.c.lease_owner == owner
+    )
+    if dialect.has_row_locks:
+        query = query.with_for_update()
+    attempts = {int(i): int(n) for i, n in conn.execute(query)}
+    return {c.id for c in claims if attempts.get(c.id) == c.attempts}
+
+
+def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
+    """Record durably that the deliveries of these claims start now: should the host
+    end before their outcome is recorded, the next claim charges them an attempt.
+    Returns how many are still leased by ``owner``."""
+    if not claims:
+        return 0
+    q = schema.queue
+    return int(
+        conn.execute(
+            q.update()
+            .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
+            .values(started_by=owner)
+        ).rowcount
+    )
+
+
+def queue_depths(conn: sa.Connection, hosts: Sequence[str]) -> dict[str, int]:
+    """Entries waiting per host (every state), for throttling."""
+    q = schema.queue
+    rows = conn.execute(
+        sa.select(q.c.host, sa.func.count()).where(q.c.host.in_(list(hosts))).group_by(q.c.host)
+    )
+    depths = dict.fromkeys(hosts, 0)
+    depths.update({h: int(n) for h, n in rows})
+    return depths

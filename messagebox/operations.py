@@ -1,0 +1,288 @@
+"""What an operator reads and steers: queues, statistics, suspended entries (resume,
+terminate, reroute), registered instances, message tracking and cleanup (the storage
+side of :class:`~messagebox.engine.MessageBox`'s operations methods)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import sqlalchemy as sa
+
+from messagebox import clock, registry, router, schema, suspension, tracking
+from messagebox import stats as box_stats
+from messagebox.catalog import check_host
+from messagebox.errors import UnknownSuspendedEntry, ValidationError
+from messagebox.models import (
+    HostStats,
+    InstanceInfo,
+    QueueDepth,
+    QueueStats,
+    Stats,
+    SuspendedEntry,
+    Throughput,
+)
+from messagebox.store import Store
+from messagebox.suspension import SuspendedQuery
+from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
+
+if TYPE_CHECKING:
+    from messagebox.cleanup import CleanupReport
+
+Action = Callable[[sa.Connection, Any, SuspendedQuery, int | None], list[int]]
+"""A suspended-queue action (:func:`suspension.resume`, :func:`suspension.terminate`)."""
+
+
+def suspended_query(
+    entry_ids: Sequence[int],
+    reason: str | None,
+    host: str | None,
+    service: str | None,
+    subscription: int | None,
+    before: datetime | None,
+) -> SuspendedQuery:
+    """The suspended entries named by ids or by filters (not both, not neither)."""
+    filters = (reason, host, service, subscription, before)
+    if not entry_ids and all(f is None for f in filters):
+        raise ValidationError(
+            "name the suspended entries: give ids, or at least one filter "
+            "(reason, host, service, subscription, before)"
+        )
+    if entry_ids and any(f is not None for f in filters):
+        raise ValidationError("give either suspended entry ids or filters, not both")
+    for entry in entry_ids:
+        if type(entry) is not int:
+            raise ValidationError(f"suspended entry id {entry!r} is not an int")
+    return SuspendedQuery(
+        ids=tuple(entry_ids) if entry_ids else None,
+        reason=reason,
+        host=host,
+        service=service,
+        subscription=subscription,
+        before=before,
+    )
+
+
+def _suspended_entry(r: Any) -> SuspendedEntry:
+    return SuspendedEntry(
+        id=r.id,
+        message_id=r.msg,
+        subscription=r.sub,
+        host=r.host,
+        resumable=bool(r.resumable),
+        reason=r.reason,
+        error=r.error,
+        report=json.loads(r.report) if r.report else None,
+        attempts=r.attempts,
+        suspended_at=r.suspended_at,
+    )
+
+
+class Snapshot(NamedTuple):
+    """What the metrics gauges read, from one transaction."""
+
+    queues: list[QueueStats]
+    hosts: list[HostStats]
+    counts: Stats
+    ages: list[tuple[str, str, float]]
+    """(host, instance id, seconds since its last heartbeat)."""
+
+
+class Operations:
+    """Reads and actions over one store's queues, suspended entries and instances."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    # --- queues and statistics ---
+
+    def queue_depth(self, host: str | None) -> list[QueueDepth]:
+        q = schema.queue
+        query = (
+            sa.select(q.c.host, q.c.sub, q.c.state, sa.func.count())
+            .group_by(q.c.host, q.c.sub, q.c.state)
+            .order_by(q.c.host, q.c.sub, q.c.state)
+        )
+        if host is not None:
+            query = query.where(q.c.host == host)
+        with self._store.transaction() as conn:
+            check_host(conn, host)
+            return [QueueDepth(h, s, st, int(n)) for h, s, st, n in conn.execute(query)]
+
+    def queue_stats(self, host: str | None) -> list[QueueStats]:
+        with self._store.transaction() as conn:
+            check_host(conn, host)
+            return box_stats.queue_stats(conn, host)
+
+    def host_stats(self) -> list[HostStats]:
+        with self._store.transaction() as conn:
+            return box_stats.host_stats(conn)
+
+    def stats(self) -> Stats:
+        with self._store.transaction() as conn:
+            return box_stats.counts(conn)
+
+    def snapshot(self) -> Snapshot:
+        with self._store.transaction() as conn:
+            return Snapshot(
+                box_stats.queue_stats(conn),
+                box_stats.host_stats(conn),
+                box_stats.counts(conn),
+                box_stats.heartbeat_ages(conn),
+            )
+
+    def instances(self, host: str | None) -> list[InstanceInfo]:
+        with self._store.transaction() as conn:
+            check_host(conn, host)
+            return registry.instances(conn, host)
+
+    def now(self) -> datetime:
+        with self._store.transaction() as conn:
+            return clock.now(conn)
+
+    def heartbeat_ages(self) -> dict[str, float]:
+        with self._store.transaction() as conn:
+            return {inst: age for _host, inst, age in box_stats.heartbeat_ages(conn)}
+
+    def throughput(self, windows: Sequence[float]) -> list[Throughput]:
+        with self._store.transaction() as conn:
+            return box_stats.throughput(conn, windows)
+
+    def cleanup(self, batch: int, progress: Callable[[str], None] | None) -> CleanupReport:
+        from messagebox.cleanup import run
+
+        return run(self._store, batch=batch, progress=progress)
+
+    # --- suspended entries ---
+
+    def suspended(self, query: SuspendedQuery, limit: int) -> list[SuspendedEntry]:
+        s = schema.suspended
+        select = sa.select(s).where(*query.where()).order_by(s.c.suspended_at, s.c.id).limit(limit)
+        with self._store.transaction() as conn:
+            check_host(conn, query.host)
+            return [_suspended_entry(r) for r in conn.execute(select)]
+
+    def suspended_entry(self, entry_id: int) -> SuspendedEntry:
+        s = schema.suspended
+        with self._store.transaction() as conn:
+            row = conn.execute(sa.select(s).where(s.c.id == entry_id)).first()
+        if row is None:
+            raise UnknownSuspendedEntry(f"no suspended entry {entry_id}")
+        return _suspended_entry(row)
+
+    def resume(
+        self, query: SuspendedQuery, batch: int | None, progress: Callable[[int, int], None] | None
+    ) -> list[int]:
+        return self._in_batches(query, suspension.resume, batch, progress, resumable=True)
+
+    def terminate(
+        self, query: SuspendedQuery, batch: int | None, progress: Callable[[int, int], None] | None
+    ) -> list[int]:
+        return self._in_batches(query, suspension.terminate, batch, progress, resumable=False)
+
+    def _matching(self, query: SuspendedQuery, resumable: bool) -> tuple[int, int, int]:
+        """How many entries match, and their lowest and highest ids."""
+        s = schema.suspended
+        count = sa.select(sa.func.count(), sa.func.min(s.c.id), sa.func.max(s.c.id))
+        count = count.where(*query.where())
+        if resumable:  # what suspension.resume takes in bulk
+            count = count.where(
+                s.c.resumable == sa.true(),
+                s.c.sub.in_(sa.select(schema.subscription.c.id)),
+            )
+        with self._store.transaction() as conn:
+            counted, low, high = conn.execute(count).one()
+        return (int(counted), int(low), int(high)) if counted else (0, 0, 0)
+
+    def _in_batches(
+        self,
+        query: SuspendedQuery,
+        action: Action,
+        batch: int | None,
+        progress: Callable[[int, int], None] | None,
+        *,
+        resumable: bool,
+    ) -> list[int]:
+        """Run a suspended-queue action (resume, terminate) once, or in batches.
+
+        Batches walk the ids that matched at the start, lowest first, so an entry
+        suspended again meanwhile (a resumed entry failing again) is not taken twice."""
+        if batch is not None and (type(batch) is not int or batch < 1):
+            raise ValidationError(f"batch must be a positive int, not {batch!r}")
+        chunked = batch is not None and query.ids is None
+        total = last = highest = 0
+        if chunked:
+            total, low, highest = self._matching(query, resumable)
+            if not total:
+                return []
+            last = low - 1
+        done: list[int] = []
+        while True:
+            if chunked:
+                query = replace(query, id_range=(last, highest))
+            with self._store.transaction(serial=True) as conn:
+                ids = action(conn, self._store.dialect, query, batch if chunked else None)
+                if ids:
+                    last = max(ids)
+            done.extend(ids)
+            if progress is not None and (ids or not chunked):
+                progress(len(done), max(total, len(done)))
+            if not chunked or len(ids) < (batch or 0) or not ids:
+                return done
+
+    def reroute(self, entry_ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
+        s = schema.suspended
+        reroutable = s.c.reason.in_(router.REROUTABLE)
+        with self._store.transaction(serial=True) as conn:
+            if entry_ids:
+                known = set(
+                    conn.execute(
+                        sa.select(s.c.id).where(s.c.id.in_(list(entry_ids)), reroutable)
+                    ).scalars()
+                )
+                missing = [e for e in entry_ids if e not in known]
+                if missing:
+                    raise UnknownSuspendedEntry(
+                        f"no suspended routing failure or removed-subscription entry {missing[0]}"
+                    )
+                ids = list(entry_ids)
+            else:
+                ids = list(conn.execute(sa.select(s.c.id).where(reroutable)).scalars())
+            return router.reroute(conn, self._store.dialect, ids, clock.now(conn)) if ids else {}
+
+    # --- tracking ---
+
+    def tracking(self) -> TrackingSettings:
+        with self._store.transaction() as conn:
+            return tracking.read_settings(conn)
+
+    def configure_tracking(
+        self, enabled: bool, retention: timedelta | float | None
+    ) -> TrackingSettings:
+        if isinstance(retention, bool) or not isinstance(retention, timedelta | int | float | None):
+            raise ValidationError(
+                f"tracking retention must be a timedelta or seconds, not {retention!r}"
+            )
+        keep = timedelta(seconds=retention) if isinstance(retention, int | float) else retention
+        with self._store.transaction(serial=True) as conn:
+            current = tracking.read_settings(conn)
+            settings = TrackingSettings(
+                enabled=enabled, retention=current.retention if keep is None else keep
+            )
+            tracking.write_settings(conn, settings)
+        self._store.tracking.invalidate()
+        return settings
+
+    def tracked(
+        self, message_id: uuid.UUID | str | None, query: dict[str, Any]
+    ) -> list[TrackedEvent]:
+        try:
+            msg = None if message_id is None else uuid.UUID(str(message_id))
+        except ValueError as exc:
+            raise ValidationError(f"not a message id: {message_id!r}") from exc
+        with self._store.transaction() as conn:
+            return tracking.query(conn, EventQuery(message_id=msg, **query))

@@ -1,0 +1,242 @@
+"""Messages in and out of the spool: publishing (validated, routed, stored and queued in
+one transaction), what a message would route to and why, and reading stored messages
+(the storage side of :class:`~messagebox.engine.MessageBox`'s message methods)."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+
+from messagebox import clock, receipts, router, schema, spool, subscriptions
+from messagebox.errors import (
+    AlreadyExists,
+    Conflict,
+    MessageValidationError,
+    Throttled,
+    UnknownMessage,
+    ValidationError,
+)
+from messagebox.ids import uuid7
+from messagebox.message import Message, MessageSummary, StoredMessage
+from messagebox.models import (
+    Routed,
+    RouteExplanation,
+    RoutingPolicy,
+    State,
+    Subscription,
+    SubscriptionExplanation,
+)
+from messagebox.properties import Value, decode_context
+from messagebox.receipts import Receipt
+from messagebox.store import Store
+from messagebox.throttle import Throttle
+from predicates import normalize_properties
+from predicates.explain import explain as explain_filter
+
+PUBLISH_CONFLICT_RETRIES = 20
+
+
+def _policy(policy: RoutingPolicy | str) -> RoutingPolicy:
+    try:
+        return RoutingPolicy(policy)
+    except ValueError:
+        raise ValidationError(
+            f"routing policy {policy!r} is not one of " + ", ".join(p.value for p in RoutingPolicy)
+        ) from None
+
+
+def _message_ids(batch: Sequence[object], trusted: bool) -> list[uuid.UUID]:
+    """Each message's id (given or new), after checking it is a Message that sets no
+    reserved property unless ``trusted``."""
+    ids: list[uuid.UUID] = []
+    for i, message in enumerate(batch):
+        if not isinstance(message, Message):
+            raise MessageValidationError(
+                f"message {i}: expected a Message, got {type(message).__name__}"
+            )
+        if not trusted:
+            reserved = message.reserved()
+            if reserved:
+                raise MessageValidationError(
+                    f"message {i}: property {reserved[0]!r} is in the reserved "
+                    "namespace messagebox. (alias BTS.); only a trusted receive "
+                    "location may set it"
+                )
+        ids.append(message.id or uuid7())
+    if len(set(ids)) != len(ids):
+        raise MessageValidationError("the batch gives one message id twice")
+    return ids
+
+
+def _promoted(properties: Mapping[str, object]) -> dict[str, Value]:
+    try:
+        return normalize_properties(properties)
+    except ValueError as exc:
+        raise MessageValidationError(f"properties: {exc}") from exc
+
+
+class Messages:
+    """Publishing to and reading from one store's spool."""
+
+    def __init__(self, store: Store, publisher: str) -> None:
+        self._store = store
+        self.publisher = publisher
+        self._throttle = Throttle()
+
+    def publish(
+        self,
+        messages: Iterable[Message],
+        *,
+        policy: RoutingPolicy | str,
+        trusted: bool,
+        block: bool,
+        timeout: float,
+        suspend: Mapping[int, router.Suspension] | None,
+        given: Sequence[Receipt],
+    ) -> list[Routed]:
+        """Publish a batch in one transaction (see ``MessageBox.publish``)."""
+        batch = list(messages)
+        routing = _policy(policy)
+        ids = _message_ids(batch, trusted)
+        for i in suspend or {}:
+            if not 0 <= i < len(batch):
+                raise ValidationError(f"suspend names message {i}; the batch has {len(batch)}")
+        if not batch and not given:
+            return []
+        deadline = time.monotonic() + timeout
+        conflicts = 0
+        while True:
+            try:
+                return self._publish_once(batch, ids, routing, suspend, given)
+            except Throttled as exc:
+                if not block or time.monotonic() >= deadline:
+                    raise
+                self._throttle.wait(self._store, exc.hosts, deadline)
+            except AlreadyExists as exc:
+                if not given:
+                    raise
+                # a concurrent publish recorded one of the receipts after our check (its
+                # insert won the unique key): say so as the check would have
+                with self._store.transaction() as conn:
+                    receipts.refuse_received(conn, [(loc, key) for loc, key, _ in given], exc)
+                raise
+            except Conflict:
+                # a concurrent publish created the same convoy instance first (DuckDB
+                # refuses the later commit); nothing was stored, so route again
+                conflicts += 1
+                if conflicts > PUBLISH_CONFLICT_RETRIES:
+                    raise
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(conflicts, 8)))
+
+    def _publish_once(
+        self,
+        batch: list[Message],
+        ids: list[uuid.UUID],
+        routing: RoutingPolicy,
+        suspend: Mapping[int, router.Suspension] | None,
+        given: Sequence[Receipt],
+    ) -> list[Routed]:
+        with self._store.transaction() as conn:
+            now = clock.now(conn)
+            if given:
+                receipts.record(conn, given, ids, now)
+            results, hosts = router.publish(
+                conn,
+                self._store.dialect,
+                batch,
+                ids,
+                policy=routing,
+                publisher=self.publisher,
+                now=now,
+                before_write=self._throttle.check,
+                suspensions=suspend,
+            )
+        self._throttle.added(hosts)
+        return results
+
+    def receipts(self, location: str, keys: Sequence[str]) -> dict[str, list[uuid.UUID]]:
+        if not keys:
+            return {}
+        with self._store.transaction() as conn:
+            return receipts.lookup(conn, location, keys)
+
+    def would_route(self, properties: Mapping[str, object]) -> list[Subscription]:
+        promoted = _promoted(properties)
+        with self._store.transaction() as conn:
+            [rows] = router.route(conn, self._store.dialect, [promoted])
+            return subscriptions.list_subscriptions(conn, ids=[r.sub for r in rows])
+
+    def explain(self, target: uuid.UUID | str | Mapping[str, object]) -> RouteExplanation:
+        message_id: uuid.UUID | None = None
+        with self._store.transaction() as conn:
+            if isinstance(target, Mapping):
+                promoted = _promoted(target)
+            else:
+                try:
+                    message_id = uuid.UUID(str(target))
+                except ValueError as exc:
+                    raise ValidationError(f"{target!r} is not a message id (a UUID)") from exc
+                row = spool.read_context(conn, [message_id]).get(message_id)
+                if row is None:
+                    raise UnknownMessage(f"no message {message_id} in the spool")
+                promoted, _written = decode_context(row.context)
+            subs = subscriptions.list_subscriptions(conn)
+        found = []
+        for sub in subs:
+            why = explain_filter(sub.filter, promoted)
+            routes = why.matched and sub.state is not State.UNENLISTED
+            found.append(SubscriptionExplanation(subscription=sub, routes=routes, filter=why))
+        return RouteExplanation(
+            message_id=message_id, properties=promoted, subscriptions=tuple(found)
+        )
+
+    # --- stored messages ---
+
+    def read_message(self, message_id: uuid.UUID | str) -> StoredMessage:
+        with self._store.transaction() as conn:
+            return spool.read_message(conn, uuid.UUID(str(message_id)))
+
+    def message_summary(self, message_id: uuid.UUID | str) -> MessageSummary:
+        with self._store.transaction() as conn:
+            return spool.describe(conn, uuid.UUID(str(message_id)))
+
+    def read_messages(
+        self, message_ids: Iterable[uuid.UUID | str], max_bytes: int | None
+    ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
+        ids = [uuid.UUID(str(m)) for m in message_ids]
+        with self._store.transaction() as conn:
+            return spool.read_messages(conn, ids, max_bytes=max_bytes)
+
+    def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
+        msg_id = uuid.UUID(str(message_id))
+        with self._store.transaction() as conn:
+            part_id, n = spool.part_fragments(conn, msg_id, part)
+        for seq in range(n):
+            with self._store.transaction() as conn:
+                chunk = spool.fragment(conn, part_id, seq)
+            yield chunk
+
+    def iter_promoted(self, chunk: int) -> Iterator[list[tuple[uuid.UUID, dict[str, Value]]]]:
+        after: uuid.UUID | None = None
+        while True:
+            with self._store.transaction() as conn:
+                page = spool.promoted_page(conn, after, chunk)
+            if not page:
+                return
+            yield page
+            after = page[-1][0]
+
+    def references(self, message_id: uuid.UUID | str) -> int:
+        msg = uuid.UUID(str(message_id))
+        total = 0
+        with self._store.transaction() as conn:
+            for table, sign in ((schema.ref_add, 1), (schema.ref_release, -1)):
+                n = conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(table.c.n), 0)).where(table.c.msg == msg)
+                ).scalar_one()
+                total += sign * int(n)
+        return total

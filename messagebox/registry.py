@@ -1,0 +1,118 @@
+"""The registry of host instances in storage: registration, heartbeats (which extend the
+leases in flight) and the release of dead instances' leases. Every function runs inside
+the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from messagebox import schema
+from messagebox.dialects import Dialect
+from messagebox.models import (
+    InstanceInfo,
+)
+
+
+def register(conn: sa.Connection, info: InstanceInfo) -> None:
+    conn.execute(
+        schema.instance.insert().values(
+            id=info.id,
+            host=info.host,
+            hostname=info.hostname,
+            pid=info.pid,
+            started_at=sa.func.now(),
+            heartbeat_at=sa.func.now(),
+            state=info.state,
+        )
+    )
+
+
+def heartbeat(
+    conn: sa.Connection,
+    dialect: Dialect,
+    owner: str,
+    lease_seconds: float,
+    in_flight: Sequence[int] = (),
+) -> bool:
+    """Prove ``owner`` alive and extend the leases of the entries it has ``in_flight``
+    (only those: an entry whose outcome could not be recorded lapses and is delivered
+    again). False if it was declared dead. Rows another transaction holds (a completion
+    deleting them) are skipped, never waited for: no deadlock with it."""
+    i, q = schema.instance, schema.queue
+    alive = conn.execute(
+        i.update().where(i.c.id == owner).values(heartbeat_at=sa.func.now())
+    ).rowcount
+    if alive and in_flight:
+        mine = sa.and_(q.c.lease_owner == owner, q.c.id.in_(sorted(in_flight)))
+        if dialect.supports_skip_locked:
+            mine = q.c.id.in_(
+                sa.select(q.c.id)
+                .where(mine)
+                .order_by(q.c.id)
+                .with_for_update(skip_locked=True)
+                .scalar_subquery()
+            )
+        conn.execute(q.update().where(mine).values(lease_expires=dialect.now_plus(lease_seconds)))
+    return bool(alive)
+
+
+def unregister(conn: sa.Connection, owner: str) -> int:
+    """Remove an instance; leases it still holds are released (their next delivery is
+    an interrupted one: ``lease_owner`` is kept). Returns how many."""
+    q, i = schema.queue, schema.instance
+    released = conn.execute(
+        q.update()
+        .where(q.c.lease_owner == owner, q.c.lease_expires.is_not(None))
+        .values(lease_expires=None)
+    ).rowcount
+    conn.execute(i.delete().where(i.c.id == owner))
+    return int(released)
+
+
+def instances(conn: sa.Connection, host: str | None = None) -> list[InstanceInfo]:
+    i = schema.instance
+    query = sa.select(i).order_by(i.c.host, i.c.started_at)
+    if host is not None:
+        query = query.where(i.c.host == host)
+    return [
+        InstanceInfo(
+            id=r.id,
+            host=r.host,
+            hostname=r.hostname,
+            pid=r.pid,
+            started_at=r.started_at,
+            heartbeat_at=r.heartbeat_at,
+            state=r.state,
+        )
+        for r in conn.execute(query)
+    ]
+
+
+def release_dead(
+    conn: sa.Connection, dialect: Dialect, host: str, dead_after_seconds: float
+) -> tuple[list[str], int]:
+    """Unregister ``host``'s instances whose heartbeat is stale and release every lease
+    of the host held by an instance that is not alive (dead or unregistered).
+    ``lease_owner`` is kept: the next claim sees the delivery was interrupted.
+    Returns the dead instance ids and the number of leases released."""
+    i, q = schema.instance, schema.queue
+    stale = i.c.heartbeat_at < dialect.now_plus(-dead_after_seconds)
+    dead = list(conn.execute(sa.select(i.c.id).where(i.c.host == host, stale)).scalars())
+    if dead:
+        conn.execute(i.delete().where(i.c.id.in_(dead)))
+    live = sa.select(i.c.id).where(i.c.host == host)
+    released = conn.execute(
+        q.update()
+        .where(
+            q.c.host == host,
+            q.c.lease_expires.is_not(None),
+            q.c.lease_owner.is_not(None),
+            q.c.lease_owner.not_in(live),
+        )
+        .values(lease_expires=None)
+    ).rowcount
+    if released:
+        dialect.notify(conn, [host])
+    return dead, int(released)

@@ -1,0 +1,127 @@
+"""The code's shape, checked: ``python -m tests.structure`` (``make lint`` runs it; so does
+the test suite).
+
+- no module of the packages or benches over ``MAX_MODULE_LINES`` lines;
+- no function over ``MAX_FUNCTION_LINES`` lines (the CLI's argument parser excepted: it is
+  one declaration of every command);
+- no SQL driver or SQLAlchemy above the storage layer: ``hosts/``, ``adapters/`` and
+  ``pipelines/`` name neither ``sqlalchemy``, ``psycopg`` nor ``duckdb``, and neither
+  they nor the front (``MessageBox``, the CLI, the console, the metrics) open a
+  transaction or import a driver;
+- one process clock: no package module but ``messagebox/clock.py`` reads the time of day
+  (``datetime.now``, ``datetime.utcnow``, ``time.time``), so a test can set it for all.
+
+Prints each breach and exits 1; exits 0 when there is none.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("messagebox", "predicates", "hosts", "adapters", "pipelines", "sql", "bench")
+ABOVE_STORAGE = ("hosts", "adapters", "pipelines")
+FRONT = (
+    "messagebox/engine.py",
+    "messagebox/metrics.py",
+    "messagebox/cli",
+    "messagebox/console",
+)
+"""Inside the messagebox package but above the storage layer."""
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+LONG_FUNCTIONS_ALLOWED = {"messagebox/cli/parser.py"}
+DRIVERS = re.compile(r"sqlalchemy|psycopg|duckdb")
+CLOCK = "messagebox/clock.py"
+TIME_OF_DAY = re.compile(r"datetime\.(now|utcnow)\(|time\.time\(\)")
+
+
+def sources(packages: tuple[str, ...] = PACKAGES) -> Iterator[Path]:
+    for package in packages:
+        yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def long_modules() -> list[str]:
+    found = []
+    for path in sources():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    return found
+
+
+def long_functions() -> list[str]:
+    found = []
+    for path in sources():
+        name = path.relative_to(ROOT).as_posix()
+        if name in LONG_FUNCTIONS_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - start + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}(): {lines} lines")
+    return found
+
+
+def driver_mentions() -> list[str]:
+    found = []
+    for path in sources(ABOVE_STORAGE):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if DRIVERS.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    return found
+
+
+def front_reaching_storage() -> list[str]:
+    found = []
+    paths = list(sources(ABOVE_STORAGE))
+    for front in FRONT:
+        target = ROOT / front
+        paths += sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    reaching = re.compile(r"\.transaction\(|^\s*(import|from) (sqlalchemy|psycopg|duckdb)\b")
+    for path in paths:
+        if not path.exists():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if reaching.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: reaches storage: {line.strip()}")
+    return found
+
+
+def clock_reads() -> list[str]:
+    found = []
+    for path in sources(PACKAGES[:-1]):  # the benches time themselves
+        if path.relative_to(ROOT).as_posix() == CLOCK:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if TIME_OF_DAY.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: reads the clock: {line.strip()}")
+    return found
+
+
+def main() -> int:
+    breaches = (
+        long_modules()
+        + long_functions()
+        + driver_mentions()
+        + front_reaching_storage()
+        + clock_reads()
+    )
+    for breach in breaches:
+        print(breach)
+    if not breaches:
+        print(
+            f"no module over {MAX_MODULE_LINES} lines, no function over "
+            f"{MAX_FUNCTION_LINES}, no driver above the storage layer, one process clock"
+        )
+    return 1 if breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

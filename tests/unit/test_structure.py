@@ -1,0 +1,46 @@
+"""The code keeps its shape (tests/structure.py): module and function sizes, no driver
+above the storage layer, one process clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import structure
+
+
+def test_no_module_or_function_is_too_long() -> None:
+    assert structure.long_modules() == []
+    assert structure.long_functions() == []
+
+
+def test_nothing_above_the_storage_layer_names_a_driver_or_opens_a_transaction() -> None:
+    assert structure.driver_mentions() == []
+    assert structure.front_reaching_storage() == []
+
+
+def test_only_the_clock_module_reads_the_time_of_day() -> None:
+    assert structure.clock_reads() == []
+
+
+def test_the_checks_find_what_they_look_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for package in ("hosts", "messagebox"):
+        (tmp_path / package).mkdir()
+    body = "\n".join(f"    x = {n}" for n in range(structure.MAX_FUNCTION_LINES))
+    (tmp_path / "hosts" / "bad.py").write_text(
+        f"import sqlalchemy\n\n\ndef long():\n{body}\n    return datetime.now(UTC)\n"
+        + "\n" * structure.MAX_MODULE_LINES
+    )
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    assert structure.long_modules() == [f"hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines"]
+    assert structure.long_functions() == [
+        f"hosts/bad.py:4 long(): {structure.MAX_FUNCTION_LINES + 2} lines"
+    ]
+    assert [b.split(": ")[0] for b in structure.driver_mentions()] == ["hosts/bad.py:1"]
+    assert [b.split(": ")[0] for b in structure.front_reaching_storage()] == ["hosts/bad.py:1"]
+    assert [b.split(": ")[0] for b in structure.clock_reads()] == [
+        f"hosts/bad.py:{structure.MAX_FUNCTION_LINES + 5}"
+    ]
