@@ -265,7 +265,7 @@ def test_events_are_stamped_by_the_database_clock_not_the_process_s(
 def test_a_fired_timeout_dropped_by_its_completed_instance_ends_its_history(
     tracked_box: MessageBox,
 ) -> None:
-    from messagebox import instances
+    from messagebox import service_instances
 
     box = tracked_box
     sub = box.subscription("orders")
@@ -279,13 +279,16 @@ def test_a_fired_timeout_dropped_by_its_completed_instance_ends_its_history(
                 name="payment", due_at=past, created_at=past,
             )
         )  # fmt: skip
-        instances.fire_timers(conn, box.store.dialect, "h", datetime.now(UTC))
+        service_instances.fire_timers(conn, box.store.dialect, "h", datetime.now(UTC))
     [entry] = box.queue_depth()
     assert entry.depth == 1
     # When the instance completes before consuming it
     with box.store.transaction() as conn:
         assert (
-            instances.complete(conn, box.store.dialect, {"i-1": "orders"}, datetime.now(UTC)) == 0
+            service_instances.complete(
+                conn, box.store.dialect, {"i-1": "orders"}, datetime.now(UTC)
+            )
+            == 0
         )
     # Then the timeout's history ends terminated, saying why, and nothing is left of it
     [event] = box.tracked(event="terminated")
