@@ -73,13 +73,16 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy, so that ``predicates`` can import ``messagebox.errors`` without a cycle.
-    if name in _LAZY:
-        import importlib
+if not TYPE_CHECKING:  # type checkers see the imports above, so a misspelt name fails
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'messagebox' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        # Lazy, so that ``predicates`` can import ``messagebox.errors`` without importing
+        # the engine (which imports ``predicates``).
+        if name in _LAZY:
+            import importlib
+
+            return getattr(importlib.import_module(_LAZY[name]), name)
+        raise AttributeError(f"module 'messagebox' has no attribute {name!r}")
 
 
 __all__ = [

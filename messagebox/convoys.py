@@ -14,10 +14,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from messagebox import schema
-from messagebox.errors import Conflict
+from messagebox.dialects.base import Dialect
 from messagebox.ids import uuid7
 from messagebox.properties import Value, family, sql_key
 
@@ -41,39 +40,30 @@ def correlation_key(names: Sequence[str], props: Mapping[str, Value]) -> str:
 
 
 def resolve_convoys(
-    conn: sa.Connection, wanted: Sequence[tuple[str, str]], now: datetime
+    conn: sa.Connection, dialect: Dialect, wanted: Sequence[tuple[str, str]], now: datetime
 ) -> dict[tuple[str, str], str]:
     """The running instance id for each (service, key), created when there is none.
 
     Existing rows are only read (publishers of one convoy do not write the same row).
-    Missing ones are inserted with ``ON CONFLICT DO NOTHING`` and read again: on
-    PostgreSQL a concurrent creator of the same key makes the insert wait for it, and
-    the second read sees its instance; on DuckDB the insert or the commit fails with
-    :class:`Conflict` and the publish is retried.
+    Missing ones are inserted unless there (:meth:`Dialect.insert_new`) and read again:
+    on PostgreSQL a concurrent creator of the same key makes the insert wait for it,
+    and the second read sees its instance; on DuckDB the insert or the commit fails with
+    :class:`~messagebox.errors.Conflict` and the publish is retried.
     """
     c = schema.convoy
     found = find_convoys(conn, wanted)
     missing = sorted(set(wanted) - set(found))
     for start in range(0, len(missing), _CHUNK):
         chunk = missing[start : start + _CHUNK]
-        stmt = (
-            pg_insert(c)
-            .values(
-                [
-                    {"service": s, "key": k, "instance_id": str(uuid7()), "created_at": now}
-                    for s, k in chunk
-                ]
-            )
-            .on_conflict_do_nothing(index_elements=[c.c.service, c.c.key])
+        dialect.insert_new(
+            conn,
+            c,
+            [
+                {"service": s, "key": k, "instance_id": str(uuid7()), "created_at": now}
+                for s, k in chunk
+            ],
+            [c.c.service, c.c.key],
         )
-        try:
-            conn.execute(stmt)
-        except sa.exc.DBAPIError as exc:
-            # DuckDB: a concurrent transaction committed the same key after this one
-            # began, so ON CONFLICT cannot see it
-            if "Duplicate key" in str(exc.orig):
-                raise Conflict(f"duckdb: convoy created concurrently: {exc.orig}") from exc
-            raise
         found.update(find_convoys(conn, chunk))
     return found
 

@@ -83,12 +83,13 @@ def route(
         for row in dialect.route(conn, stage(promoted)):
             per_message[row.msg].append(row)
     if now is not None:
-        _correlate(conn, per_message, promoted, now)
+        _correlate(conn, dialect, per_message, promoted, now)
     return per_message
 
 
 def _correlate(
     conn: sa.Connection,
+    dialect: Dialect,
     per_message: list[list[RouteRow]],
     promoted: Sequence[Mapping[str, Value]],
     now: datetime,
@@ -109,7 +110,7 @@ def _correlate(
     if not keys:
         return
     existing = find_convoys(conn, sorted(set(keys.values())))
-    made = resolve_convoys(conn, [k for k in first if k not in existing], now)
+    made = resolve_convoys(conn, dialect, [k for k in first if k not in existing], now)
     for i, rows in enumerate(per_message):
         seen: set[str] = set()
         kept: list[RouteRow] = []

@@ -10,6 +10,7 @@ from threading import Event
 from typing import Any, ClassVar, NamedTuple
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert  # DuckDB speaks it too
 
 import sql
 from messagebox import notify
@@ -116,6 +117,18 @@ class Dialect:
     ) -> None:
         """Bulk-insert rows given as equal-length columns."""
         raise NotImplementedError
+
+    def insert_new(
+        self,
+        conn: sa.Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        key: Sequence[sa.Column[Any]],
+    ) -> None:
+        """Insert the rows whose ``key`` is not in the table yet (``ON CONFLICT DO
+        NOTHING``); a key a concurrent transaction inserts meanwhile raises
+        :class:`~messagebox.errors.Conflict` where the dialect cannot wait for it."""
+        conn.execute(pg_insert(table).values(list(rows)).on_conflict_do_nothing(index_elements=key))
 
     def serial(self) -> AbstractContextManager[Any]:
         """Held around a transaction that must not interleave with another in this process."""

@@ -189,6 +189,22 @@ class DuckDBDialect(Dialect):
         """The in-process lock (one per database file) for work that must not interleave."""
         return self._lock
 
+    def insert_new(
+        self,
+        conn: sa.Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        key: Sequence[sa.Column[Any]],
+    ) -> None:
+        try:
+            super().insert_new(conn, table, rows, key)
+        except sa.exc.DBAPIError as exc:
+            # a concurrent transaction committed the same key after this one began, so
+            # ON CONFLICT cannot see it: the caller's transaction must start again
+            if "Duplicate key" in str(exc.orig):
+                raise Conflict(f"duckdb: {table.name} written concurrently: {exc.orig}") from exc
+            raise
+
     def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
         text = str(getattr(exc, "orig", None) or exc)
         if "Could not set lock on file" in text or "Conflicting lock" in text:
