@@ -148,7 +148,7 @@ class HttpReceive(ReceiveAdapter):
         parse_options(url, {}, options, query=parts.query)
         if not parts.hostname:
             raise ValidationError(f"{url}: an HTTP receive URL needs a host to bind")
-        self.bind = (parts.hostname, parts.port or 80)
+        self.bind = (parts.hostname, 80 if parts.port is None else parts.port)  # 0: any free port
         self.path = parts.path or "/"
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

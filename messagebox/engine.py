@@ -78,6 +78,11 @@ class MessageBox:
     def url(self) -> URL:
         return self.store.url
 
+    @property
+    def publisher(self) -> str:
+        """What this process's publications name as their publisher."""
+        return self.messages.publisher
+
     def close(self) -> None:
         """Release the database connections."""
         self.store.close()

@@ -26,9 +26,11 @@ with the virtualenv's ``bin`` first on ``PATH`` (its ``messagebox`` command),
 terminal shows). The working folder and exported variables carry over from one command
 to the next, across the document's blocks, as in one terminal; ``MESSAGEBOX_URL`` is
 unset at the start. Each command must exit 0: a sample that shows a failure does so
-with ``; echo "exit $?"``. One exception: ``messagebox spark …`` commands run in this
-process, through :func:`messagebox.cli.main`, on the test session's Spark (a second JVM
-per command would cost 15 s); their output is captured the same way.
+with ``; echo "exit $?"``. One exception: a plain ``messagebox …`` command (one
+command, no pipes, redirections or substitutions, not ``host run`` or ``console``) runs
+in this process, through :func:`messagebox.cli.main`, with the same working folder,
+variables and merged output (a process of its own costs 2 s of imports; ``messagebox
+spark …`` runs on the test session's Spark, where a second JVM would cost 15 s).
 
 **Expected output** is matched line by line: every non-blank expected line must match
 an output line, in order (other output lines may come between). Runs of blanks match
@@ -281,9 +283,11 @@ class Shell:
     state: Path
 
     def run(self, command: str, spark: Any = None) -> tuple[int, str]:
-        argv = _split(command)
+        argv = _split(command.replace("\\\n", " "))  # continued lines are one command
         if argv and argv[0] == "messagebox" and "spark" in argv[1:] and spark is not None:
             return self._in_process(argv, spark)
+        if argv and argv[0] == "messagebox" and _in_process_ok(command, argv):
+            return self._in_process(argv, None)
         script = (
             f"{command}\n__mb_rc=$?\n"
             f'env -0 > "{self.state}/env"; pwd > "{self.state}/cwd"\n'
@@ -321,11 +325,15 @@ class Shell:
                 contextlib.redirect_stdout(out),
                 contextlib.redirect_stderr(out),
             ):
-                code = main([os.path.expandvars(a) for a in argv[1:]])
+                try:
+                    code = main([os.path.expandvars(a) for a in argv[1:]])
+                except SystemExit as exc:  # argparse: --help, or a usage error
+                    code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
         finally:
             os.environ.clear()
             os.environ.update(saved_env)
-            spark.sparkContext.setLogLevel("OFF")  # as the spark fixture has it
+            if spark is not None:
+                spark.sparkContext.setLogLevel("OFF")  # as the spark fixture has it
         return code, out.getvalue()
 
 
@@ -351,6 +359,18 @@ def working_folder(path: Path, spark: Any = None) -> Iterator[None]:
         sys.path.remove(str(path))
         if local_fs is not None:
             local_fs.setWorkingDirectory(before)
+
+
+_SHELL_SYNTAX = re.compile(r"[|&;<>`]|\$\(")
+_LONG_RUNNING = {"run", "console"}
+"""``host run`` and ``console`` serve until stopped: they stay processes of their own."""
+
+
+def _in_process_ok(command: str, argv: list[str]) -> bool:
+    """Whether a ``messagebox`` command can run through :func:`messagebox.cli.main` in
+    this process, as the shell would run it: one command, no shell syntax (pipes,
+    redirections, ``;``, ``&``, substitutions), and not a server."""
+    return not _SHELL_SYNTAX.search(command) and not _LONG_RUNNING & set(argv[1:])
 
 
 def _split(command: str) -> list[str]:

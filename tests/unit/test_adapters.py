@@ -629,3 +629,10 @@ def test_create_mode_and_sends_of_other_threads_are_not_left_to_this_threads_flu
     t.join()
     adapter.flush()
     assert len(synced) == 2
+
+
+def test_an_http_receive_on_port_0_binds_a_free_port_and_a_url_without_one_port_80() -> None:
+    # port 0 asks the OS for a free port (it was taken for "no port", and bound 80)
+    assert HttpReceive("http://127.0.0.1:0/orders").bind == ("127.0.0.1", 0)
+    assert HttpReceive("http://127.0.0.1/orders").bind == ("127.0.0.1", 80)
+    assert HttpReceive("http://127.0.0.1:8081/orders").bind == ("127.0.0.1", 8081)
