@@ -221,6 +221,11 @@ class Messages:
             yield chunk
 
     def iter_promoted(self, chunk: int) -> Iterator[list[tuple[uuid.UUID, dict[str, Value]]]]:
+        if type(chunk) is not int or chunk < 1:
+            raise ValidationError(f"chunk must be a positive int, not {chunk!r}")
+        return self._pages(chunk)
+
+    def _pages(self, chunk: int) -> Iterator[list[tuple[uuid.UUID, dict[str, Value]]]]:
         after: uuid.UUID | None = None
         while True:
             with self._store.transaction() as conn:

@@ -192,3 +192,9 @@ def test_a_listing_by_a_known_host_without_entries_is_empty(ready: MessageBox) -
     assert ready.suspended(host="h") == []
     assert ready.queue_depth("h") == []
     assert ready.instances("h") == []
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 1.5, "10"])
+def test_reading_the_spool_in_chunks_refuses_a_bad_chunk(box: MessageBox, chunk: object) -> None:
+    with pytest.raises(ValidationError, match="chunk must be a positive int"):
+        box.iter_promoted(chunk)  # type: ignore[arg-type]
