@@ -24,14 +24,25 @@ Workload (deterministic, ``random.Random(seed)``)
     is sized from the subscriptions' exact pass probabilities so that a message matches
     about 10 subscriptions on average whatever N is; the measured average is printed.
 
+Other workloads (``--workloads``; see ``route_workload``): ``mixed`` (in-lists as
+    anchors, prefixes, masks, datetime and int upper bounds, not_exists, !=, OR-ed
+    groups; fan-out 13), ``fanout1`` and ``fanout30``; they run at N=10,000.
+
+The limits beside every figure, measured in the same run (``route_limit``)
+    the write limit: the same rows written with no routing, batches of 1,000, through
+    the store's bulk path into a fresh database; publish+route is printed as a fraction
+    of it. And a single-message publish beside a raw insert of the same rows.
+
 Targets (shown beside the figures)
-    at N=10,000: >= 20,000 msgs/s on DuckDB, >= 10,000 msgs/s on PostgreSQL, >= 100x the
-    naive loop; per backend, throughput(N=100,000) / throughput(N=100) >= 0.5.
+    at N=10,000: publish+route >= 0.6 of the write limit on DuckDB and >= 0.5 on
+    PostgreSQL, on every workload; >= 100x the naive loop; a single-message publish
+    <= 3x the raw insert; per backend, throughput(N=100,000) / throughput(N=100) >= 0.8.
 
 Run it from the project root::
 
     python -m bench.route                       # 20,000 messages, N = 100, 10k, 100k
     python -m bench.route --quick               # smoke run: 3,000 messages, N = 100, 10k
+    python -m bench.route --workloads mixed --sizes 10000
     python -m bench.route --backends duckdb --sizes 100,10000 --messages 5000
     python -m bench.route --profile             # cProfile of DuckDB publish at N=10,000
 
@@ -55,7 +66,7 @@ from collections.abc import Sequence
 from bench.route_profile import run_profile
 from bench.route_report import report
 from bench.route_runs import NaiveResult, RunResult, log, pg_check, run_backend, run_naive
-from bench.route_workload import SEED, Workload, make_workload
+from bench.route_workload import SEED, WORKLOADS, Workload, make_workload
 
 NAIVE_BUDGET_S = 3.0
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -77,6 +88,21 @@ def _backends(text: str) -> list[str]:
     if bad or not names:
         raise argparse.ArgumentTypeError("--backends takes duckdb and/or postgresql")
     return names
+
+
+def _workloads(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [w for w in names if w not in WORKLOADS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"--workloads takes {', '.join(WORKLOADS)}")
+    return names
+
+
+def _plan(workloads: Sequence[str], sizes: Sequence[int]) -> list[tuple[str, int]]:
+    """(workload, N) runs: ``orders`` at every size, the others at N=10,000 (or at the
+    sizes given when 10,000 is not among them)."""
+    other = [10_000] if 10_000 in sizes else list(sizes)
+    return [(w, n) for w in workloads for n in (sizes if w == "orders" else other)]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -101,6 +127,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--profile",
         action="store_true",
         help="only profile DuckDB publish at N=10,000 with cProfile (top 25 cumulative)",
+    )
+    parser.add_argument(
+        "--workloads",
+        type=_workloads,
+        default=list(WORKLOADS),
+        help="comma-separated workloads (default: all; those but orders run at N=10,000)",
     )
     parser.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
     parser.add_argument(
@@ -133,26 +165,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             notes.append(f"PostgreSQL skipped: cannot connect to {args.pg_url}: {why}")
             log(notes[-1])
 
-    works: dict[int, Workload] = {}
-    naives: dict[int, NaiveResult] = {}
+    works: dict[tuple[str, int], Workload] = {}
+    naives: dict[tuple[str, int], NaiveResult] = {}
     results: list[RunResult] = []
-    for n in args.sizes:
+    for name, n in _plan(args.workloads, args.sizes):
         start = time.perf_counter()
-        work = make_workload(n, args.messages, args.seed)
-        works[n] = work
+        work = make_workload(n, args.messages, args.seed, name)
+        works[(name, n)] = work
         log(
-            f"N={n:,}: workload built in {time.perf_counter() - start:.1f}s "
+            f"{name} N={n:,}: workload built in {time.perf_counter() - start:.1f}s "
             f"({work.customers:,} customers, ~{work.expected_matches:.2f} matches/msg expected)"
         )
         naive = run_naive(work, NAIVE_BUDGET_S)
-        naives[n] = naive
-        log(f"N={n:,}: naive {naive.msgs_per_s:,.1f} msgs/s over {naive.sampled:,} messages")
+        naives[(name, n)] = naive
+        log(f"{name} N={n:,}: naive {naive.msgs_per_s:,.1f} msgs/s over {naive.sampled:,} msgs")
         for backend in backends:
             result = run_backend(backend, work, naive, args.pg_url)
             results.append(result)
+            limit = result.limit
             log(
-                f"N={n:,}: {backend}: subscribe {result.subscribe_s:.2f}s, "
+                f"{name} N={n:,}: {backend}: subscribe {result.subscribe_s:.2f}s, "
                 f"{result.msgs_per_s:,.0f} msgs/s, {result.avg_matches:.2f} matches/msg"
+                + (
+                    f"; write limit {limit.msgs_per_s:,.0f} msgs/s; single publish "
+                    f"{limit.publish_p50:.2f} ms vs raw {limit.raw_p50:.2f} ms"
+                    if limit
+                    else ""
+                )
             )
 
     print(report(args.messages, works, naives, results, backends))

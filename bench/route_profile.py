@@ -17,9 +17,9 @@ from bench.route_workload import BATCH, make_workload
 PHASES = (
     ("MessageBox.publish (total)", "engine.py", "publish"),
     ("router.publish", "router.py", "publish"),
-    ("router.route (stage + SQL)", "router.py", "route"),
-    ("  router.stage (Python staging)", "router.py", "stage"),
-    ("  dialect.route (Arrow + routing SQL)", "duckdb.py", "route"),
+    ("router.route (match + convoys)", "router.py", "route"),
+    ("  RoutingIndex.route (catch up + match)", "routing_index.py", "route"),
+    ("  FilterIndex.match (per message)", "index.py", "match"),
     ("ids.allocate", "ids.py", "allocate"),
     ("_Writes.enqueue (Python)", "router.py", "enqueue"),
     ("spool.write_messages (Python + inserts)", "spool.py", "write_messages"),

@@ -9,12 +9,14 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from bench.route_limit import Limit, measure, timed_singles
 from bench.route_workload import BATCH, HOSTS, Workload
 from messagebox.engine import MessageBox
 from messagebox.message import Message
@@ -81,7 +83,7 @@ def pg_check(base_url: str) -> str | None:
 @contextmanager
 def postgresql_url(base_url: str, n: int) -> Iterator[str]:
     """A fresh schema (``search_path`` set through the URL), dropped afterwards."""
-    schema = f"bench_route_{os.getpid()}_{n}"
+    schema = f"bench_route_{os.getpid()}_{n}_{uuid.uuid4().hex[:6]}"
     admin = sa.create_engine(base_url)
     try:
         with admin.begin() as conn:
@@ -108,6 +110,7 @@ def backend_url(backend: str, n: int, pg_url: str) -> Iterator[str]:
 @dataclass(frozen=True)
 class RunResult:
     backend: str
+    workload: str
     n: int
     subscribe_s: float
     messages: int
@@ -115,6 +118,7 @@ class RunResult:
     batch_ms: list[float]
     avg_matches: float
     agree: tuple[int, int] | None  # (messages where SQL routing == naive, messages compared)
+    limit: Limit | None  # the write limit and single-message figures, same run
 
     @property
     def msgs_per_s(self) -> float:
@@ -162,13 +166,22 @@ def log_disagreement(work: Workload, i: int, got: list[int], expected: list[int]
             log(f"  {label}: subscription #{j}: {work.filters[j]}")
 
 
-def run_backend(backend: str, work: Workload, naive: NaiveResult | None, pg_url: str) -> RunResult:
+def run_backend(
+    backend: str, work: Workload, naive: NaiveResult | None, pg_url: str, *, limit: bool = True
+) -> RunResult:
+    singles: list[float] = []
     with backend_url(backend, work.n, pg_url) as url:
         box, subscribe_s, index_of = prepare(url, work)
         try:
             routed, batch_s = timed_publish(box, work.messages)
+            if limit:
+                singles = timed_singles(box, work.messages)
         finally:
             box.close()
+    measured = None
+    if limit:
+        with backend_url(backend, work.n, pg_url) as url:
+            measured = measure(url, work, routed, singles)
     agree = None
     if naive is not None:
         same = 0
@@ -181,6 +194,7 @@ def run_backend(backend: str, work: Workload, naive: NaiveResult | None, pg_url:
         agree = (same, naive.sampled)
     return RunResult(
         backend=backend,
+        workload=work.name,
         n=work.n,
         subscribe_s=subscribe_s,
         messages=len(routed),
@@ -188,6 +202,7 @@ def run_backend(backend: str, work: Workload, naive: NaiveResult | None, pg_url:
         batch_ms=[s * 1000 for s in batch_s],
         avg_matches=sum(len(r.subscriptions) for r in routed) / max(1, len(routed)),
         agree=agree,
+        limit=measured,
     )
 
 

@@ -1,5 +1,13 @@
-"""The workload of ``bench.route``: generated messages and subscriptions, with the
-customer space sized so that a message matches about 10 subscriptions whatever N is.
+"""The workloads of ``bench.route``: generated messages and subscriptions, with the
+customer space sized so that a message matches a set number of subscriptions (its
+fan-out) whatever N is.
+
+- ``orders``: customer equality with a range, an exists, a second equality or nothing,
+  some as two OR-ed groups, and a dozen broad ones; fan-out 10;
+- ``mixed``: the operators ``orders`` barely uses: ``in`` lists of customers as the
+  anchor, prefixes, bit masks, datetime upper bounds, ``not_exists``, ``!=``, ``<=`` and
+  OR-ed groups mixing ranges with ``in``; fan-out 13;
+- ``fanout1`` and ``fanout30``: ``orders`` with a fan-out of 1 and of 30.
 """
 
 from __future__ import annotations
@@ -141,8 +149,53 @@ def customer_template(rng: random.Random) -> tuple[Template, float]:
     ), p_either
 
 
+def mixed_template(rng: random.Random) -> tuple[Callable[[list[str]], Expr], float, int]:
+    """A filter over the operators ``orders`` barely uses, as a function of the customer
+    ids it names; its pass probability given that a named customer matches; and how
+    many customers it names."""
+    c = P("orders.Customer")
+    kind = rng.random()
+    if kind < 0.15:  # an in-list of three customers, with a prefix
+        return (lambda ids: c.in_(ids) & P("orders.Region").prefix("EU")), 4 / len(REGIONS), 3
+    if kind < 0.28:  # a bit mask
+        mask = rng.choice((0x0F, 0x30, 0x81))
+        p_mask = 1.0 - 0.5 ** bin(mask).count("1")
+        return (lambda ids: (c == ids[0]) & P("orders.Flags").bitwise_and(mask)), p_mask, 1
+    if kind < 0.40:  # a datetime upper bound
+        when = datetime(2024, rng.randint(2, 12), 1, tzinfo=UTC)
+        p_when = 1.0 - _p_placed_ge(when)
+        return (lambda ids: (c == ids[0]) & (P("orders.Placed") < when)), p_when, 1
+    if kind < 0.52:  # not_exists
+        return (lambda ids: (c == ids[0]) & P("orders.Rush").not_exists()), 1 - RUSH_PRESENT, 1
+    if kind < 0.66:  # a range OR an in-list
+        t = float(rng.choice((2_500, 5_000, 9_000)))
+        p_either = 1.0 - (1.0 - _p_total_gt(t)) * (1.0 - 2 / len(CHANNELS))
+        return (
+            (
+                lambda ids: (
+                    ((c == ids[0]) & (P("orders.Total") >= t))
+                    | ((c == ids[0]) & P("orders.Channel").in_(["edi", "phone"]))
+                )
+            ),
+            p_either,
+            1,
+        )
+    if kind < 0.78:  # not-equal
+        return (lambda ids: (c == ids[0]) & (P("orders.Channel") != "web")), 0.8, 1
+    if kind < 0.90:  # an int upper bound
+        q = rng.choice((10, 50, 90))
+        return (lambda ids: (c == ids[0]) & (P("orders.Qty") <= q)), q / QTY_MAX, 1
+    digit = str(rng.randrange(10))  # a prefix on a second property
+    return (lambda ids: (c == ids[0]) & P("orders.Sku").prefix(f"SKU-{digit}")), 0.1, 1
+
+
+WORKLOADS = {"orders": 10.0, "mixed": 13.0, "fanout1": 1.0, "fanout30": 30.0}
+"""Each workload and the matches a message has on average (its fan-out)."""
+
+
 @dataclass(frozen=True)
 class Workload:
+    name: str
     n: int
     customers: int
     expected_matches: float
@@ -153,28 +206,43 @@ class Workload:
     properties: list[dict[str, object]]  # the raw properties of ``messages``
 
 
-def make_workload(n: int, n_messages: int, seed: int) -> Workload:
+def _first(template: Template) -> Callable[[list[str]], Expr]:
+    return lambda ids: template(ids[0])
+
+
+def make_workload(n: int, n_messages: int, seed: int, name: str = "orders") -> Workload:
     """N subscriptions and the messages to publish, the same for every backend."""
-    rng = random.Random(f"{seed}:subscriptions:{n}")
+    target = WORKLOADS[name]
+    tag = "" if name == "orders" else f":{name}"  # orders draws as it always did
+    rng = random.Random(f"{seed}:subscriptions:{n}{tag}")
     broad = broad_subscriptions()[: max(0, n // 8)]  # tiny N stay mostly customer-anchored
-    templates = [customer_template(rng) for _ in range(n - len(broad))]
     broad_p = sum(p for _, p in broad)
-    customer_p = sum(p for _, p in templates)
-    customers = max(1, round(customer_p / max(TARGET_MATCHES - broad_p, 0.1)))
-    exprs = [e for e, _ in broad] + [t(customer_id(rng.randrange(customers))) for t, _ in templates]
+    # each template: a filter of the customer ids it names, its pass probability, how many
+    if name == "mixed":
+        templates = [mixed_template(rng) for _ in range(n - len(broad))]
+    else:
+        templates = [
+            (_first(t), p, 1) for t, p in (customer_template(rng) for _ in range(n - len(broad)))
+        ]
+    customer_p = sum(p * k for _, p, k in templates)
+    customers = max(1, round(customer_p / max(target - broad_p, 0.1)))
+    exprs = [e for e, _ in broad] + [
+        t([customer_id(rng.randrange(customers)) for _ in range(k)]) for t, _, k in templates
+    ]
     specs = [
         {"service": f"svc-{i % 997:03d}", "host": HOSTS[i % len(HOSTS)], "filter": e}
         for i, e in enumerate(exprs)
     ]
     filters = [to_filter(e) for e in exprs]
 
-    mrng = random.Random(f"{seed}:messages:{n}")
+    mrng = random.Random(f"{seed}:messages:{n}{tag}")
     props = [make_properties(mrng, customers) for _ in range(BATCH + n_messages)]
     built = [
         Message(f'<order n="{i}" customer="{p["orders.Customer"]}"/>'.encode(), promoted=p)
         for i, p in enumerate(props)
     ]
     return Workload(
+        name=name,
         n=n,
         customers=customers,
         expected_matches=broad_p + customer_p / customers,

@@ -224,6 +224,7 @@ class Catalog:
                 raise UnknownSubscription(f"service {service!r} has no subscription")
             ids = [s.id for s in subs]
             suspension.hold(conn, ids, new)
+            subscriptions.changed(conn, self._store.dialect, ids)
             if new is State.UNENLISTED:
                 suspension.suspend_waiting(conn, self._store.dialect, ids, SERVICE_UNENLISTED)
             elif new is State.STARTED:

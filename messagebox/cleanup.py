@@ -8,7 +8,8 @@
 3. The reference logs are summed per message. A message whose references sum to zero,
    and that no queue or suspended entry names, is deleted with its log rows; a part is
    deleted when no message uses it any more.
-4. Receive-location receipts and tracked events past their retention are trimmed.
+4. Receive-location receipts and tracked events past their retention are trimmed, and
+   so are routing versions behind the newest thousand.
 
 Why it is safe while others publish and deliver: a message's references only reach
 zero when its last entry is completed or terminated, and nothing adds a reference to
@@ -49,6 +50,9 @@ class CleanupReport:
     """Receive-location receipts older than the retention, trimmed."""
     tracking_events: int = 0
     """Tracked events older than the tracking retention, trimmed."""
+    routing_versions: int = 0
+    """Routing-version rows behind the newest :data:`~messagebox.subscriptions.VERSIONS_KEPT`,
+    trimmed (a routing index further behind than that loads every subscription again)."""
     skipped: bool = False
     """Another cleanup held the lock (PostgreSQL); this run did nothing."""
     seconds: float = 0.0
@@ -169,6 +173,7 @@ def run(
         report.receipts = conn.execute(
             r.delete().where(r.c.received_at < store.dialect.now_plus(-receipt_retention_seconds))
         ).rowcount
+        report.routing_versions = subscriptions.prune_versions(conn)
     with store.transaction() as conn:
         retention = tracking.read_settings(conn).retention
         report.tracking_events = tracking.trim(conn, store.dialect, retention)

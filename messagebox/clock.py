@@ -43,14 +43,21 @@ _KEY = "mb_clock"
 """``conn.info`` key: the transaction's time, once read (``Store.transaction`` sets it)."""
 
 
-def begin(conn: sa.Connection) -> None:
+_SAME_MACHINE = "mb_clock_same_machine"
+"""``conn.info`` key: true when the database runs in this process (DuckDB), so that its
+clock is this machine's and the time is read here, without a statement."""
+
+
+def begin(conn: sa.Connection, *, same_machine: bool = False) -> None:
     """Start caching the time for a store transaction (``Store.transaction`` calls it)."""
     conn.info[_KEY] = None
+    conn.info[_SAME_MACHINE] = same_machine
 
 
 def end(conn: sa.Connection) -> None:
     """Forget the transaction's time."""
     conn.info.pop(_KEY, None)
+    conn.info.pop(_SAME_MACHINE, None)
 
 
 def utc(at: datetime) -> datetime:
@@ -62,7 +69,10 @@ def now(conn: sa.Connection) -> datetime:
     """The database's time for this transaction, in UTC."""
     at: datetime | None = conn.info.get(_KEY)
     if at is None:
-        at = utc(conn.execute(sa.select(sa.func.now())).scalar_one())
+        if conn.info.get(_SAME_MACHINE):
+            at = system_time()  # the database's clock is this machine's
+        else:
+            at = utc(conn.execute(sa.select(sa.func.now())).scalar_one())
         if _KEY in conn.info:
             conn.info[_KEY] = at
     return at

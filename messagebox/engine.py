@@ -58,7 +58,11 @@ class MessageBox:
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
     or ``postgresql+psycopg://user@host/db``. The schema is created on first open
     (``create=False`` refuses a database without it instead). ``publisher`` names this
-    process in routing-failure reports.
+    process in routing-failure reports. ``router`` picks how a publish finds its
+    subscriptions: ``"index"`` (the default) matches in memory, against this process's
+    copy of the subscriptions, kept current through a routing version in the database;
+    ``"sql"`` runs the set-based routing statement in the database instead (same
+    results; slower, no memory held).
     """
 
     def __init__(
@@ -67,8 +71,9 @@ class MessageBox:
         *,
         publisher: str | None = None,
         create: bool = True,
+        router: str = "index",
     ) -> None:
-        self.store = Store(url, create=create)
+        self.store = Store(url, create=create, router=router)
         """The storage layer under this box (for the engine's own parts and tests)."""
         self.catalog = Catalog(self.store)
         self.messages = Messages(self.store, publisher or f"{socket.gethostname()}:{os.getpid()}")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 
 import sqlalchemy as sa
 
 from messagebox.schema import ID_BLOCK, block_seq
+
+_BLOCKS = "mb_id_blocks"
+"""``conn.info`` key: the :class:`Blocks` a transaction takes its ids from, if any."""
 
 
 def uuid7() -> uuid.UUID:
@@ -21,12 +25,59 @@ def uuid7() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+class Blocks:
+    """The rest of the last id block one process took, handed out in order.
+
+    For a database only this process opens (DuckDB): ids stay increasing in the order
+    they are handed out, and a publish needs no statement for them. Sequence values are
+    not given back on rollback, so a block is never handed out twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0
+        self._end = 0
+
+    def take(self, conn: sa.Connection, n: int) -> list[int]:
+        ids: list[int] = []
+        with self._lock:
+            while len(ids) < n:
+                if self._next >= self._end:
+                    self._next = _block(conn)
+                    self._end = self._next + ID_BLOCK
+                take = min(n - len(ids), self._end - self._next)
+                ids.extend(range(self._next, self._next + take))
+                self._next += take
+        return ids
+
+
+_SHARED: dict[str, Blocks] = {}
+_SHARED_GUARD = threading.Lock()
+
+
+def blocks_for(database: str) -> Blocks:
+    """The one :class:`Blocks` of a database in this process."""
+    with _SHARED_GUARD:
+        return _SHARED.setdefault(database, Blocks())
+
+
+def begin(conn: sa.Connection, blocks: Blocks | None) -> None:
+    """Take this transaction's ids from ``blocks`` (None: a block per call)."""
+    conn.info[_BLOCKS] = blocks
+
+
+def _block(conn: sa.Connection) -> int:
+    return int(conn.execute(sa.select(block_seq.next_value())).scalar_one()) * ID_BLOCK
+
+
 def allocate(conn: sa.Connection, n: int) -> list[int]:
-    """``n`` fresh ids, taking one sequence value per ``ID_BLOCK`` ids."""
+    """``n`` fresh ids: from the process's block where the transaction has one, else
+    taking one sequence value per ``ID_BLOCK`` ids."""
+    blocks: Blocks | None = conn.info.get(_BLOCKS)
+    if blocks is not None:
+        return blocks.take(conn, n)
     ids: list[int] = []
     while len(ids) < n:
-        block = conn.execute(sa.select(block_seq.next_value())).scalar_one()
-        base = int(block) * ID_BLOCK
+        base = _block(conn)
         take = min(n - len(ids), ID_BLOCK)
         ids.extend(range(base, base + take))
     return ids

@@ -15,9 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema, spool, tracking
+from messagebox import routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
-from messagebox.dialects import Dialect, RouteRow, StagedBatch
+from messagebox.dialects import Dialect, RouteRow, Same, StagedBatch
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.message import Message
@@ -72,17 +72,25 @@ def route(
     *,
     now: datetime | None = None,
 ) -> list[list[RouteRow]]:
-    """The matching subscriptions of each message, in subscription-id order.
+    """The matching subscriptions of each message, in subscription-id order: from the
+    store's in-memory routing index, or with ``MessageBox(router="sql")`` from the
+    routing statement.
 
     With ``now`` (a publish), a match of an activation subscription with a correlation
     is given the running instance of its convoy, created if there is none; a message
     reaches one instance once, through the first subscription that routes it there.
     """
-    per_message: list[list[RouteRow]] = [[] for _ in promoted]
-    if promoted:
+    if not promoted:
+        return []
+    index = routing_index.of(conn)
+    if index is not None:
+        per_message, correlated = index.route(conn, promoted)
+    else:
+        per_message = [[] for _ in promoted]
         for row in dialect.route(conn, stage(promoted)):
             per_message[row.msg].append(row)
-    if now is not None:
+        correlated = True  # _correlate looks
+    if now is not None and correlated:
         _correlate(conn, dialect, per_message, promoted, now)
     return per_message
 
@@ -136,85 +144,74 @@ def _correlate(
         rows[:] = kept
 
 
+_QUEUE_COLUMNS = ("id", "msg", "sub", "host", "priority", "state", "instance_id", "ordered")
+_SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
+
+
 @dataclass
 class _Writes:
-    """Rows a publish writes, gathered as columns."""
+    """Rows a publish writes: queue and suspended entries as row tuples (turned into
+    columns once, at the flush), reference counts as columns. Every row of one publish
+    has the same time, so time and other constant columns are written as one value."""
 
-    queue: dict[str, list[Any]]
-    suspended: dict[str, list[Any]]
+    now: datetime
+    queue: list[tuple[Any, ...]]
+    suspended: list[tuple[Any, ...]]
     refs: dict[str, list[Any]]
 
     @classmethod
-    def empty(cls) -> _Writes:
-        return cls(
-            queue={
-                k: []
-                for k in (
-                    "id",
-                    "msg",
-                    "sub",
-                    "host",
-                    "priority",
-                    "state",
-                    "attempts",
-                    "available_at",
-                    "enqueued_at",
-                    "instance_id",
-                    "ordered",
-                )
-            },
-            suspended={
-                k: []
-                for k in (
-                    "id",
-                    "msg",
-                    "sub",
-                    "host",
-                    "resumable",
-                    "reason",
-                    "error",
-                    "report",
-                    "attempts",
-                    "suspended_at",
-                )
-            },
-            refs={"msg": [], "n": [], "logged_at": []},
-        )
+    def empty(cls, now: datetime) -> _Writes:
+        return cls(now, [], [], {"msg": [], "n": []})
 
-    def enqueue(self, entry_id: int, msg_id: uuid.UUID, row: RouteRow, now: datetime) -> None:
+    def enqueue(self, entry_id: int, msg: uuid.UUID | str, row: RouteRow) -> None:
+        """Queue ``msg`` (its id, or the id's text) for one match."""
         _msg, sub, host, priority, state, _kind, instance_id, ordered, _service, _corr = row
-        q = self.queue
-        q["id"].append(entry_id)
-        q["msg"].append(msg_id)
-        q["sub"].append(sub)
-        q["host"].append(host)
-        q["priority"].append(priority)
-        q["state"].append(_HELD if state == _STOPPED else _READY)
-        q["attempts"].append(0)
-        q["available_at"].append(now)
-        q["enqueued_at"].append(now)
-        q["instance_id"].append(instance_id)
-        q["ordered"].append(bool(ordered))
+        self.queue.append(
+            (
+                entry_id,
+                msg,
+                sub,
+                host,
+                priority,
+                _HELD if state == _STOPPED else _READY,
+                instance_id,
+                bool(ordered),
+            )
+        )
 
     def routed(
         self,
         entry_ids: Iterator[int],
         msg_id: uuid.UUID,
         rows: Sequence[RouteRow],
-        now: datetime,
         suspension: Suspension | None = None,
     ) -> Routed:
         """Queue a message for its matches, and with a suspension also store it
         suspended (one entry more)."""
-        for row in rows:
-            self.enqueue(next(entry_ids), msg_id, row, now)
+        if rows:
+            text = str(msg_id)  # once, not once per entry
+            append = self.queue.append
+            for row, entry_id in zip(rows, entry_ids, strict=False):
+                _msg, sub, host, priority, state, _kind, instance, ordered, _svc, _corr = row
+                append(
+                    (
+                        entry_id,
+                        text,
+                        sub,
+                        host,
+                        priority,
+                        _HELD if state == _STOPPED else _READY,
+                        instance,
+                        bool(ordered),
+                    )
+                )
         subs = tuple(row.sub for row in rows)
         if suspension is None:
-            self.reference(msg_id, len(rows), now)
+            self.reference(msg_id, len(rows))
             return Routed(msg_id, Outcome.ROUTED, subs)
         s = suspension
-        self.suspend(next(entry_ids), msg_id, s.reason, s.error, s.report, now)
-        self.reference(msg_id, len(rows) + 1, now)
+        self.suspend(next(entry_ids), msg_id, s.reason, s.error, s.report)
+        self.reference(msg_id, len(rows) + 1)
         return Routed(msg_id, Outcome.SUSPENDED, subs)
 
     def suspend(
@@ -224,28 +221,24 @@ class _Writes:
         reason: str,
         error: str,
         report: Mapping[str, Any] | None,
-        now: datetime,
     ) -> None:
-        s = self.suspended
-        s["id"].append(entry_id)
-        s["msg"].append(msg_id)
-        s["sub"].append(None)
-        s["host"].append(None)
-        s["resumable"].append(False)
-        s["reason"].append(reason)
-        s["error"].append(error)
-        s["report"].append(None if report is None else json.dumps(report, ensure_ascii=False))
-        s["attempts"].append(0)
-        s["suspended_at"].append(now)
+        text = None if report is None else json.dumps(report, ensure_ascii=False)
+        self.suspended.append((entry_id, msg_id, reason, error, text))
 
-    def reference(self, msg_id: uuid.UUID, n: int, now: datetime) -> None:
+    def reference(self, msg_id: uuid.UUID, n: int) -> None:
         self.refs["msg"].append(msg_id)
         self.refs["n"].append(n)
-        self.refs["logged_at"].append(now)
 
     def flush(self, conn: sa.Connection, dialect: Dialect) -> None:
-        q, s = self.queue, self.suspended
-        if q["id"]:
+        now = self.now
+        if self.queue:
+            n = len(self.queue)
+            q: dict[str, Sequence[Any]] = dict(
+                zip(_QUEUE_COLUMNS, zip(*self.queue, strict=True), strict=True)
+            )
+            q["attempts"] = Same(0, n)
+            q["available_at"] = Same(now, n)
+            q["enqueued_at"] = Same(now, n)
             dialect.insert(conn, schema.queue, q)
             tracking.record(
                 conn,
@@ -256,13 +249,25 @@ class _Writes:
                 hosts=q["host"],
                 entries=q["id"],
             )
-        if s["id"]:
+        if self.suspended:
+            n = len(self.suspended)
+            s: dict[str, Sequence[Any]] = dict(
+                zip(_SUSPENDED_COLUMNS, zip(*self.suspended, strict=True), strict=True)
+            )
+            s.update(
+                sub=Same(None, n),
+                host=Same(None, n),
+                resumable=Same(False, n),
+                attempts=Same(0, n),
+                suspended_at=Same(now, n),
+            )
             dialect.insert(conn, schema.suspended, s)
             tracking.record(
                 conn, dialect, tracking.SUSPENDED, s["msg"], entries=s["id"], details=s["reason"]
             )
         if self.refs["msg"]:
-            dialect.insert(conn, schema.ref_add, self.refs)
+            refs = dict(self.refs, logged_at=Same(now, len(self.refs["msg"])))
+            dialect.insert(conn, schema.ref_add, refs)
 
 
 @dataclass(frozen=True)
@@ -326,12 +331,12 @@ def publish(
     ]
     n_entries = sum(len(matches[i]) + (i in forced or not matches[i]) for i in keep)
     entry_ids = iter(allocate(conn, n_entries)) if n_entries else iter(())
-    writes = _Writes.empty()
+    writes = _Writes.empty(now)
     results = []
     for i, rows in enumerate(matches):
         msg_id = ids[i]
         if i in forced or rows:
-            results.append(writes.routed(entry_ids, msg_id, rows, now, forced.get(i)))
+            results.append(writes.routed(entry_ids, msg_id, rows, forced.get(i)))
         elif policy is RoutingPolicy.SUSPEND:
             report = failure_report(messages[i].promoted, publisher, now)
             writes.suspend(
@@ -340,9 +345,8 @@ def publish(
                 ROUTING_FAILURE,
                 "the message matched no subscription",
                 report,
-                now,
             )
-            writes.reference(msg_id, 1, now)
+            writes.reference(msg_id, 1)
             results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
         else:
             results.append(Routed(msg_id, Outcome.DROPPED, ()))
@@ -381,15 +385,15 @@ def reroute(
     contexts = spool.read_context(conn, [r.msg for r in rows])
     promoted = [decode_context(contexts[r.msg].context)[0] for r in rows]
     matches = route(conn, dialect, promoted, now=now)
-    writes = _Writes.empty()
+    writes = _Writes.empty(now)
     done: dict[int, tuple[int, ...]] = {}
     routed = [(r, m) for r, m in zip(rows, matches, strict=True) if m]
     new_ids = iter(allocate(conn, sum(len(m) for _, m in routed))) if routed else iter(())
     releases: dict[str, list[Any]] = {"msg": [], "n": [], "logged_at": []}
     for row, m in routed:
         for match in m:
-            writes.enqueue(next(new_ids), row.msg, match, now)
-        writes.reference(row.msg, len(m), now)
+            writes.enqueue(next(new_ids), row.msg, match)
+        writes.reference(row.msg, len(m))
         releases["msg"].append(row.msg)
         releases["n"].append(1)
         releases["logged_at"].append(now)
@@ -413,10 +417,10 @@ def enqueue_direct(
     (a timeout for its service instance). Returns the entries queued per host."""
     if not items:
         return Counter()
-    writes = _Writes.empty()
+    writes = _Writes.empty(now)
     for (msg_id, _, target), entry_id in zip(items, allocate(conn, len(items)), strict=True):
-        writes.enqueue(entry_id, msg_id, target, now)
-        writes.reference(msg_id, 1, now)
+        writes.enqueue(entry_id, msg_id, target)
+        writes.reference(msg_id, 1)
     spool.write_messages(conn, dialect, [(m, msg) for m, msg, _ in items], now, publisher)
     tracking.record(
         conn,

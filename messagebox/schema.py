@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 metadata = sa.MetaData()
 
@@ -144,6 +144,18 @@ group_pred = sa.Table(
 )
 sa.Index("mb_group_pred_grp", group_pred.c.grp)
 sa.Index("mb_group_pred_pred", group_pred.c.pred)
+
+routing_change = sa.Table(
+    "mb_routing_change",
+    metadata,
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("sub", sa.BigInteger, nullable=False),
+    sa.Column("changed_at", Stamp, nullable=False),
+)
+"""The subscriptions each routing version changed (added, removed, or a state change).
+Versions are consecutive and commit in order (written under the subscription lock), so a
+process's in-memory routing index catches up by reading the rows after its version."""
+sa.Index("mb_routing_change_version", routing_change.c.version)
 
 spool = sa.Table(
     "mb_spool",
@@ -398,6 +410,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             # waiting entries start with no charge (a failing one gets its attempts again)
         ),
     ),
+    "7": ("8", ()),  # mb_routing_change is created; routing indexes start from a full load
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

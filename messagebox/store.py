@@ -12,11 +12,21 @@ from contextlib import contextmanager, nullcontext
 
 import sqlalchemy as sa
 
-from messagebox import clock, metrics, notify, schema, tracking
+from messagebox import clock, ids, metrics, notify, routing_index, schema, tracking
 from messagebox.dialects import Dialect, dialect_for
-from messagebox.errors import BackendUnavailable, MessageBoxError, NoSchema, StorageError
+from messagebox.errors import (
+    BackendUnavailable,
+    MessageBoxError,
+    NoSchema,
+    StorageError,
+    ValidationError,
+)
 
 DEFAULT_URL = "duckdb:///messagebox.duckdb"
+
+ROUTERS = ("index", "sql")
+"""How a publish finds its subscriptions: ``index``, the in-memory routing index (the
+default), or ``sql``, the set-based routing statement in the database."""
 
 URL = sa.URL
 StoreURL = str | sa.URL
@@ -51,7 +61,11 @@ class Store:
     :class:`~messagebox.errors.NoSchema`.
     """
 
-    def __init__(self, url: str | sa.URL | None = None, *, create: bool = True) -> None:
+    def __init__(
+        self, url: str | sa.URL | None = None, *, create: bool = True, router: str = "index"
+    ) -> None:
+        if router not in ROUTERS:
+            raise ValidationError(f"router {router!r} is not one of {', '.join(ROUTERS)}")
         try:
             self.url = sa.make_url(url or DEFAULT_URL)
         except sa.exc.ArgumentError as exc:
@@ -65,6 +79,14 @@ class Store:
         """This process's view of the store's tracking settings (re-read every few s)."""
         self.key = self.dialect.database_key(self.url)
         """Names this database within the process (in-process wake-ups)."""
+        one_process = self.dialect.one_process
+        self.routing = (
+            routing_index.RoutingIndex(self.key if one_process else None)
+            if router == "index"
+            else None
+        )
+        """This process's in-memory routing index (None: publishes route in SQL)."""
+        self._blocks = ids.blocks_for(self.key) if one_process else None
         if self._current():
             return  # no DDL: its table locks would contend with running hosts
         if not create:
@@ -137,21 +159,27 @@ class Store:
                 with self.engine.begin() as conn:
                     notify.take(conn)  # nothing left over from an earlier transaction
                     tracking.begin(conn, self.tracking)
-                    clock.begin(conn)
+                    routing_index.begin(conn, self.routing)
+                    ids.begin(conn, self._blocks)
+                    clock.begin(conn, same_machine=self.dialect.one_process)
                     try:
                         yield conn
                     except BaseException:
                         tracking.discard(conn)
                         notify.take(conn)
+                        routing_index.take_changed(conn)
                         raise
                     finally:
                         clock.end(conn)
                     counts = tracking.committed(conn)  # read now: the commit follows
                     wakes = notify.take(conn)
+                    changed = routing_index.take_changed(conn)
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
+        if changed and self.dialect.one_process:
+            routing_index.committed_change(self.key)
         if counts:
             metrics.apply(counts)  # committed: count it
         if wakes:

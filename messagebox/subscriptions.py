@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import clock, routing_index, schema
 from messagebox.dialects import Dialect
 from messagebox.errors import AlreadyExists, UnknownHost
 from messagebox.ids import allocate
@@ -115,7 +115,44 @@ def subscribe(
     insert_rows(conn, dialect, schema.subscription, subs)
     insert_rows(conn, dialect, schema.group, groups)
     insert_rows(conn, dialect, schema.group_pred, links)
+    changed(conn, dialect, [m.id for m in made])
     return made
+
+
+VERSIONS_KEPT = 1000
+"""Routing versions the cleanup job keeps (a routing index further behind reloads)."""
+
+
+def prune_versions(conn: sa.Connection, keep: int = VERSIONS_KEPT) -> int:
+    """Delete the routing-version rows behind the newest ``keep`` versions."""
+    rc = schema.routing_change
+    last = conn.execute(sa.select(sa.func.max(rc.c.version))).scalar_one()
+    if last is None:
+        return 0
+    return int(conn.execute(rc.delete().where(rc.c.version <= int(last) - keep)).rowcount)
+
+
+def changed(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -> None:
+    """Record one routing version that changes these subscriptions (added, removed or
+    their state set): each process's routing index reloads them from its next publish.
+    Takes the subscription lock, so versions commit in order."""
+    if not sub_ids:
+        return
+    dialect.lock_subscriptions(conn)
+    routing_index.mark_changed(conn)
+    rc = schema.routing_change
+    # scalar_one reads the result to its end: DuckDB refuses other work before that
+    last = conn.execute(sa.select(sa.func.max(rc.c.version))).scalar_one()
+    version = int(last or 0) + 1
+    dialect.insert(
+        conn,
+        rc,
+        {
+            "version": [version] * len(sub_ids),
+            "sub": list(sub_ids),
+            "changed_at": [clock.now(conn)] * len(sub_ids),
+        },
+    )
 
 
 def _check_hosts(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> None:
@@ -294,4 +331,5 @@ def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -
             for table in (*_TABLES.values(),):
                 conn.execute(table.delete().where(table.c.pred.in_(orphans)))
             conn.execute(schema.predicate.delete().where(schema.predicate.c.id.in_(orphans)))
+    changed(conn, dialect, sub_ids)
     return int(removed)

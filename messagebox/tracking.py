@@ -153,7 +153,9 @@ def count(conn: sa.Connection, what: str, labels: Iterable[str]) -> None:
         return
     if state.counts is None:
         state.counts = Counter()
-    state.counts.update((what, label) for label in labels)
+    counts = state.counts
+    for label, n in Counter(labels).items():  # counted in C, then once per label
+        counts[(what, label)] += n
 
 
 def record(

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from itertools import repeat
 from threading import Event
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar, overload
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert  # DuckDB speaks it too
@@ -15,6 +16,36 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert  # DuckDB speaks 
 import sql
 from messagebox import notify
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+
+T = TypeVar("T")
+
+
+class Same(Sequence[T]):
+    """A column of one value repeated ``n`` times, for :meth:`Dialect.insert`: a dialect
+    may write it without a value per row (DuckDB repeats one Arrow scalar)."""
+
+    __slots__ = ("n", "value")
+
+    def __init__(self, value: T, n: int) -> None:
+        self.value = value
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return [self.value] * len(range(*i.indices(self.n)))
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return self.value
+
+    def __iter__(self) -> Iterator[T]:
+        return repeat(self.value, self.n)
 
 
 @dataclass

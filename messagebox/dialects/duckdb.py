@@ -21,14 +21,14 @@ import sqlalchemy as sa
 
 from messagebox import clock
 from messagebox.dialects._ddl import create_all
-from messagebox.dialects.base import Dialect, RouteRow, StagedBatch, route_rows
+from messagebox.dialects.base import Dialect, RouteRow, Same, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
-def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
+def arrow_type(column: sa.Column[Any]) -> pa.DataType:
     t = column.type
     if isinstance(t, sa.BigInteger):
         return pa.int64()
@@ -137,12 +137,15 @@ class DuckDBDialect(Dialect):
         exprs = []
         for col_name, values in columns.items():
             column = table.c[col_name]
-            if isinstance(column.type, sa.Uuid):
-                values = [None if v is None else str(v) for v in values]
-                exprs.append(f"CAST({col_name} AS UUID)")
-            else:
-                exprs.append(col_name)
-            arrays.append(pa.array(values, _arrow_type(column)))
+            uuid = isinstance(column.type, sa.Uuid)
+            exprs.append(f"CAST({col_name} AS UUID)" if uuid else col_name)
+            if isinstance(values, Same):
+                value = str(values.value) if uuid and values.value is not None else values.value
+                arrays.append(pa.repeat(pa.scalar(value, arrow_type(column)), len(values)))
+                continue
+            if uuid:
+                values = [v if v is None or type(v) is str else str(v) for v in values]
+            arrays.append(pa.array(values, arrow_type(column)))
         data = pa.table(arrays, names=list(columns))
         with self._registered(conn, data, f"mb_ins_{table.name}") as name:
             conn.exec_driver_sql(

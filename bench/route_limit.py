@@ -1,0 +1,208 @@
+"""The limits ``bench.route`` measures beside publish, in the same run:
+
+- **write limit**: the rows a publish writes (a spool row, a part and its link, one
+  queue entry per match and the reference count) written with no routing at all, in
+  batches of 1,000 messages, one transaction each, through the store's own bulk path
+  (Arrow ``INSERT … SELECT`` on DuckDB, ``COPY`` on PostgreSQL), into a fresh database
+  of the same schema. The Arrow tables and the COPY text are built before the clock
+  starts: this is what the database can take, not what Python can make.
+- **single-message raw insert**: one message's rows written in one transaction, the
+  way a hand-written publisher would, beside ``publish`` of one message.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+
+from bench.route_workload import BATCH, HOSTS, Workload
+from messagebox import schema
+from messagebox.dialects.duckdb import arrow_type
+from messagebox.engine import MessageBox
+from messagebox.message import Message
+from messagebox.models import Routed
+from messagebox.properties import encode_context
+
+SINGLE_MESSAGES = 200
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The write limit and the single-message figures of one backend and N."""
+
+    messages: int
+    seconds: float
+    raw_single_ms: list[float]
+    publish_single_ms: list[float]
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def raw_p50(self) -> float:
+        return statistics.median(self.raw_single_ms)
+
+    @property
+    def publish_p50(self) -> float:
+        return statistics.median(self.publish_single_ms)
+
+    @property
+    def publish_p99(self) -> float:
+        return statistics.quantiles(self.publish_single_ms, n=100)[98]
+
+
+Columns = dict[str, list[Any]]
+
+
+def _rows(
+    messages: Sequence[Message], routed: Sequence[Routed], ids: Iterator[int], now: datetime
+) -> dict[sa.Table, Columns]:
+    """The rows publishing ``messages`` with these results writes, as columns."""
+    out: dict[sa.Table, Columns] = {
+        schema.spool: {
+            k: [] for k in ("id", "context", "n_parts", "body_part", "published_at", "publisher")
+        },
+        schema.message_part: {k: [] for k in ("msg", "idx", "name", "part")},
+        schema.part: {k: [] for k in ("id", "size", "n_fragments", "data")},
+        schema.queue: {
+            k: []
+            for k in (
+                "id",
+                "msg",
+                "sub",
+                "host",
+                "priority",
+                "state",
+                "attempts",
+                "available_at",
+                "enqueued_at",
+                "instance_id",
+                "ordered",
+            )
+        },
+        schema.ref_add: {"msg": [], "n": [], "logged_at": []},
+    }
+    spool, links, parts = out[schema.spool], out[schema.message_part], out[schema.part]
+    queue, refs = out[schema.queue], out[schema.ref_add]
+    for message, result in zip(messages, routed, strict=True):
+        msg, part = uuid.uuid4(), uuid.uuid4()
+        body = message.parts[message.body_part]
+        data = body.encode() if isinstance(body, str) else bytes(body)  # type: ignore[arg-type]
+        for k, v in zip(
+            spool,
+            (msg, encode_context(message.promoted, {}), 1, message.body_part, now, "raw"),
+            strict=True,
+        ):
+            spool[k].append(v)
+        for k, v in zip(links, (msg, 0, message.body_part, part), strict=True):
+            links[k].append(v)
+        for k, v in zip(parts, (part, len(data), 1, data), strict=True):
+            parts[k].append(v)
+        for sub in result.subscriptions:
+            row = (next(ids), msg, sub, HOSTS[sub % len(HOSTS)], 0, "ready", 0, now, now)
+            for k, v in zip(queue, (*row, None, False), strict=True):
+                queue[k].append(v)
+        for k, v in zip(refs, (msg, len(result.subscriptions), now), strict=True):
+            refs[k].append(v)
+    return out
+
+
+def _copy_text(value: Any) -> str:
+    """One value in PostgreSQL's text COPY format."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, bytes):
+        return "\\\\x" + value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    text = str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
+Prepared = list[tuple[str, Any]]
+"""Per table, the statement and its payload: built before the clock starts."""
+
+
+def _prepare(box: MessageBox, rows: dict[sa.Table, Columns]) -> Prepared:
+    out: Prepared = []
+    for table, columns in rows.items():
+        if not columns["msg" if "msg" in columns else "id"]:
+            continue
+        names = ", ".join(columns)
+        if box.backend == "postgresql":
+            rows_ = zip(*columns.values(), strict=True)
+            lines = ("\t".join(map(_copy_text, row)) + "\n" for row in rows_)
+            out.append((f"COPY {table.name} ({names}) FROM STDIN", "".join(lines).encode()))
+            continue
+        arrays, exprs = [], []
+        for name, values in columns.items():
+            column = table.c[name]
+            if isinstance(column.type, sa.Uuid):
+                values = [None if v is None else str(v) for v in values]
+                exprs.append(f"CAST({name} AS UUID)")
+            else:
+                exprs.append(name)
+            arrays.append(pa.array(values, arrow_type(column)))
+        data = pa.table(arrays, names=list(columns))
+        out.append((f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM ", data))
+    return out
+
+
+def _write(box: MessageBox, prepared: Prepared) -> float:
+    """Write prepared rows in one transaction; the seconds it took."""
+    start = time.perf_counter()
+    with box.store.engine.begin() as conn:
+        raw: Any = conn.connection.driver_connection
+        for i, (statement, payload) in enumerate(prepared):
+            if box.backend == "postgresql":
+                with raw.cursor() as cursor, cursor.copy(statement) as copy:
+                    copy.write(payload)
+            else:
+                raw.register(f"limit_{i}", payload)
+                raw.execute(statement + f"limit_{i}")
+                raw.unregister(f"limit_{i}")
+    return time.perf_counter() - start
+
+
+def measure(
+    url: str, work: Workload, routed: Sequence[Routed], publish_single_ms: list[float]
+) -> Limit:
+    """The write limit and the single-message raw insert, in a fresh database at
+    ``url``; ``routed`` are the publish run's results (their match counts are written)."""
+    now = datetime.now(UTC)
+    ids = iter(range(1, 1 << 62))
+    box = MessageBox(url, publisher="bench.route.limit")
+    try:
+        seconds = 0.0
+        for start in range(0, len(routed), BATCH):
+            end = start + BATCH
+            rows = _rows(work.messages[start:end], routed[start:end], ids, now)
+            seconds += _write(box, _prepare(box, rows))
+        single = [
+            _write(box, _prepare(box, _rows([work.messages[i]], [routed[i]], ids, now))) * 1000
+            for i in range(min(SINGLE_MESSAGES, len(routed)))
+        ]
+    finally:
+        box.close()
+    return Limit(len(routed), seconds, single, publish_single_ms)
+
+
+def timed_singles(box: MessageBox, messages: Sequence[Message]) -> list[float]:
+    """``publish`` of one message at a time, in ms each."""
+    out = []
+    for message in messages[:SINGLE_MESSAGES]:
+        start = time.perf_counter()
+        box.publish([message])
+        out.append((time.perf_counter() - start) * 1000)
+    return out

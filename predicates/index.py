@@ -1,0 +1,352 @@
+"""The in-memory evaluator: many filters compiled into one index, matched per message.
+
+The counting algorithm with anchors, as the SQL and Spark routers run it, in process
+memory: each group of each filter gets an *anchor*, its most selective predicate
+(equality first, then ``in``, prefix, range, mask, exists, ``!=``; a group of only
+``not_exists`` has none), filed under its property in a structure that finds, for one
+value, every anchor that holds without looking at the others:
+
+- ``==`` and each ``in`` member: a hash table keyed by the value (a bool keyed apart
+  from the number it equals in Python);
+- ``prefix``: a hash table of prefixes, probed with the value's first ``n`` characters
+  for each prefix length present;
+- ``> >= < <=``: per family and operator, the bounds in sorted order, so the anchors a
+  value satisfies are one slice found by bisection;
+- ``bitwise_and`` by mask, ``exists`` and ``!=`` by property.
+
+A message's candidate groups are the ones whose anchor holds; each is then verified by
+its remaining predicates, compiled to small closures with the reference semantics
+(:func:`predicates.evaluate.predicate_holds`): an absent property satisfies only
+``not_exists``, values of different families never meet, numbers compare exactly,
+strings by code point. The cost follows the anchors that hold, not the number of
+filters.
+
+A :class:`FilterIndex` is not thread-safe: its owner serialises changes and matches.
+"""
+
+from __future__ import annotations
+
+import operator
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from messagebox.properties import Family, Value, family
+from predicates.model import Filter, Op, Predicate
+
+K = TypeVar("K", bound=Hashable)
+
+Check = Callable[[Mapping[str, Value]], bool]
+
+_FAMILY: dict[type, int] = {
+    str: Family.STR,
+    int: Family.NUM,
+    float: Family.NUM,
+    bool: Family.BOOL,
+    datetime: Family.DATETIME,
+}
+_MISSING = object()
+
+
+def _family(value: Value) -> int:
+    fam = _FAMILY.get(type(value))
+    return int(family(value)) if fam is None else fam
+
+
+def _key(value: Value) -> Hashable:
+    """A hash key that equals another value's key exactly when the reference evaluator
+    calls them equal: ``True == 1`` in Python, but a bool and a number never meet."""
+    return ("bool", value) if type(value) is bool else value
+
+
+_RANK = {
+    Op.EQ: 0,
+    Op.IN: 1,
+    Op.PREFIX: 2,
+    Op.GT: 3,
+    Op.GE: 3,
+    Op.LT: 3,
+    Op.LE: 3,
+    Op.BITWISE_AND: 4,
+    Op.EXISTS: 5,
+    Op.NE: 6,
+}
+
+
+def _anchor(group: tuple[Predicate, ...]) -> Predicate | None:
+    """The group's most selective predicate (None for a group of only ``not_exists``)."""
+    best: tuple[int, int] | None = None
+    found: Predicate | None = None
+    for i, pred in enumerate(group):
+        if pred.op is Op.NOT_EXISTS:
+            continue
+        rank = _RANK[pred.op]
+        if pred.op is Op.EQ and type(pred.value) is bool:
+            rank = 3  # a bool has two values: equality on it selects little
+        if best is None or (rank, i) < best:
+            best, found = (rank, i), pred
+    return found
+
+
+_COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
+    Op.NE: operator.ne,
+    Op.GT: operator.gt,
+    Op.GE: operator.ge,
+    Op.LT: operator.lt,
+    Op.LE: operator.le,
+}
+
+
+def compile_predicate(pred: Predicate) -> Check:
+    """A closure with the reference semantics of one predicate over normalised
+    properties."""
+    name, op, value = pred.property, pred.op, pred.value
+    if op is Op.NOT_EXISTS:
+        return lambda props: name not in props
+    if op is Op.EXISTS:
+        return lambda props: name in props
+    if op is Op.IN or op is Op.EQ:
+        keys = frozenset(_key(v) for v in (value if op is Op.IN else (value,)))
+
+        def member(props: Mapping[str, Value]) -> bool:
+            v = props.get(name, _MISSING)
+            return v is not _MISSING and _key(v) in keys  # type: ignore[arg-type]
+
+        return member
+    if op is Op.BITWISE_AND:
+        mask = int(value)
+
+        def masked(props: Mapping[str, Value]) -> bool:
+            v = props.get(name)
+            return type(v) is int and v & mask != 0
+
+        return masked
+    if op is Op.PREFIX:
+        prefix = str(value)
+
+        def starts(props: Mapping[str, Value]) -> bool:
+            v = props.get(name)
+            return type(v) is str and v.startswith(prefix)
+
+        return starts
+    fam, compare = _family(value), _COMPARE[op]
+
+    def compared(props: Mapping[str, Value]) -> bool:
+        v = props.get(name, _MISSING)
+        return v is not _MISSING and _family(v) == fam and compare(v, value)  # type: ignore[arg-type]
+
+    return compared
+
+
+@dataclass
+class _Bounds:
+    """The range anchors of one (property, family, operator), sorted by bound on demand."""
+
+    by_group: dict[int, Value] = field(default_factory=dict)
+    values: list[Value] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    dirty: bool = False
+
+    def sort(self) -> None:
+        pairs = sorted(self.by_group.items(), key=lambda item: item[1])
+        self.values = [v for _, v in pairs]
+        self.groups = [g for g, _ in pairs]
+        self.dirty = False
+
+
+def _remove(table: dict[Any, set[int]], key: Any, gid: int) -> None:
+    members = table.get(key)
+    if members is not None:
+        members.discard(gid)
+        if not members:
+            del table[key]
+
+
+@dataclass
+class _Anchors:
+    """Every anchor on one property."""
+
+    equal: dict[Hashable, set[int]] = field(default_factory=dict)
+    prefixes: dict[str, set[int]] = field(default_factory=dict)
+    prefix_lengths: list[int] = field(default_factory=list)
+    bounds: dict[tuple[int, Op], _Bounds] = field(default_factory=dict)
+    masks: dict[int, set[int]] = field(default_factory=dict)
+    present: set[int] = field(default_factory=set)
+    not_equal: dict[int, tuple[int, Value]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.equal
+            or self.prefixes
+            or any(b.by_group for b in self.bounds.values())
+            or self.masks
+            or self.present
+            or self.not_equal
+        )
+
+    def file(self, pred: Predicate, gid: int, add: bool) -> None:
+        """File (or with ``add`` false, remove) ``gid`` under its anchor ``pred``."""
+        op, value = pred.op, pred.value
+        if op is Op.EQ or op is Op.IN:
+            for v in value if op is Op.IN else (value,):
+                if add:
+                    self.equal.setdefault(_key(v), set()).add(gid)
+                else:
+                    _remove(self.equal, _key(v), gid)
+        elif op is Op.PREFIX:
+            if add:
+                self.prefixes.setdefault(value, set()).add(gid)
+            else:
+                _remove(self.prefixes, value, gid)
+            self.prefix_lengths = sorted({len(p) for p in self.prefixes})
+        elif op in (Op.GT, Op.GE, Op.LT, Op.LE):
+            bounds = self.bounds.setdefault((_family(value), op), _Bounds())
+            if add:
+                bounds.by_group[gid] = value
+            else:
+                bounds.by_group.pop(gid, None)
+            bounds.dirty = True
+        elif op is Op.BITWISE_AND:
+            if add:
+                self.masks.setdefault(int(value), set()).add(gid)
+            else:
+                _remove(self.masks, int(value), gid)
+        elif op is Op.EXISTS:
+            (self.present.add if add else self.present.discard)(gid)
+        elif op is Op.NE:
+            if add:
+                self.not_equal[gid] = (_family(value), value)
+            else:
+                self.not_equal.pop(gid, None)
+
+    def holding(self, v: Value, out: set[int]) -> None:
+        """Add to ``out`` every group whose anchor on this property holds for ``v``."""
+        found = self.equal.get(_key(v))
+        if found:
+            out.update(found)
+        if self.present:
+            out.update(self.present)
+        if self.prefixes and type(v) is str:
+            n = len(v)
+            for length in self.prefix_lengths:
+                if length > n:
+                    break
+                found = self.prefixes.get(v[:length])
+                if found:
+                    out.update(found)
+        if self.masks and type(v) is int:
+            for mask, gids in self.masks.items():
+                if v & mask:
+                    out.update(gids)
+        if self.bounds:
+            fam = _family(v)
+            for (bound_fam, op), bounds in self.bounds.items():
+                if bound_fam != fam or not bounds.by_group:
+                    continue
+                if bounds.dirty:
+                    bounds.sort()
+                values, groups = bounds.values, bounds.groups
+                if op is Op.GT:  # bound < v
+                    out.update(groups[: bisect_left(values, v)])
+                elif op is Op.GE:  # bound <= v
+                    out.update(groups[: bisect_right(values, v)])
+                elif op is Op.LT:  # bound > v
+                    out.update(groups[bisect_right(values, v) :])
+                else:  # bound >= v
+                    out.update(groups[bisect_left(values, v) :])
+        if self.not_equal:
+            fam = _family(v)
+            for gid, (bound_fam, value) in self.not_equal.items():
+                if bound_fam == fam and v != value:
+                    out.add(gid)
+
+
+class _Group(NamedTuple, Generic[K]):
+    key: K
+    anchor: Predicate | None
+    check: Check | None
+    """Every predicate but the anchor, as one closure (None when there is none)."""
+
+
+def _all(checks: tuple[Check, ...]) -> Check | None:
+    """One closure testing every check (None for none)."""
+    if not checks:
+        return None
+    if len(checks) == 1:
+        return checks[0]
+    if len(checks) == 2:
+        first, second = checks
+        return lambda props: first(props) and second(props)
+
+    def every(props: Mapping[str, Value]) -> bool:
+        return all(check(props) for check in checks)
+
+    return every
+
+
+class FilterIndex(Generic[K]):
+    """Many filters, each under a key, matched against messages together."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, _Group[K]] = {}
+        self._by_key: dict[K, list[int]] = {}
+        self._anchors: dict[str, _Anchors] = {}
+        self._unanchored: set[int] = set()
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def add(self, key: K, filt: Filter) -> None:
+        """Index ``filt`` under ``key`` (replacing what the key held)."""
+        self.remove(key)
+        gids: list[int] = []
+        for group in filt.groups:
+            anchor = _anchor(group.predicates)
+            gid = self._next
+            self._next += 1
+            checks = tuple(compile_predicate(p) for p in group.predicates if p is not anchor)
+            self._groups[gid] = _Group(key, anchor, _all(checks))
+            if anchor is None:
+                self._unanchored.add(gid)
+            else:
+                self._anchors.setdefault(anchor.property, _Anchors()).file(anchor, gid, True)
+            gids.append(gid)
+        self._by_key[key] = gids
+
+    def remove(self, key: K) -> None:
+        """Forget the filter under ``key`` (nothing if there is none)."""
+        for gid in self._by_key.pop(key, ()):
+            group = self._groups.pop(gid)
+            if group.anchor is None:
+                self._unanchored.discard(gid)
+                continue
+            anchors = self._anchors[group.anchor.property]
+            anchors.file(group.anchor, gid, False)
+            if not anchors:
+                del self._anchors[group.anchor.property]
+
+    def update(self, filters: Iterable[tuple[K, Filter]]) -> None:
+        for key, filt in filters:
+            self.add(key, filt)
+
+    def match(self, properties: Mapping[str, Value]) -> set[K]:
+        """The keys of the filters that normalised ``properties`` match."""
+        candidates = set(self._unanchored) if self._unanchored else set()
+        anchors = self._anchors
+        for name, value in properties.items():
+            found = anchors.get(name)
+            if found is not None:
+                found.holding(value, candidates)
+        matched: set[K] = set()
+        groups = self._groups
+        for gid in candidates:
+            key, _anchor, check = groups[gid]
+            if check is None or (key not in matched and check(properties)):
+                matched.add(key)
+        return matched

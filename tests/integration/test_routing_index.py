@@ -1,0 +1,132 @@
+"""The in-memory routing index follows the database: a change made through another
+store (another process, on PostgreSQL) routes from the next publish, a version gap makes
+it load everything again, and a publish never routes against a mix of versions
+(both backends)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from messagebox import Message, MessageBox, subscriptions
+from messagebox.errors import ValidationError
+from messagebox.routing_index import RoutingIndex
+from predicates import P
+
+
+def _index(box: MessageBox) -> RoutingIndex:
+    index = box.store.routing
+    assert index is not None
+    return index
+
+
+def _subs(box: MessageBox, props: dict[str, object]) -> tuple[int, ...]:
+    [routed] = box.publish([Message(b"", promoted=props)], policy="drop")
+    return routed.subscriptions
+
+
+def test_changes_made_through_another_store_route_from_the_next_publish(backend_url: str):
+    with MessageBox(backend_url) as admin, MessageBox(backend_url) as publisher:
+        admin.create_host("h")
+        assert _subs(publisher, {"a.X": 1}) == ()
+        one = admin.subscribe("one", host="h", filter=P("a.X") == 1)
+        assert _subs(publisher, {"a.X": 1}) == (one.id,)
+        two = admin.subscribe("two", host="h", filter=P("a.X") >= 1)
+        assert _subs(publisher, {"a.X": 1}) == (one.id, two.id)
+        # a stopped service still routes (its entries wait, held); an unenlisted one not
+        admin.set_service_state("one", "stopped")
+        assert _subs(publisher, {"a.X": 1}) == (one.id, two.id)
+        assert {d.state for d in publisher.queue_depth("h") if d.subscription == one.id} == {"held"}
+        admin.set_service_state("one", "unenlisted")
+        assert _subs(publisher, {"a.X": 1}) == (two.id,)
+        admin.set_service_state("one", "started")
+        assert _subs(publisher, {"a.X": 1}) == (one.id, two.id)
+        admin.unsubscribe(two.id)
+        assert _subs(publisher, {"a.X": 2}) == ()
+        assert _subs(publisher, {"a.X": 1}) == (one.id,)
+        # caught up change by change: the whole set was loaded once
+        assert _index(publisher).loads == 1
+        assert _index(publisher).version == 6  # two subscribes, three states, one removal
+
+
+def test_a_gap_in_the_versions_loads_every_subscription_again(backend_url: str):
+    with MessageBox(backend_url) as admin, MessageBox(backend_url) as publisher:
+        admin.create_host("h")
+        one = admin.subscribe("one", host="h", filter=P("a.X") == 1)
+        assert _subs(publisher, {"a.X": 1}) == (one.id,)
+        two = admin.subscribe("two", host="h", filter=P("a.X") == 1)
+        three = admin.subscribe("three", host="h", filter=P("a.X") == 1)
+        with admin.store.transaction() as conn:  # versions pruned under the publisher
+            conn.execute(
+                sa.text(
+                    "DELETE FROM mb_routing_change "
+                    "WHERE version < (SELECT max(version) FROM mb_routing_change)"
+                )
+            )
+        assert _subs(publisher, {"a.X": 1}) == (one.id, two.id, three.id)
+        assert _index(publisher).loads == 2
+
+
+def test_a_publish_routes_against_one_version_while_subscriptions_change(backend_url: str):
+    """Each change moves a whole group of three subscriptions from one value to another
+    (remove three, add three, in one transaction): a publish racing the changes sees all
+    three of one group or none, never a part of one."""
+    with MessageBox(backend_url) as admin, MessageBox(backend_url) as publisher:
+        admin.create_host("h")
+        rounds = 15
+        done = threading.Event()
+        seen: list[int] = []
+        errors: list[BaseException] = []
+
+        def publish() -> None:
+            try:
+                while not done.is_set():
+                    seen.append(len(_subs(publisher, {"a.X": 1})))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=publish)
+        thread.start()
+        try:
+            for r in range(rounds):
+                made = admin.subscribe_many(
+                    [
+                        {"service": f"s{r}-{k}", "host": "h", "filter": P("a.X") == 1}
+                        for k in range(3)
+                    ]
+                )
+                if r % 2:  # let some publishes see the group before it goes
+                    wait_until = len(seen) + 2
+                    deadline = time.monotonic() + 30
+                    while len(seen) < wait_until and time.monotonic() < deadline:
+                        done.wait(0.001)
+                admin.unsubscribe(*[s.id for s in made])
+        finally:
+            done.set()
+            thread.join(30)
+        assert not errors
+        assert set(seen) == {0, 3}
+
+
+def test_the_cleanup_job_trims_old_versions_and_a_lagging_index_reloads(backend_url: str):
+    with MessageBox(backend_url) as admin, MessageBox(backend_url) as publisher:
+        admin.create_host("h")
+        first = [admin.subscribe(f"s{i}", host="h", filter=P("a.X") == i) for i in range(3)]
+        assert _subs(publisher, {"a.X": 1}) == (first[1].id,)
+        late = [admin.subscribe(f"t{i}", host="h", filter=P("a.X") == 1) for i in range(2)]
+        # the job keeps the newest thousand versions: here, all of them
+        assert admin.cleanup().routing_versions == 0
+        with admin.store.transaction() as conn:
+            assert subscriptions.prune_versions(conn, keep=1) == 4
+        # the publisher, two versions behind the one kept, loads everything again
+        assert _subs(publisher, {"a.X": 1}) == (first[1].id, *(s.id for s in late))
+        assert _index(publisher).loads == 2
+        assert _index(publisher).version == 5
+
+
+def test_an_unknown_router_is_refused_by_name(duckdb_url: str):
+    with pytest.raises(ValidationError, match="router 'fast' is not one of index, sql"):
+        MessageBox(duckdb_url, router="fast")
