@@ -6,8 +6,9 @@
   (Arrow ``INSERT … SELECT`` on DuckDB, ``COPY`` on PostgreSQL), into a fresh database
   of the same schema. The Arrow tables and the COPY text are built before the clock
   starts: this is what the database can take, not what Python can make.
-- **single-message raw insert**: one message's rows written in one transaction, the
-  way a hand-written publisher would, beside ``publish`` of one message.
+- **single-message raw insert**: one message's rows written in one transaction with
+  parameterised ``INSERT … VALUES`` (on PostgreSQL in one round trip, as a pipeline),
+  beside ``publish`` of one message.
 """
 
 from __future__ import annotations
@@ -175,6 +176,42 @@ def _write(box: MessageBox, prepared: Prepared) -> float:
     return time.perf_counter() - start
 
 
+def _write_one(box: MessageBox, rows: dict[sa.Table, Columns]) -> float:
+    """One message's rows the fastest way a hand-written publisher has: an ``INSERT …
+    VALUES`` with parameters per table, on PostgreSQL all in one round trip (a pipeline)."""
+    statements = []
+    for table, columns in rows.items():
+        n = len(columns["msg" if "msg" in columns else "id"])
+        if not n:
+            continue
+        names = list(columns)
+        if box.backend == "postgresql":
+            slots = ", ".join(["%s"] * len(names))
+        else:
+            slots = ", ".join(
+                "CAST(? AS UUID)" if isinstance(table.c[c].type, sa.Uuid) else "?" for c in names
+            )
+        values = ", ".join([f"({slots})"] * n)
+        params = [
+            str(v) if box.backend == "duckdb" and isinstance(v, uuid.UUID) else v
+            for i in range(n)
+            for v in (columns[c][i] for c in names)
+        ]
+        insert = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {values}"
+        statements.append((insert, params))
+    start = time.perf_counter()
+    with box.store.engine.begin() as conn:
+        raw: Any = conn.connection.driver_connection
+        if box.backend == "postgresql":
+            with raw.pipeline(), raw.cursor() as cursor:
+                for statement, params in statements:
+                    cursor.execute(statement, params)
+        else:
+            for statement, params in statements:
+                raw.execute(statement, params)
+    return time.perf_counter() - start
+
+
 def measure(
     url: str, work: Workload, routed: Sequence[Routed], publish_single_ms: list[float]
 ) -> Limit:
@@ -190,7 +227,7 @@ def measure(
             rows = _rows(work.messages[start:end], routed[start:end], ids, now)
             seconds += _write(box, _prepare(box, rows))
         single = [
-            _write(box, _prepare(box, _rows([work.messages[i]], [routed[i]], ids, now))) * 1000
+            _write_one(box, _rows([work.messages[i]], [routed[i]], ids, now)) * 1000
             for i in range(min(SINGLE_MESSAGES, len(routed)))
         ]
     finally:

@@ -60,6 +60,12 @@ def end(conn: sa.Connection) -> None:
     conn.info.pop(_SAME_MACHINE, None)
 
 
+def seed(conn: sa.Connection, at: datetime) -> None:
+    """The transaction's time, read by another statement (a publish's prelude)."""
+    if _KEY in conn.info and conn.info[_KEY] is None:
+        conn.info[_KEY] = at
+
+
 def utc(at: datetime) -> datetime:
     """``at`` in UTC; a time without a zone (as DuckDB returns) is taken as UTC."""
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

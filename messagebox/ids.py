@@ -11,6 +11,9 @@ import sqlalchemy as sa
 
 from messagebox.schema import ID_BLOCK, block_seq
 
+_SEED = "mb_id_seed"
+"""``conn.info`` key: a sequence value read by another statement, for the next block."""
+
 _BLOCKS = "mb_id_blocks"
 """``conn.info`` key: the :class:`Blocks` a transaction takes its ids from, if any."""
 
@@ -63,9 +66,18 @@ def blocks_for(database: str) -> Blocks:
 def begin(conn: sa.Connection, blocks: Blocks | None) -> None:
     """Take this transaction's ids from ``blocks`` (None: a block per call)."""
     conn.info[_BLOCKS] = blocks
+    conn.info.pop(_SEED, None)
+
+
+def seed(conn: sa.Connection, value: int) -> None:
+    """A sequence value read by another statement: the transaction's next block."""
+    conn.info[_SEED] = value
 
 
 def _block(conn: sa.Connection) -> int:
+    seeded: int | None = conn.info.pop(_SEED, None)
+    if seeded is not None:
+        return seeded * ID_BLOCK
     return int(conn.execute(sa.select(block_seq.next_value())).scalar_one()) * ID_BLOCK
 
 

@@ -141,6 +141,7 @@ class Messages:
         given: Sequence[Receipt],
     ) -> list[Routed]:
         with self._store.transaction() as conn:
+            router.prelude(conn, self._store.dialect)
             now = clock.now(conn)
             if given:
                 receipts.record(conn, given, ids, now)

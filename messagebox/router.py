@@ -15,11 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import routing_index, schema, spool, tracking
+from messagebox import clock, routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
 from messagebox.dialects import Dialect, RouteRow, Same, StagedBatch
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
+from messagebox.ids import seed as seed_ids
 from messagebox.message import Message
 from messagebox.models import (
     ROUTING_FAILURE,
@@ -40,6 +41,18 @@ REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
 _STOPPED = State.STOPPED.value
 _HELD = QueueState.HELD.value
 _READY = QueueState.READY.value
+
+
+def prelude(conn: sa.Connection, dialect: Dialect) -> None:
+    """Read what a publish needs before it routes in one round trip, where the dialect
+    can (PostgreSQL: the time, an id block and the routing versions)."""
+    index = routing_index.of(conn)
+    asked = None if index is None else index.version
+    got = dialect.prelude(conn, asked)
+    if got is not None:
+        clock.seed(conn, got.now)
+        seed_ids(conn, got.block)
+        routing_index.prefetched(conn, asked, got.changes)
 
 
 def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:
@@ -229,17 +242,42 @@ class _Writes:
         self.refs["msg"].append(msg_id)
         self.refs["n"].append(n)
 
-    def flush(self, conn: sa.Connection, dialect: Dialect) -> None:
+    def flush(
+        self,
+        conn: sa.Connection,
+        dialect: Dialect,
+        before: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]] = (),
+    ) -> None:
+        """Insert the rows, after ``before`` (other rows of the same publish), in as few
+        statements as the dialect can."""
         now = self.now
+        writes = list(before)
+        q: dict[str, Sequence[Any]] | None = None
+        s: dict[str, Sequence[Any]] | None = None
         if self.queue:
             n = len(self.queue)
-            q: dict[str, Sequence[Any]] = dict(
-                zip(_QUEUE_COLUMNS, zip(*self.queue, strict=True), strict=True)
-            )
+            q = dict(zip(_QUEUE_COLUMNS, zip(*self.queue, strict=True), strict=True))
             q["attempts"] = Same(0, n)
             q["available_at"] = Same(now, n)
             q["enqueued_at"] = Same(now, n)
-            dialect.insert(conn, schema.queue, q)
+            writes.append((schema.queue, q))
+        if self.suspended:
+            n = len(self.suspended)
+            s = dict(zip(_SUSPENDED_COLUMNS, zip(*self.suspended, strict=True), strict=True))
+            s.update(
+                sub=Same(None, n),
+                host=Same(None, n),
+                resumable=Same(False, n),
+                attempts=Same(0, n),
+                suspended_at=Same(now, n),
+            )
+            writes.append((schema.suspended, s))
+        if self.refs["msg"]:
+            writes.append(
+                (schema.ref_add, dict(self.refs, logged_at=Same(now, len(self.refs["msg"]))))
+            )
+        dialect.insert_many(conn, writes)
+        if q is not None:
             tracking.record(
                 conn,
                 dialect,
@@ -249,25 +287,10 @@ class _Writes:
                 hosts=q["host"],
                 entries=q["id"],
             )
-        if self.suspended:
-            n = len(self.suspended)
-            s: dict[str, Sequence[Any]] = dict(
-                zip(_SUSPENDED_COLUMNS, zip(*self.suspended, strict=True), strict=True)
-            )
-            s.update(
-                sub=Same(None, n),
-                host=Same(None, n),
-                resumable=Same(False, n),
-                attempts=Same(0, n),
-                suspended_at=Same(now, n),
-            )
-            dialect.insert(conn, schema.suspended, s)
+        if s is not None:
             tracking.record(
                 conn, dialect, tracking.SUSPENDED, s["msg"], entries=s["id"], details=s["reason"]
             )
-        if self.refs["msg"]:
-            refs = dict(self.refs, logged_at=Same(now, len(self.refs["msg"])))
-            dialect.insert(conn, schema.ref_add, refs)
 
 
 @dataclass(frozen=True)
@@ -350,14 +373,15 @@ def publish(
             results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
         else:
             results.append(Routed(msg_id, Outcome.DROPPED, ()))
-    spool.write_messages(conn, dialect, [(ids[i], messages[i]) for i in keep], now, publisher)
+    kept = [(ids[i], messages[i]) for i in keep]
+    stored = spool.message_rows(conn, dialect, kept, now, publisher)
     tracking.record(
         conn, dialect, tracking.PUBLISHED, [ids[i] for i in keep], details=[publisher] * len(keep)
     )
     if unrouted:
         outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
         tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
-    writes.flush(conn, dialect)
+    writes.flush(conn, dialect, stored)
     dialect.notify(conn, sorted(hosts))
     return results, hosts
 
@@ -421,7 +445,7 @@ def enqueue_direct(
     for (msg_id, _, target), entry_id in zip(items, allocate(conn, len(items)), strict=True):
         writes.enqueue(entry_id, msg_id, target)
         writes.reference(msg_id, 1)
-    spool.write_messages(conn, dialect, [(m, msg) for m, msg, _ in items], now, publisher)
+    stored = spool.message_rows(conn, dialect, [(m, msg) for m, msg, _ in items], now, publisher)
     tracking.record(
         conn,
         dialect,
@@ -429,7 +453,7 @@ def enqueue_direct(
         [m for m, _, _ in items],
         details=[publisher] * len(items),
     )
-    writes.flush(conn, dialect)
+    writes.flush(conn, dialect, stored)
     hosts = Counter(target.host for _, _, target in items)
     dialect.notify(conn, sorted(hosts))
     return hosts

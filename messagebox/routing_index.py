@@ -28,6 +28,9 @@ from predicates.model import Filter
 _KEY = "mb_routing_index"
 """``conn.info`` key: the store's :class:`RoutingIndex` (set by ``Store.transaction``)."""
 
+_PREFETCHED = "mb_routing_prefetched"
+"""``conn.info`` key: (version asked about, changes after it), read by a prelude."""
+
 _CHANGED = "mb_routing_changed"
 """``conn.info`` key: set when the transaction records a routing version."""
 
@@ -45,6 +48,13 @@ Target = tuple[int, str, int, str, str, str | None, bool, str, str | None]
 def begin(conn: sa.Connection, index: RoutingIndex | None) -> None:
     """Make ``index`` the one this transaction routes with (None: the SQL router)."""
     conn.info[_KEY] = index
+    conn.info.pop(_PREFETCHED, None)
+
+
+def prefetched(conn: sa.Connection, asked: int | None, changes: list[tuple[int, int]]) -> None:
+    """The routing versions after ``asked``, read by this transaction's prelude."""
+    if asked is not None:
+        conn.info[_PREFETCHED] = (asked, changes)
 
 
 def mark_changed(conn: sa.Connection) -> None:
@@ -128,19 +138,27 @@ class RoutingIndex:
         if self._version is None:
             self._load_all(conn)
             return
-        rc = schema.routing_change
-        changes = conn.execute(
-            sa.select(rc.c.version, rc.c.sub)
-            .where(rc.c.version > self._version)
-            .order_by(rc.c.version)
-        ).all()
+        changes: Sequence[tuple[int, int]]
+        early = conn.info.pop(_PREFETCHED, None)
+        if early is not None and early[0] == self._version:
+            changes = early[1]
+        else:
+            rc = schema.routing_change
+            changes = [
+                (int(v), int(sub))
+                for v, sub in conn.execute(
+                    sa.select(rc.c.version, rc.c.sub)
+                    .where(rc.c.version > self._version)
+                    .order_by(rc.c.version)
+                )
+            ]
         if not changes:
             return
-        if changes[0].version != self._version + 1:  # versions were pruned: start over
+        if changes[0][0] != self._version + 1:  # versions were pruned: start over
             self._load_all(conn)
             return
-        self._reload(conn, sorted({c.sub for c in changes}))
-        self._version = int(changes[-1].version)
+        self._reload(conn, sorted({sub for _, sub in changes}))
+        self._version = changes[-1][0]
 
     def _load_all(self, conn: sa.Connection) -> None:
         rc = schema.routing_change

@@ -17,7 +17,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 
 from messagebox import clock, schema
-from messagebox.dialects import Dialect
+from messagebox.dialects import Dialect, Same
 from messagebox.errors import UnknownMessage
 from messagebox.message import Message, MessageSummary, PartData, StoredMessage
 from messagebox.properties import Value, decode_context, encode_context
@@ -54,9 +54,20 @@ def write_messages(
     publisher: str,
 ) -> None:
     """Write spool rows, parts and fragments for messages (each stored once)."""
-    spool: dict[str, list[Any]] = {
-        k: [] for k in ("id", "context", "n_parts", "body_part", "published_at", "publisher")
-    }
+    dialect.insert_many(conn, message_rows(conn, dialect, messages, now, publisher))
+
+
+def message_rows(
+    conn: sa.Connection,
+    dialect: Dialect,
+    messages: Sequence[tuple[uuid.UUID, Message]],
+    now: datetime,
+    publisher: str,
+) -> list[tuple[sa.Table, dict[str, Sequence[Any]]]]:
+    """The spool rows, part links and parts of messages, as columns per table, for the
+    caller to insert with its other rows (fragments past a part's first are written
+    here, as the part is read)."""
+    spool: dict[str, list[Any]] = {k: [] for k in ("id", "context", "n_parts", "body_part")}
     links: dict[str, list[Any]] = {k: [] for k in ("msg", "idx", "name", "part")}
     parts: dict[str, list[Any]] = {k: [] for k in ("id", "size", "n_fragments", "data")}
     for msg_id, message in messages:
@@ -64,8 +75,6 @@ def write_messages(
         spool["context"].append(encode_context(message.promoted, message.written))
         spool["n_parts"].append(len(message.parts))
         spool["body_part"].append(message.body_part)
-        spool["published_at"].append(now)
-        spool["publisher"].append(publisher)
         for idx, (name, data) in enumerate(message.parts.items()):
             part_id = uuid.uuid4()
             first, rest = _first_fragment(data)
@@ -83,10 +92,13 @@ def write_messages(
             parts["size"].append(size)
             parts["n_fragments"].append(seq + 1)
             parts["data"].append(first)
-    if spool["id"]:
-        dialect.insert(conn, schema.spool, spool)
-        dialect.insert(conn, schema.message_part, links)
-        dialect.insert(conn, schema.part, parts)
+    if not spool["id"]:
+        return []
+    n = len(spool["id"])
+    rows: dict[str, Sequence[Any]] = dict(spool)
+    rows["published_at"] = Same(now, n)
+    rows["publisher"] = Same(publisher, n)
+    return [(schema.spool, rows), (schema.message_part, dict(links)), (schema.part, dict(parts))]
 
 
 def promoted_page(

@@ -10,6 +10,13 @@ staged AS (
 ),
 batch AS (SELECT generate_series(0, %(n)s - 1) AS msg)
 
+-- name: publish_prelude --
+-- What a publish reads before it routes, in one round trip: the transaction's time, a
+-- block of ids, and the routing versions after the one this process's index holds.
+SELECT now(), nextval('mb_block_seq'),
+       ARRAY(SELECT version FROM mb_routing_change WHERE version > %(v)s ORDER BY version, sub),
+       ARRAY(SELECT sub FROM mb_routing_change WHERE version > %(v)s ORDER BY version, sub)
+
 -- name: lock_subscriptions --
 -- Serialise subscription changes (shared predicates are created and collected safely).
 SELECT pg_advisory_xact_lock(7240115001)

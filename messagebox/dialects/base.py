@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import repeat
 from threading import Event
 from typing import Any, ClassVar, NamedTuple, TypeVar, overload
@@ -60,6 +61,16 @@ class StagedBatch:
     hi: list[float | None] = field(default_factory=list)
     lo: list[float | None] = field(default_factory=list)
     v_int: list[int | None] = field(default_factory=list)
+
+
+class Prelude(NamedTuple):
+    """What :meth:`Dialect.prelude` reads."""
+
+    now: datetime
+    block: int
+    """A sequence value: the block of ids ``block * ID_BLOCK`` and on."""
+    changes: list[tuple[int, int]]
+    """(version, subscription) of the routing versions after the one asked about."""
 
 
 class RouteRow(NamedTuple):
@@ -148,6 +159,19 @@ class Dialect:
     ) -> None:
         """Bulk-insert rows given as equal-length columns."""
         raise NotImplementedError
+
+    def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
+        """What a publish reads before it routes, in one round trip where that saves any
+        (None: the dialect reads each when needed)."""
+        return None
+
+    def insert_many(
+        self, conn: sa.Connection, writes: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]]
+    ) -> None:
+        """Bulk-insert into several tables, in order (a dialect may use one statement)."""
+        for table, columns in writes:
+            if len(next(iter(columns.values()), ())):
+                self.insert(conn, table, columns)
 
     def insert_new(
         self,

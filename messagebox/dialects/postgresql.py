@@ -17,11 +17,37 @@ import psycopg
 import sqlalchemy as sa
 
 import sql
+from messagebox import clock
 from messagebox.dialects._ddl import create_all
-from messagebox.dialects.base import Dialect, RouteRow, StagedBatch, route_rows
+from messagebox.dialects.base import Dialect, Prelude, RouteRow, Same, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 log = logging.getLogger("messagebox.hosts")
+
+NO_VERSIONS = 1 << 62
+"""A version past any: the prelude of a store that routes in SQL reads none."""
+
+ONE_STATEMENT_ROWS = 2_000
+"""Writes of at most this many rows in all go as one statement; more are copied."""
+
+
+def _pg_type(column: sa.Column[Any]) -> str:
+    """The PostgreSQL type name of a column (for casts of bound arrays)."""
+    t = column.type
+    for kind, name in (
+        (sa.BigInteger, "bigint"),
+        (sa.SmallInteger, "smallint"),
+        (sa.Integer, "integer"),
+        (sa.Boolean, "boolean"),
+        (sa.Uuid, "uuid"),
+        (sa.DateTime, "timestamptz"),
+        (sa.LargeBinary, "bytea"),
+        (sa.Double, "float8"),
+        (sa.Float, "float8"),
+    ):
+        if isinstance(t, kind):
+            return name
+    return "text"
 
 
 class PostgreSQLDialect(Dialect):
@@ -29,6 +55,7 @@ class PostgreSQLDialect(Dialect):
     supports_skip_locked: ClassVar[bool] = True
     has_row_locks: ClassVar[bool] = True
     supports_notify: ClassVar[bool] = True
+    prelude_sql: ClassVar[str] = sql.load("postgresql", "publish_prelude")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         if url.drivername in ("postgresql", "postgres"):
@@ -75,6 +102,47 @@ class PostgreSQLDialect(Dialect):
         ):
             for row in zip(*columns.values(), strict=True):
                 copy.write_row(row)
+
+    def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
+        asked = NO_VERSIONS if version is None else version
+        row = conn.exec_driver_sql(self.prelude_sql, {"v": asked}).one()
+        now, block, versions, subs = row
+        return Prelude(clock.utc(now), int(block), list(zip(versions, subs, strict=True)))
+
+    def insert_many(
+        self, conn: sa.Connection, writes: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]]
+    ) -> None:
+        """Small writes as one statement (a data-modifying CTE per table, each inserting
+        from unnested arrays): one round trip instead of a COPY per table. Larger ones
+        are copied."""
+        writes = [(t, c) for t, c in writes if len(next(iter(c.values()), ()))]
+        if sum(len(next(iter(c.values()))) for _, c in writes) > ONE_STATEMENT_ROWS:
+            for table, columns in writes:
+                self.insert(conn, table, columns)
+            return
+        if not writes:
+            return
+        parts: list[str] = []
+        params: dict[str, Any] = {}
+        for i, (table, columns) in enumerate(writes):
+            arrays: list[str] = []
+            select: list[str] = []
+            for j, (name, values) in enumerate(columns.items()):
+                key = f"p{i}_{j}"
+                pg_type = _pg_type(table.c[name])
+                if isinstance(values, Same):
+                    params[key] = values.value
+                    select.append(f"%({key})s::{pg_type}")
+                else:
+                    params[key] = values if isinstance(values, list) else list(values)
+                    arrays.append(f"%({key})s::{pg_type}[]")
+                    select.append(f"u.c{len(arrays) - 1}")
+            names = ", ".join(f"c{k}" for k in range(len(arrays)))
+            parts.append(
+                f"w{i} AS (INSERT INTO {table.name} ({', '.join(columns)}) "
+                f"SELECT {', '.join(select)} FROM unnest({', '.join(arrays)}) AS u({names}))"
+            )
+        conn.exec_driver_sql("WITH " + ", ".join(parts) + " SELECT 1", params)
 
     def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
         return {"host": host, "owner": owner, "n": n, "lease": float(lease_seconds)}
