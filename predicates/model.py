@@ -91,25 +91,31 @@ class Predicate(BaseModel):
     op: Op
     value: Any = None
 
-    @field_validator("value", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _decode(cls, raw: Any, info: ValidationInfo) -> Any:
-        if info.mode != "json" or raw is None:
-            return raw
-        if isinstance(raw, list) and raw and all(isinstance(v, list) for v in raw):
-            return tuple(_decode_json_value(v) for v in raw)
-        return _decode_json_value(raw)
-
-    @model_validator(mode="after")
-    def _check(self) -> Predicate:
+    def _normalise(cls, data: Any, info: ValidationInfo) -> Any:
+        """The canonical property name and the operand checked against its operator,
+        before the fields are set (a JSON operand is decoded from its tagged form)."""
+        if not isinstance(data, dict) or "property" not in data:
+            return data  # the field validation reports what is missing
+        raw_op = data.get("op")
+        if not isinstance(raw_op, str) or raw_op not in Op._value2member_map_:
+            return data  # the field validation names the operator
+        op = Op(raw_op)
+        value = data.get("value")
+        if info.mode == "json" and value is not None:
+            if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+                value = tuple(_decode_json_value(v) for v in value)
+            else:
+                value = _decode_json_value(value)
         try:
-            name = canonical_name(self.property)
-            value = _check_operand(self.op, self.value)
+            name = canonical_name(data["property"])
+            value = _check_operand(op, value)
         except ValueError as exc:
-            raise FilterValidationError(f"predicate {self}: {exc}") from exc
-        object.__setattr__(self, "property", name)
-        object.__setattr__(self, "value", value)
-        return self
+            raise FilterValidationError(
+                f"predicate {_show(data['property'], op, value)}: {exc}"
+            ) from exc
+        return {**data, "property": name, "op": op, "value": value}
 
     @field_serializer("value")
     def _encode(self, value: Any) -> Any:
@@ -130,12 +136,7 @@ class Predicate(BaseModel):
         raise TypeError(_NO_TRUTH)
 
     def __str__(self) -> str:
-        name = self.property
-        if self.op in _SYMBOLS:
-            return f"{name} {_SYMBOLS[self.op]} {self.value!r}"
-        if self.op in NO_VALUE_OPS:
-            return f"{name}.{self.op.value}()"
-        return f"{name}.{self.op.value}({self.value!r})"
+        return _show(self.property, self.op, self.value)
 
     def __repr__(self) -> str:
         return f"Predicate({self})"
@@ -148,6 +149,15 @@ class Predicate(BaseModel):
         """The reference evaluator: does a message with these properties satisfy this
         predicate? (Values are normalised first, as :meth:`Filter.matches` does.)"""
         return predicate_holds(self, normalize_properties(properties))
+
+
+def _show(name: object, op: Op, value: Any) -> str:
+    """A predicate as text, e.g. ``orders.Total > 1000``."""
+    if op in _SYMBOLS:
+        return f"{name} {_SYMBOLS[op]} {value!r}"
+    if op in NO_VALUE_OPS:
+        return f"{name}.{op.value}()"
+    return f"{name}.{op.value}({value!r})"
 
 
 def _check_operand(op: Op, value: Any) -> Any:
@@ -192,18 +202,19 @@ class Group(BaseModel):
 
     predicates: tuple[Predicate, ...]
 
-    @model_validator(mode="after")
-    def _check(self) -> Group:
-        if not self.predicates:
+    @field_validator("predicates")
+    @classmethod
+    def _unique(cls, predicates: tuple[Predicate, ...]) -> tuple[Predicate, ...]:
+        """Each predicate once, and not too many."""
+        if not predicates:
             raise FilterValidationError("a filter group needs at least one predicate")
-        unique = tuple({p.key(): p for p in self.predicates}.values())
+        unique = tuple({p.key(): p for p in predicates}.values())
         if len(unique) > MAX_PREDICATES_PER_GROUP:
             raise FilterValidationError(
                 f"a filter group has {len(unique)} predicates; "
                 f"at most {MAX_PREDICATES_PER_GROUP} are allowed (first: {unique[0]})"
             )
-        object.__setattr__(self, "predicates", unique)
-        return self
+        return unique
 
     def __str__(self) -> str:
         return " & ".join(f"({p})" for p in self.predicates)
@@ -216,12 +227,14 @@ class Filter(BaseModel):
 
     groups: tuple[Group, ...]
 
-    @model_validator(mode="after")
-    def _check(self) -> Filter:
-        if not self.groups:
+    @field_validator("groups")
+    @classmethod
+    def _unique(cls, groups: tuple[Group, ...]) -> tuple[Group, ...]:
+        """Each group once, and not too many."""
+        if not groups:
             raise FilterValidationError("a filter needs at least one group (empty filter)")
         unique: dict[frozenset[str], Group] = {}
-        for group in self.groups:
+        for group in groups:
             unique.setdefault(frozenset(p.key() for p in group.predicates), group)
         if len(unique) > MAX_GROUPS:
             first = next(iter(unique.values())).predicates[0]
@@ -229,8 +242,7 @@ class Filter(BaseModel):
                 f"filter has {len(unique)} groups in disjunctive normal form; "
                 f"at most {MAX_GROUPS} are allowed (it starts with {first})"
             )
-        object.__setattr__(self, "groups", tuple(unique.values()))
-        return self
+        return tuple(unique.values())
 
     def __and__(self, other: object) -> Any:
         return And.of(self, other)
