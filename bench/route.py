@@ -58,6 +58,8 @@ backends), ``route_report`` (the printed tables) and ``route_profile`` (``--prof
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
 import os
 import sys
 import time
@@ -180,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         naives[(name, n)] = naive
         log(f"{name} N={n:,}: naive {naive.msgs_per_s:,.1f} msgs/s over {naive.sampled:,} msgs")
         for backend in backends:
+            gc.collect()
             result = run_backend(backend, work, naive, args.pg_url)
             results.append(result)
             limit = result.limit
@@ -193,6 +196,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     else ""
                 )
             )
+        # keep only what the report prints: a later run must not pay the garbage
+        # collector for this workload's objects
+        works[(name, n)] = dataclasses.replace(
+            work, specs=[], filters=[], warmup=[], messages=[], properties=[]
+        )
+        del work
 
     print(report(args.messages, works, naives, results, backends))
     for note in notes:

@@ -26,7 +26,6 @@ A :class:`FilterIndex` is not thread-safe: its owner serialises changes and matc
 
 from __future__ import annotations
 
-import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +33,8 @@ from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from messagebox.properties import Family, Value, family
-from predicates.model import Filter, Op, Predicate
+from predicates.model import COMPARISONS, Filter, Op, Predicate
+from predicates.sql import anchor_rank
 
 K = TypeVar("K", bound=Hashable)
 
@@ -61,42 +61,16 @@ def _key(value: Value) -> Hashable:
     return ("bool", value) if type(value) is bool else value
 
 
-_RANK = {
-    Op.EQ: 0,
-    Op.IN: 1,
-    Op.PREFIX: 2,
-    Op.GT: 3,
-    Op.GE: 3,
-    Op.LT: 3,
-    Op.LE: 3,
-    Op.BITWISE_AND: 4,
-    Op.EXISTS: 5,
-    Op.NE: 6,
-}
-
-
 def _anchor(group: tuple[Predicate, ...]) -> Predicate | None:
-    """The group's most selective predicate (None for a group of only ``not_exists``)."""
+    """The group's most selective predicate, as every router picks it (None for a group
+    of only ``not_exists``)."""
     best: tuple[int, int] | None = None
     found: Predicate | None = None
     for i, pred in enumerate(group):
-        if pred.op is Op.NOT_EXISTS:
-            continue
-        rank = _RANK[pred.op]
-        if pred.op is Op.EQ and type(pred.value) is bool:
-            rank = 3  # a bool has two values: equality on it selects little
-        if best is None or (rank, i) < best:
+        rank = anchor_rank(pred)
+        if rank is not None and (best is None or (rank, i) < best):
             best, found = (rank, i), pred
     return found
-
-
-_COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
-    Op.NE: operator.ne,
-    Op.GT: operator.gt,
-    Op.GE: operator.ge,
-    Op.LT: operator.lt,
-    Op.LE: operator.le,
-}
 
 
 def compile_predicate(pred: Predicate) -> Check:
@@ -131,7 +105,7 @@ def compile_predicate(pred: Predicate) -> Check:
             return type(v) is str and v.startswith(prefix)
 
         return starts
-    fam, compare = _family(value), _COMPARE[op]
+    fam, compare = _family(value), COMPARISONS[op]
 
     def compared(props: Mapping[str, Value]) -> bool:
         v = props.get(name, _MISSING)

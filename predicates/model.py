@@ -414,7 +414,7 @@ def _first_predicate(expr: Expr) -> Predicate:
 # --- the reference evaluator (see predicates.evaluate) ---
 
 
-_COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
+COMPARISONS: dict[Op, Callable[[Any, Any], bool]] = {
     Op.EQ: operator.eq,
     Op.NE: operator.ne,
     Op.GT: operator.gt,
@@ -454,7 +454,7 @@ def predicate_holds(pred: Predicate, properties: Mapping[str, Value]) -> bool:
         return isinstance(value, str) and value.startswith(pred.value)
     if family(value) != family(pred.value):
         return False
-    return _COMPARE[op](value, pred.value)
+    return COMPARISONS[op](value, pred.value)
 
 
 def filter_matches(filt: Filter, properties: Mapping[str, Value]) -> bool:
