@@ -188,7 +188,7 @@ class RoutingIndex:
     def _add(self, row: Any) -> None:
         if row.state == _UNENLISTED:
             return
-        self._filters.add(row.id, Filter.from_json(row.filter))
+        self._filters.add(row.id, Filter.from_stored_json(row.filter))
         if row.correlation:
             self._correlated += 1
         self._targets[row.id] = (

