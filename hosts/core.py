@@ -21,7 +21,8 @@ from hosts.dispatch import (
     Run,
 )
 from hosts.service import Delivery, Handler, as_handler
-from messagebox import clock, leases
+from messagebox import clock
+from messagebox.consumer import Outcomes, Recorded
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import (
     MessageBoxError,
@@ -186,30 +187,24 @@ class InstanceCore:
                 if self._in_flight[c.id] <= 0:
                     del self._in_flight[c.id]
 
-    def _write(
-        self,
-        done: list[Claim],
-        failed: list[Failure],
-        unstarted: list[Claim],
-        *,
-        recheck: bool = False,
-    ) -> tuple[leases.Finished, int]:
-        """Complete, fail and give back in one transaction. ``recheck``: only entries
-        whose delivery is still the one claimed (outcomes written late)."""
-        return self.queue.record(
-            done, failed, unstarted, self.settings, self._stop_on_failure(), recheck=recheck
-        )
+    def _outcomes(
+        self, done: Sequence[Claim], failed: Sequence[Failure], unstarted: Sequence[Claim]
+    ) -> Outcomes:
+        return Outcomes(done, failed, unstarted, self.settings, self._stop_on_failure())
 
     def _finish(self, done: list[Claim], failed: list[Failure], unstarted: list[Claim]) -> None:
         """Record a batch's outcomes, retried a few times on error; outcomes that still
         cannot be written are retried by the housekeeper until their leases would have
         lapsed (they are no longer extended: another delivery follows)."""
-        if not (done or failed or unstarted):
+        self._finish_outcomes(self._outcomes(done, failed, unstarted))
+
+    def _finish_outcomes(self, outcomes: Outcomes) -> None:
+        if not outcomes:
             return  # every step committed its own outcome (orchestrations)
         pause = 0.05
         for attempt in range(1, FINISH_TRIES + 1):
             try:
-                result, given = self._write(done, failed, unstarted)
+                recorded = self.queue.record(outcomes)
                 break
             except MessageBoxError as exc:
                 if attempt == FINISH_TRIES:
@@ -218,18 +213,19 @@ class InstanceCore:
                         "in the background, else delivered again once their leases lapse "
                         "(within %.0f s)",
                         self.id,
-                        len(done) + len(failed) + len(unstarted),
+                        outcomes.size,
                         exc,
                         self.settings.lease_seconds,
                     )
                     with self._flight_lock:
-                        self._pending.append(Pending(done, failed, unstarted, time.monotonic()))
+                        self._pending.append(Pending(outcomes, time.monotonic()))
                     return
                 time.sleep(pause)
                 pause *= 2
-        self._account(result, given)
+        self._account(recorded)
 
-    def _account(self, result: leases.Finished, given: int) -> None:
+    def _account(self, recorded: Recorded) -> None:
+        result, given = recorded.finished, recorded.given
         self.stats.add(
             completed=result.completed,
             retried=result.retried,
@@ -264,9 +260,8 @@ class InstanceCore:
         with self._flight_lock:
             pending, self._pending = self._pending, []
         for p in pending:
-            done, failed, unstarted = p.done, p.failed, p.unstarted
             try:
-                result, given = self._write(done, failed, unstarted, recheck=True)
+                recorded = self.queue.record(p.outcomes, recheck=True)
             except MessageBoxError as exc:
                 if time.monotonic() - p.since < self.settings.lease_seconds:
                     with self._flight_lock:
@@ -276,13 +271,13 @@ class InstanceCore:
                         "host instance %s: gave up recording %d outcomes (%s); their "
                         "entries are delivered again",
                         self.id,
-                        len(done) + len(failed) + len(unstarted),
+                        p.outcomes.size,
                         exc,
                     )
                 continue
             log.info(
                 "host instance %s: recorded %d outcomes that had failed to be written",
                 self.id,
-                len(done) + len(failed) + len(unstarted),
+                p.outcomes.size,
             )
-            self._account(result, given)
+            self._account(recorded)

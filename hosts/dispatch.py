@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 
+from messagebox.consumer import Outcomes
 from messagebox.leases import Claim, Failure
 
 
@@ -138,9 +139,7 @@ ALONE_WAIT_SECONDS = 1.0
 class Pending:
     """Outcomes that could not be written, kept to be written later."""
 
-    done: list[Claim]
-    failed: list[Failure]
-    unstarted: list[Claim]
+    outcomes: Outcomes
     since: float
 
 
@@ -195,9 +194,11 @@ class Permits:
         self._free = n
         self._cond = threading.Condition()
 
-    def take(self, most: int, stopping: threading.Event) -> int:
+    def take(self, most: int, stopping: threading.Event, *, wait: bool = True) -> int:
+        """Up to ``most`` permits, waiting for one unless ``wait`` is False (or
+        stopping)."""
         with self._cond:
-            while self._free == 0 and not stopping.is_set():
+            while wait and self._free == 0 and not stopping.is_set():
                 self._cond.wait(0.2)
             n = min(most, self._free)
             self._free -= n

@@ -22,6 +22,7 @@ from hosts.dispatch import (
 )
 from hosts.service import Delivery, MessageBatch
 from messagebox import leases
+from messagebox.consumer import Outcomes
 from messagebox.errors import (
     BackendUnavailable,
     InstanceCompleted,
@@ -42,17 +43,18 @@ log = logging.getLogger("messagebox.hosts")
 class Handling(InstanceCore):
     """Delivering claimed batches (run on the dequeue threads)."""
 
-    def _handle_batch(self, claims: list[Claim]) -> bool:
-        """Handle a claimed batch and record its outcomes. False when the supervisor
-        took the batch over (a handler timed out): this thread then ends."""
+    def _handle_batch(self, claims: list[Claim]) -> tuple[bool, Outcomes | None]:
+        """Handle a claimed batch. Returns whether this thread goes on (False when the
+        supervisor took the batch over, a handler having timed out: the thread then
+        ends) and the batch's outcomes when they are left to record with the next claim
+        (else they are recorded)."""
         run = Run(claims)
         with self._runs_lock:
             self._runs.add(run)
         try:
-            self._handle_run(run)
-            return True
+            return True, self._handle_run(run)
         except Abandoned:
-            return False
+            return False, None
         except BaseException:
             self._salvage(run)
             raise
@@ -76,7 +78,9 @@ class Handling(InstanceCore):
         except BaseException as exc:
             log.error("host instance %s: could not record a failed batch: %s", self.id, exc)
 
-    def _handle_run(self, run: Run) -> None:
+    def _handle_run(self, run: Run) -> Outcomes | None:
+        """Deliver the batch; returns its outcomes, to record with the next claim (None
+        when recorded already, as when stopping)."""
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
         batch = MessageBatch(self.box, [c.msg for c in run.claims])
@@ -110,7 +114,12 @@ class Handling(InstanceCore):
                 outcome = self._deliver(run, c, batch)
             if isinstance(outcome, Failure) and c.ordered:
                 blocked.add(c.sub)
-        self._record(run, unstarted)
+        done, failed = run.take()
+        outcomes = self._outcomes(self._flush(done, failed), failed, unstarted)
+        if self._stopping.is_set():
+            self._finish_outcomes(outcomes)
+            return None
+        return outcomes
 
     def _deliver(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
         """Hand one claim to its service; its outcome is held with the batch's."""

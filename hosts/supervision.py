@@ -11,6 +11,7 @@ import time
 
 from hosts.handling import Handling
 from messagebox import metrics
+from messagebox.consumer import Outcomes
 from messagebox.errors import (
     MessageBoxError,
 )
@@ -42,40 +43,58 @@ class Supervision(Handling):
 
     def _work(self) -> None:
         idle = self.settings.poll_min_seconds
-        while not self._stopping.is_set():
-            with self._wake_cond:
-                seen = self._wakes
-            want = self._permits.take(self.settings.claim_batch, self._stopping)
-            if self._stopping.is_set():
-                self._permits.give(want)
-                break
-            try:
-                claims = self._claim(want)
-            except MessageBoxError as exc:
-                self._permits.give(want)
-                log.error("host instance %s: claim failed: %s", self.id, exc)
-                self._wait(seen, self.settings.poll_max_seconds)
-                continue
-            except BaseException:
-                self._permits.give(want)
-                raise
-            self._permits.give(want - len(claims))
-            if not claims:
-                self._wait(seen, idle)
-                idle = min(idle * 2, self.settings.poll_max_seconds)
-                continue
-            idle = self.settings.poll_min_seconds
-            if not self._handle_batch(claims):
-                return  # its handler timed out: another thread has taken this one's place
+        carry: Outcomes | None = None  # the last batch's, recorded with the next claim
+        try:
+            while not self._stopping.is_set():
+                with self._wake_cond:
+                    seen = self._wakes
+                want = self._permits.take(self.settings.claim_batch, self._stopping, wait=not carry)
+                if self._stopping.is_set() or not want:
+                    self._permits.give(want)
+                    if carry:  # no permit free now: record it before waiting for one
+                        self._finish_outcomes(carry)
+                        carry = None
+                    continue
+                outcomes, carry = carry, None
+                try:
+                    claims = self._claim(want, outcomes)
+                except MessageBoxError as exc:
+                    self._permits.give(want)
+                    log.error("host instance %s: claim failed: %s", self.id, exc)
+                    if outcomes:
+                        self._finish_outcomes(outcomes)
+                    self._wait(seen, self.settings.poll_max_seconds)
+                    continue
+                except BaseException:
+                    self._permits.give(want)
+                    if outcomes:
+                        self._finish_outcomes(outcomes)
+                    raise
+                self._permits.give(want - len(claims))
+                if not claims:
+                    self._wait(seen, idle)
+                    idle = min(idle * 2, self.settings.poll_max_seconds)
+                    continue
+                idle = self.settings.poll_min_seconds
+                goes_on, carry = self._handle_batch(claims)
+                if not goes_on:
+                    return  # its handler timed out: another thread has taken this one's place
+        finally:
+            if carry:
+                self._finish_outcomes(carry)
 
-    def _claim(self, n: int) -> list[Claim]:
+    def _claim(self, n: int, outcomes: Outcomes | None = None) -> list[Claim]:
+        """Claim up to ``n`` entries, recording ``outcomes`` in the same transaction."""
         started = time.perf_counter()
-        claims = self.queue.claim(
+        claims, recorded = self.queue.claim(
             n,
             self.settings.lease_seconds,
             ordered=self._has_ordered(),
             instances=self._has_instances(),
+            outcomes=outcomes or None,
         )
+        if recorded is not None:
+            self._account(recorded)
         seconds = time.perf_counter() - started
         waits = [c.waited for c in claims if c.waited is not None]
         metrics.observe_claim(self.host, seconds, waits)

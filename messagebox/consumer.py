@@ -11,12 +11,42 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+
+import sqlalchemy as sa
 
 from messagebox import clock, leases, notify, registry, service_instances
 from messagebox.leases import Claim, Failure, Finished
 from messagebox.models import HostSettings, InstanceInfo
 from messagebox.store import Store
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """A claimed batch's outcomes, to record in one transaction: entries completed,
+    failed, and claimed but never handed to a service (given back)."""
+
+    done: Sequence[Claim]
+    failed: Sequence[Failure]
+    unstarted: Sequence[Claim]
+    settings: HostSettings
+    stop_on_failure: set[int]
+
+    def __bool__(self) -> bool:
+        return bool(self.done or self.failed or self.unstarted)
+
+    @property
+    def size(self) -> int:
+        return len(self.done) + len(self.failed) + len(self.unstarted)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What recording a batch's outcomes did: the entries finished and given back."""
+
+    finished: Finished
+    given: int
 
 
 def timer_channel(host: str) -> str:
@@ -84,9 +114,36 @@ class Consumer:
 
     # --- the queue ---
 
-    def claim(self, n: int, lease_seconds: float, *, ordered: bool, instances: bool) -> list[Claim]:
+    def claim(
+        self,
+        n: int,
+        lease_seconds: float,
+        *,
+        ordered: bool,
+        instances: bool,
+        outcomes: Outcomes | None = None,
+    ) -> tuple[list[Claim], Recorded | None]:
+        """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
+        record those first in the same transaction: one commit per batch instead of
+        two. Returns the claims and what was recorded (None without ``outcomes``)."""
         with self._store.transaction(serial=True) as conn:
-            return leases.claim(
+            if (
+                outcomes is not None
+                and self._dialect.complete_claim_sql is not None
+                and not (ordered or instances or outcomes.failed or outcomes.unstarted)
+            ):  # the common case, in one statement
+                finished, claims = leases.complete_and_claim(
+                    conn,
+                    self._dialect,
+                    host=self.host,
+                    owner=self.owner,
+                    completed=outcomes.done,
+                    n=n,
+                    lease_seconds=lease_seconds,
+                )
+                return claims, Recorded(finished, 0)
+            recorded = self._record(conn, outcomes) if outcomes is not None else None
+            claims = leases.claim(
                 conn,
                 self._dialect,
                 host=self.host,
@@ -96,39 +153,41 @@ class Consumer:
                 ordered=ordered,
                 instances=instances,
             )
+        return claims, recorded
 
     def mark_started(self, claims: Sequence[Claim]) -> None:
         with self._store.transaction(serial=True) as conn:
             leases.mark_started(conn, self.owner, claims)
 
-    def record(
-        self,
-        done: Sequence[Claim],
-        failed: Sequence[Failure],
-        unstarted: Sequence[Claim],
-        settings: HostSettings,
-        stop_on_failure: set[int],
-        *,
-        recheck: bool = False,
-    ) -> tuple[Finished, int]:
-        """Complete, fail and give back in one transaction; returns what was recorded
-        and the number given back. ``recheck``: only entries whose delivery is still the
-        one claimed (outcomes written late)."""
+    def record(self, outcomes: Outcomes, *, recheck: bool = False) -> Recorded:
+        """Complete, fail and give back in one transaction. ``recheck``: only entries
+        whose delivery is still the one claimed (outcomes written late)."""
         with self._store.transaction(serial=True) as conn:
             if recheck:
                 mine = leases.held(
-                    conn, self._dialect, self.owner, [*done, *(f.claim for f in failed), *unstarted]
+                    conn,
+                    self._dialect,
+                    self.owner,
+                    [*outcomes.done, *(f.claim for f in outcomes.failed), *outcomes.unstarted],
                 )
-                done = [c for c in done if c.id in mine]
-                failed = [f for f in failed if f.claim.id in mine]
-                unstarted = [c for c in unstarted if c.id in mine]
-            result = leases.finish(
-                conn, self._dialect, self.owner, done, failed, settings, stop_on_failure
-            )
-            given = leases.give_back(conn, self.owner, unstarted)
-            if given:
-                self._dialect.notify(conn, [self.host])
-        return result, given
+                outcomes = Outcomes(
+                    [c for c in outcomes.done if c.id in mine],
+                    [f for f in outcomes.failed if f.claim.id in mine],
+                    [c for c in outcomes.unstarted if c.id in mine],
+                    outcomes.settings,
+                    outcomes.stop_on_failure,
+                )
+            return self._record(conn, outcomes)
+
+    def _record(self, conn: sa.Connection, outcomes: Outcomes) -> Recorded:
+        o = outcomes
+        result = leases.finish(
+            conn, self._dialect, self.owner, o.done, o.failed, o.settings, o.stop_on_failure
+        )
+        given = leases.give_back(conn, self.owner, o.unstarted)
+        if given:
+            self._dialect.notify(conn, [self.host])
+        return Recorded(result, given)
 
     # --- service instances (orchestrations) ---
 

@@ -131,7 +131,7 @@ def claim(
 
     def take(sql: str, most: int, **extra: int) -> int:
         params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
-        got = [_claim(r) for r in conn.exec_driver_sql(sql, params)]
+        got = [_claim(r) for r in conn.exec_driver_sql(sql, params).fetchall()]
         claims.extend(got)
         return len(got)
 
@@ -157,6 +157,48 @@ def claim(
 
 
 _turns = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Gone:
+    """A completed entry, as the completion statement returns it."""
+
+    id: int
+    msg: uuid.UUID
+    sub: int
+    host: str
+
+
+def complete_and_claim(
+    conn: sa.Connection,
+    dialect: Dialect,
+    *,
+    host: str,
+    owner: str,
+    completed: Sequence[Claim],
+    n: int,
+    lease_seconds: float,
+) -> tuple[Finished, list[Claim]]:
+    """Complete entries (as :func:`finish` does for completions) and lease up to ``n``
+    plain entries (as :func:`claim` does with neither ordered subscriptions nor service
+    instances) in one statement: the dialect's ``complete_claim_sql``."""
+    assert dialect.complete_claim_sql is not None
+    params = {
+        **dialect.claim_params(host, owner, n, lease_seconds),
+        "done": [c.id for c in completed],
+    }
+    claims: list[Claim] = []
+    gone: list[_Gone] = []
+    for row in conn.exec_driver_sql(dialect.complete_claim_sql, params).fetchall():
+        if row[0]:
+            claims.append(_claim(row[1:14]))
+        else:
+            msg = row[2] if isinstance(row[2], uuid.UUID) else uuid.UUID(str(row[2]))
+            gone.append(_Gone(int(row[1]), msg, int(row[3]), row[14]))
+    result = Finished(completed=len(gone), lost=len(completed) - len(gone))
+    delivered(conn, dialect, gone, owner)
+    claims.sort(key=lambda c: (-c.priority, c.id))
+    return result, claims
 
 
 def finish(

@@ -8,7 +8,7 @@ at the boundary, with the original chained.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 
 import sqlalchemy as sa
 
@@ -165,12 +165,9 @@ class Store:
                     try:
                         yield conn
                     except BaseException:
-                        tracking.discard(conn)
-                        notify.take(conn)
-                        routing_index.take_changed(conn)
+                        _forget(conn)
                         raise
-                    finally:
-                        clock.end(conn)
+                    clock.end(conn)
                     counts = tracking.committed(conn)  # read now: the commit follows
                     wakes = notify.take(conn)
                     changed = routing_index.take_changed(conn)
@@ -188,3 +185,13 @@ class Store:
     def close(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
+
+
+def _forget(conn: sa.Connection) -> None:
+    """Drop what a failed transaction kept on its connection. A connection that lost its
+    server (invalidated) refuses even this, and keeps nothing: the pool replaces it."""
+    with suppress(sa.exc.PendingRollbackError, sa.exc.ResourceClosedError):
+        tracking.discard(conn)
+        notify.take(conn)
+        routing_index.take_changed(conn)
+        clock.end(conn)

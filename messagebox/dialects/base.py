@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import repeat
@@ -134,6 +134,10 @@ class Dialect:
             self.claim_mixed_sql = sql.load(self.name, "claim_mixed")
         else:
             self.claim_instance_sql = sql.load(self.name, "claim_instance")
+        self.complete_claim_sql: str | None = None
+        """Completions and a plain ``claim`` in one statement, where a dialect has it."""
+        with suppress(KeyError):
+            self.complete_claim_sql = sql.load(self.name, "complete_claim")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError

@@ -9,6 +9,7 @@ predicates are created and collected safely. JIT is off for every session.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from threading import Event
 from typing import Any, ClassVar
@@ -26,6 +27,10 @@ log = logging.getLogger("messagebox.hosts")
 
 NO_VERSIONS = 1 << 62
 """A version past any: the prelude of a store that routes in SQL reads none."""
+
+PING_AFTER_IDLE_SECONDS = 1.0
+"""A pooled connection idle for longer is tested before use (``pool_pre_ping`` tests
+every checkout: a round trip per transaction on the hot paths)."""
 
 ONE_STATEMENT_ROWS = 2_000
 """Writes of at most this many rows in all go as one statement; more are copied (for a
@@ -61,7 +66,26 @@ class PostgreSQLDialect(Dialect):
     def create_engine(self, url: sa.URL) -> sa.Engine:
         if url.drivername in ("postgresql", "postgres"):
             url = url.set(drivername="postgresql+psycopg")
-        engine = sa.create_engine(url, pool_pre_ping=True)
+        engine = sa.create_engine(url)
+
+        @sa.event.listens_for(engine, "checkin")
+        def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+            record.info["idle_since"] = time.monotonic()
+
+        @sa.event.listens_for(engine, "checkout")
+        def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            # A connection back from the pool within PING_AFTER_IDLE_SECONDS was working
+            # a moment ago: no round trip. One idle longer is tested first (the server
+            # may have restarted); a dead one is replaced by a fresh connection.
+            idle_since = record.info.get("idle_since")
+            if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+                return
+            try:
+                with dbapi_connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                dbapi_connection.rollback()
+            except psycopg.Error as exc:
+                raise sa.exc.DisconnectionError(str(exc)) from exc
 
         @sa.event.listens_for(engine, "connect")
         def _session_settings(dbapi_connection: Any, _record: Any) -> None:

@@ -1,0 +1,212 @@
+"""A batch's outcomes are recorded with the next claim, in one transaction (issue 20), on
+both backends: what is recorded, what is claimed, lost leases, the general path for
+failures and give-backs, a host instance whose claims fail, and PostgreSQL's pooled
+connections tested only after being idle."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from hosts import Delivery, HostInstance
+from hosts.dispatch import Permits
+from messagebox import Message, MessageBox
+from messagebox import leases as mb_leases
+from messagebox import schema as mb_schema
+from messagebox.consumer import Consumer, Outcomes
+from messagebox.dialects import postgresql as pg_dialect
+from messagebox.errors import BackendUnavailable, StorageError
+from messagebox.models import HostSettings
+from predicates import P
+from tests.conftest import wait_for
+
+
+def setup(box: MessageBox, n: int) -> Consumer:
+    box.create_host("h")
+    box.subscribe("s", host="h", filter=P("t.N") >= 0, name="s")
+    box.publish([Message(f"m{i}".encode(), promoted={"t.N": i}) for i in range(n)])
+    return box.consumer("h", "a")
+
+
+def outcomes(
+    done: list[mb_leases.Claim],
+    failed: list[mb_leases.Failure] | None = None,
+    unstarted: list[mb_leases.Claim] | None = None,
+) -> Outcomes:
+    return Outcomes(done, failed or [], unstarted or [], HostSettings(), set())
+
+
+def queued(box: MessageBox) -> dict[int, str | None]:
+    """Queue entries and who leases them."""
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        return {int(r.id): r.lease_owner for r in conn.execute(sa.select(q.c.id, q.c.lease_owner))}
+
+
+def released(box: MessageBox) -> Counter[str]:
+    """References released, per message."""
+    r = mb_schema.ref_release
+    with box.store.transaction() as conn:
+        return Counter({str(m): int(n) for m, n in conn.execute(sa.select(r.c.msg, r.c.n))})
+
+
+def test_completions_and_the_next_claim_commit_together(box: MessageBox) -> None:
+    consumer = setup(box, 4)
+    first, none = consumer.claim(2, 30.0, ordered=False, instances=False)
+    assert none is None
+    assert len(first) == 2
+    claims, recorded = consumer.claim(
+        10, 30.0, ordered=False, instances=False, outcomes=outcomes(first)
+    )
+    assert recorded is not None
+    assert (recorded.finished.completed, recorded.finished.lost, recorded.given) == (2, 0, 0)
+    assert {c.id for c in claims}.isdisjoint(c.id for c in first)
+    assert len(claims) == 2
+    assert set(queued(box)) == {c.id for c in claims}  # the completed entries are gone
+    assert released(box) == Counter({str(c.msg): 1 for c in first})
+    assert all(owner == "a" for owner in queued(box).values())
+
+
+def test_a_completion_is_never_claimed_again_in_its_own_transaction(box: MessageBox) -> None:
+    consumer = setup(box, 1)
+    [c] = consumer.claim(1, 0.001, ordered=False, instances=False)[0]  # lapses at once
+    claims, recorded = consumer.claim(
+        5, 30.0, ordered=False, instances=False, outcomes=outcomes([c])
+    )
+    assert claims == []
+    assert recorded is not None
+    assert recorded.finished.completed == 1
+    assert queued(box) == {}
+
+
+def test_a_completion_whose_lease_another_instance_took_is_lost(box: MessageBox) -> None:
+    consumer = setup(box, 1)
+    [c] = consumer.claim(1, 0.001, ordered=False, instances=False)[0]
+    other = box.consumer("h", "b")
+    taken: list[mb_leases.Claim] = []
+
+    def take() -> bool:
+        taken.extend(other.claim(1, 30.0, ordered=False, instances=False)[0])
+        return bool(taken)
+
+    wait_for(take, "the lapsed lease taken by another instance")
+    claims, recorded = consumer.claim(
+        5, 30.0, ordered=False, instances=False, outcomes=outcomes([c])
+    )
+    assert recorded is not None
+    assert (recorded.finished.completed, recorded.finished.lost) == (0, 1)
+    assert claims == []
+    assert queued(box) == {c.id: "b"}
+    assert released(box) == Counter()
+
+
+def test_failures_and_give_backs_are_recorded_with_the_next_claim(box: MessageBox) -> None:
+    consumer = setup(box, 3)
+    c0, c1, c2 = consumer.claim(3, 30.0, ordered=False, instances=False)[0]
+    claims, recorded = consumer.claim(
+        3,
+        30.0,
+        ordered=False,
+        instances=False,
+        outcomes=outcomes([c0], [mb_leases.Failure(c1, "boom", permanent=True)], [c2]),
+    )
+    assert recorded is not None
+    assert (recorded.finished.completed, recorded.finished.suspended, recorded.given) == (1, 1, 1)
+    assert [(c.id, c.attempts) for c in claims] == [(c2.id, 1)]  # given back, then claimed
+    assert len(box.suspended()) == 1
+
+
+def test_a_host_instance_whose_claims_fail_still_records_each_outcome_once(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's transaction fails every other time: the outcomes it carried are then
+    recorded on their own, so nothing is delivered twice and nothing is lost."""
+    setup(box, 0)
+    real = mb_leases.claim
+    real_fused = mb_leases.complete_and_claim
+    calls = Counter[str]()
+    lock = threading.Lock()
+
+    def flaky(kind: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                calls[kind] += 1
+                fail = calls[kind] % 2 == 0
+            if fail:
+                raise StorageError("the store refused the claim (test)")
+            return fn(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(mb_leases, "claim", flaky("claim", real))
+    monkeypatch.setattr(mb_leases, "complete_and_claim", flaky("fused", real_fused))
+    seen: Counter[int] = Counter()
+
+    def service(d: Delivery) -> None:
+        with lock:
+            seen[int(d.properties["t.N"])] += 1  # type: ignore[arg-type]
+
+    settings = {"claim_batch": 3, "poll_min_seconds": 0.01, "poll_max_seconds": 0.05}
+    with HostInstance(box, "h", {"s": service}, settings=settings) as inst:
+        box.publish([Message(b"x", promoted={"t.N": i}) for i in range(30)])
+        wait_for(lambda: not box.queue_depth(), "the queue drained")
+        stats = inst.stats.snapshot()
+    assert seen == Counter(range(30))
+    assert stats["completed"] == 30
+    assert stats["redelivered"] == 0
+    assert sum(calls.values()) > 4  # claims did fail along the way
+
+
+def test_permits_can_be_asked_without_waiting() -> None:
+    permits, stopping = Permits(2), threading.Event()
+    assert permits.take(5, stopping) == 2
+    assert permits.take(5, stopping, wait=False) == 0
+    permits.give(1)
+    assert permits.take(5, stopping, wait=False) == 1
+
+
+# --- PostgreSQL: pooled connections are tested only after being idle ---
+
+
+def _kill_pooled(box: MessageBox) -> None:
+    """End the server side of the store's pooled connection."""
+    with box.store.transaction() as conn:
+        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    url = box.store.dialect.listen_dsn(box.store.url)  # type: ignore[attr-defined]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.mark.postgres
+def test_an_idle_pooled_connection_that_died_is_replaced_unseen(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_dialect, "PING_AFTER_IDLE_SECONDS", 0.0)
+    box = MessageBox(pg_url)
+    try:
+        box.create_host("h")
+        _kill_pooled(box)
+        assert box.queue_depth() == []  # tested on checkout, replaced, no error
+    finally:
+        box.close()
+
+
+@pytest.mark.postgres
+def test_a_recently_used_connection_that_died_fails_once_then_the_pool_recovers(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_dialect, "PING_AFTER_IDLE_SECONDS", 3600.0)
+    box = MessageBox(pg_url)
+    try:
+        box.create_host("h")
+        _kill_pooled(box)
+        with pytest.raises(BackendUnavailable):
+            box.queue_depth()
+        assert box.queue_depth() == []
+    finally:
+        box.close()
