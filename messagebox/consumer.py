@@ -126,12 +126,18 @@ class Consumer:
         """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
         record those first in the same transaction: one commit per batch instead of
         two. Returns the claims and what was recorded (None without ``outcomes``)."""
-        with self._store.transaction(serial=True) as conn:
-            if (
-                outcomes is not None
-                and self._dialect.complete_claim_sql is not None
-                and not (ordered or instances or outcomes.failed or outcomes.unstarted)
-            ):  # the common case, in one statement
+        fused = (
+            outcomes is not None
+            and self._dialect.complete_claim_sql is not None
+            and not (ordered or instances or outcomes.failed or outcomes.unstarted)
+        )
+        # the common case is one statement: alone, with no transaction round trips, when
+        # tracking (which writes rows of its own) is off
+        with self._store.transaction(
+            serial=True, autocommit=fused and self._store.tracking_off()
+        ) as conn:
+            if fused:
+                assert outcomes is not None
                 finished, claims = leases.complete_and_claim(
                     conn,
                     self._dialect,

@@ -100,8 +100,12 @@ def release_dead(
     i, q = schema.instance, schema.queue
     stale = i.c.heartbeat_at < dialect.now_plus(-dead_after_seconds)
     dead = list(conn.execute(sa.select(i.c.id).where(i.c.host == host, stale)).scalars())
-    if dead:
-        conn.execute(i.delete().where(i.c.id.in_(dead)))
+    if not dead:
+        # Leases go with their instance: one that unregisters releases its own, one found
+        # dead here has them released in the same transaction. Nothing else to look for
+        # (lease_owner has no index: the search reads the host's entries).
+        return dead, 0
+    conn.execute(i.delete().where(i.c.id.in_(dead)))
     live = sa.select(i.c.id).where(i.c.host == host)
     released = conn.execute(
         q.update()

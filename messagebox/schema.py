@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 
 metadata = sa.MetaData()
 
@@ -229,7 +229,10 @@ sa.Index(
     queue.c.id,
     postgresql_where=queue.c.ordered,
 )
-sa.Index("mb_queue_lease", queue.c.lease_owner)
+# No index on lease_owner: a claim then changes no indexed column, and PostgreSQL
+# updates the row in place (a HOT update, with the room fillfactor leaves on each page)
+# instead of adding an entry to every index of the queue.
+QUEUE_FILLFACTOR = 70
 sa.Index("mb_queue_msg", queue.c.msg)
 sa.Index("mb_queue_sub", queue.c.sub)
 sa.Index(
@@ -411,6 +414,9 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "7": ("8", ()),  # mb_routing_change is created; routing indexes start from a full load
+    # claims update the queue in place: no index on lease_owner (PostgreSQL also sets
+    # the queue's fillfactor when it creates the schema)
+    "8": ("9", ("DROP INDEX IF EXISTS mb_queue_lease",)),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

@@ -148,15 +148,19 @@ class Store:
         )
 
     @contextmanager
-    def transaction(self, *, serial: bool = False) -> Iterator[sa.Connection]:
+    def transaction(
+        self, *, serial: bool = False, autocommit: bool = False
+    ) -> Iterator[sa.Connection]:
         """One transaction; committed on success, rolled back on any error.
 
         ``serial=True`` also holds the dialect's in-process lock (DuckDB), for work that
-        must not interleave with other such work.
+        must not interleave with other such work. ``autocommit=True``: no transaction
+        around the work, each statement commits alone (no BEGIN and COMMIT round trips),
+        for work that is one statement.
         """
         with self.dialect.serial() if serial else nullcontext():
             try:
-                with self.engine.begin() as conn:
+                with self._begin(autocommit) as conn:
                     notify.take(conn)  # nothing left over from an earlier transaction
                     tracking.begin(conn, self.tracking)
                     routing_index.begin(conn, self.routing)
@@ -181,6 +185,20 @@ class Store:
             metrics.apply(counts)  # committed: count it
         if wakes:
             notify.signal(self.key, wakes)
+
+    @contextmanager
+    def _begin(self, autocommit: bool) -> Iterator[sa.Connection]:
+        if not autocommit:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    def tracking_off(self) -> bool:
+        """Whether tracking is known to be off (its settings were read recently)."""
+        settings = self.tracking.known()
+        return settings is not None and not settings.enabled
 
     def close(self) -> None:
         """Close every pooled connection."""

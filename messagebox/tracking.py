@@ -112,6 +112,11 @@ class SettingsCache:
             self._value, self._expires = value, time.monotonic() + self.ttl
         return value
 
+    def known(self) -> TrackingSettings | None:
+        """The settings if read recently enough to use without reading them again."""
+        with self._lock:
+            return self._value if time.monotonic() < self._expires else None
+
     def invalidate(self) -> None:
         with self._lock:
             self._value = None

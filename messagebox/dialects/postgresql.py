@@ -18,7 +18,7 @@ import psycopg
 import sqlalchemy as sa
 
 import sql
-from messagebox import clock
+from messagebox import clock, schema
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import Dialect, Prelude, RouteRow, Same, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
@@ -102,6 +102,8 @@ class PostgreSQLDialect(Dialect):
     def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_schema"))
         create_all(conn, metadata, indexes=True)
+        # room on each page for a claimed row's new version (see schema.QUEUE_FILLFACTOR)
+        conn.exec_driver_sql(f"ALTER TABLE mb_queue SET (fillfactor = {schema.QUEUE_FILLFACTOR})")
 
     def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
         params = {

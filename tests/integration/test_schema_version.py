@@ -31,6 +31,9 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
+        if old_tables and box.store.dialect.name == "postgresql":  # versions 2-8
+            conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
+            conn.execute(sa.text("ALTER TABLE mb_queue RESET (fillfactor)"))
         if old_tables and version in ("2", "3", "4", "5", "6", "7"):
             conn.execute(sa.text("DROP TABLE mb_routing_change"))
         if old_tables and version in ("2", "3", "4", "5", "6"):
@@ -58,11 +61,11 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7"])
+@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8"])
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
-    # 5 (no first-claim time), 6 (no crash accounting) or 7 (no routing versions) left
-    # it, with data
+    # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions) or 8
+    # (an index on lease_owner) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -77,13 +80,26 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "8"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "9"
+        if box.store.dialect.name == "postgresql":  # claims can update rows in place
+            with box.store.transaction() as conn:
+                indexes = conn.execute(
+                    sa.text(
+                        "SELECT indexname FROM pg_indexes WHERE tablename = 'mb_queue' "
+                        "AND schemaname = current_schema()"
+                    )
+                ).scalars()
+                options = conn.execute(
+                    sa.text("SELECT reloptions FROM pg_class WHERE oid = 'mb_queue'::regclass")
+                ).scalar()
+            assert "mb_queue_lease" not in set(indexes)
+            assert options == [f"fillfactor={mb_schema.QUEUE_FILLFACTOR}"]
         assert box.receipts("port/location", ["k"]) == {}
         assert [h.name for h in box.hosts()] == ["kept"]
         [sub] = box.subscriptions()
         assert sub.name == "sub"
         [orphan] = box.suspended()
-        if old not in ("6", "7"):  # versions 6 and 7 could not leave it resumable
+        if old not in ("6", "7", "8"):  # versions 6 to 8 could not leave it resumable
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -105,5 +121,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 8"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 9"):
         MessageBox(backend_url)
