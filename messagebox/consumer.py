@@ -127,9 +127,9 @@ class Consumer:
         record those first in the same transaction: one commit per batch instead of
         two. Returns the claims and what was recorded (None without ``outcomes``)."""
         fused = (
-            outcomes is not None
-            and self._dialect.complete_claim_sql is not None
-            and not (ordered or instances or outcomes.failed or outcomes.unstarted)
+            self._dialect.complete_claim_sql is not None
+            and not (ordered or instances)
+            and (outcomes is None or not (outcomes.failed or outcomes.unstarted))
         )
         # the common case is one statement: alone, with no transaction round trips, when
         # tracking (which writes rows of its own) is off
@@ -137,17 +137,16 @@ class Consumer:
             serial=True, autocommit=fused and self._store.tracking_off()
         ) as conn:
             if fused:
-                assert outcomes is not None
                 finished, claims = leases.complete_and_claim(
                     conn,
                     self._dialect,
                     host=self.host,
                     owner=self.owner,
-                    completed=outcomes.done,
+                    completed=outcomes.done if outcomes is not None else (),
                     n=n,
                     lease_seconds=lease_seconds,
                 )
-                return claims, Recorded(finished, 0)
+                return claims, None if outcomes is None else Recorded(finished, 0)
             recorded = self._record(conn, outcomes) if outcomes is not None else None
             claims = leases.claim(
                 conn,

@@ -247,9 +247,11 @@ class _Writes:
         conn: sa.Connection,
         dialect: Dialect,
         before: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]] = (),
+        *,
+        wake: Sequence[str] = (),
     ) -> None:
         """Insert the rows, after ``before`` (other rows of the same publish), in as few
-        statements as the dialect can."""
+        statements as the dialect can, and wake the hosts ``wake`` at the commit."""
         now = self.now
         writes = list(before)
         q: dict[str, Sequence[Any]] | None = None
@@ -276,7 +278,7 @@ class _Writes:
             writes.append(
                 (schema.ref_add, dict(self.refs, logged_at=Same(now, len(self.refs["msg"]))))
             )
-        dialect.insert_many(conn, writes)
+        dialect.insert_many(conn, writes, wake=wake)
         if q is not None:
             tracking.record(
                 conn,
@@ -381,8 +383,7 @@ def publish(
     if unrouted:
         outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
         tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
-    writes.flush(conn, dialect, stored)
-    dialect.notify(conn, sorted(hosts))
+    writes.flush(conn, dialect, stored, wake=sorted(hosts))
     return results, hosts
 
 
@@ -453,7 +454,6 @@ def enqueue_direct(
         [m for m, _, _ in items],
         details=[publisher] * len(items),
     )
-    writes.flush(conn, dialect, stored)
     hosts = Counter(target.host for _, _, target in items)
-    dialect.notify(conn, sorted(hosts))
+    writes.flush(conn, dialect, stored, wake=sorted(hosts))
     return hosts

@@ -170,12 +170,18 @@ class Dialect:
         return None
 
     def insert_many(
-        self, conn: sa.Connection, writes: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]]
+        self,
+        conn: sa.Connection,
+        writes: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]],
+        *,
+        wake: Sequence[str] = (),
     ) -> None:
-        """Bulk-insert into several tables, in order (a dialect may use one statement)."""
+        """Bulk-insert into several tables, in order (a dialect may use one statement),
+        then :meth:`notify` the hosts ``wake`` (a dialect may do it in that statement)."""
         for table, columns in writes:
             if len(next(iter(columns.values()), ())):
                 self.insert(conn, table, columns)
+        self.notify(conn, wake)
 
     def insert_new(
         self,

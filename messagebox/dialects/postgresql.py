@@ -18,7 +18,7 @@ import psycopg
 import sqlalchemy as sa
 
 import sql
-from messagebox import clock, schema
+from messagebox import clock, notify, schema
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import Dialect, Prelude, RouteRow, Same, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
@@ -137,17 +137,21 @@ class PostgreSQLDialect(Dialect):
         return Prelude(clock.utc(now), int(block), list(zip(versions, subs, strict=True)))
 
     def insert_many(
-        self, conn: sa.Connection, writes: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]]
+        self,
+        conn: sa.Connection,
+        writes: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]],
+        *,
+        wake: Sequence[str] = (),
     ) -> None:
         """Small writes as one statement (a data-modifying CTE per table, each inserting
-        from unnested arrays): one round trip instead of a COPY per table. Larger ones
-        are copied."""
+        from unnested arrays), whose result sends the notifications: one round trip
+        instead of a COPY per table and a notification statement. Larger ones are
+        copied."""
         writes = [(t, c) for t, c in writes if len(next(iter(c.values()), ()))]
-        if sum(len(next(iter(c.values()))) for _, c in writes) > ONE_STATEMENT_ROWS:
+        if not writes or sum(len(next(iter(c.values()))) for _, c in writes) > ONE_STATEMENT_ROWS:
             for table, columns in writes:
                 self.insert(conn, table, columns)
-            return
-        if not writes:
+            self.notify(conn, wake)
             return
         parts: list[str] = []
         params: dict[str, Any] = {}
@@ -169,7 +173,17 @@ class PostgreSQLDialect(Dialect):
                 f"w{i} AS (INSERT INTO {table.name} ({', '.join(columns)}) "
                 f"SELECT {', '.join(select)} FROM unnest({', '.join(arrays)}) AS u({names}))"
             )
-        conn.exec_driver_sql("WITH " + ", ".join(parts) + " SELECT 1", params)
+        hosts = sorted(set(wake))
+        if hosts:  # sent when the transaction commits, as the notify statement does
+            notify.after_commit(conn, hosts)
+            params["wake"] = hosts
+            last = (
+                "SELECT count(pg_notify('messagebox', current_schema() || '/' || h)) "
+                "FROM unnest(%(wake)s::text[]) AS h"
+            )
+        else:
+            last = "SELECT 1"
+        conn.exec_driver_sql("WITH " + ", ".join(parts) + " " + last, params)
 
     def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
         return {"host": host, "owner": owner, "n": n, "lease": float(lease_seconds)}

@@ -59,6 +59,10 @@ def test_a_message_id_already_stored_rolls_the_batch_back(ready: MessageBox):
             ]
         )
     assert table_counts(ready) == before
+    # and the connection it failed on serves the next publish (on PostgreSQL the error
+    # came back with the COMMIT of a pipeline)
+    [second] = ready.publish([Message(b"next", promoted={"a.X": 4})])
+    assert second.subscriptions
 
 
 @pytest.mark.parametrize(

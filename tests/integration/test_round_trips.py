@@ -1,0 +1,96 @@
+"""PostgreSQL statements on the hot paths (issue 20): a publish of a few messages is two
+statements (its prelude, then its writes with the wake-up of other processes), a large
+one still routes and wakes, and a host's completions and next claim are one statement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from messagebox import Message, MessageBox
+from messagebox.consumer import Outcomes
+from messagebox.dialects import postgresql as pg_dialect
+from messagebox.models import HostSettings
+from predicates import P
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def box(pg_url: str) -> Iterator[MessageBox]:
+    b = MessageBox(pg_url, publisher="tests")
+    b.create_host("h")
+    b.subscribe("s", host="h", filter=P("a.N") >= 0, name="s")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements executed from now on (their first line)."""
+    seen: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(query).strip().splitlines()[0])
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return seen
+
+
+def listen(pg_url: str) -> psycopg.Connection[Any]:
+    url = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("LISTEN messagebox")
+    return conn
+
+
+def test_a_small_publish_is_two_statements_and_wakes_other_processes(
+    box: MessageBox, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box.publish([Message(b"warm", promoted={"a.N": 0})])  # routing index loaded
+    listener = listen(pg_url)
+    try:
+        seen = statements(monkeypatch)
+        [routed] = box.publish([Message(b"x", promoted={"a.N": 1})])
+        assert routed.subscriptions
+        assert len(seen) == 2, seen  # the prelude; the writes, which also notify
+        notes = [n.payload for n in listener.notifies(timeout=5.0, stop_after=1)]
+        assert [p.split("/")[-1] for p in notes] == ["h"]
+    finally:
+        listener.close()
+
+
+def test_a_publish_too_large_for_one_statement_still_wakes_other_processes(
+    box: MessageBox, pg_url: str
+) -> None:
+    listener = listen(pg_url)
+    try:
+        n = pg_dialect.ONE_STATEMENT_ROWS  # spool, parts, queue and refs: 4 rows a message
+        routed = box.publish([Message(b"x", promoted={"a.N": i}) for i in range(n)])
+        assert all(r.subscriptions for r in routed)
+        assert box.queue_depth()[0].depth == n
+        notes = [n.payload for n in listener.notifies(timeout=5.0, stop_after=1)]
+        assert [p.split("/")[-1] for p in notes] == ["h"]
+    finally:
+        listener.close()
+
+
+def test_completions_and_the_next_claim_are_one_statement(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box.publish([Message(b"x", promoted={"a.N": i}) for i in range(4)])
+    consumer = box.consumer("h", "a")
+    first, _ = consumer.claim(2, 30.0, ordered=False, instances=False)
+    seen = statements(monkeypatch)
+    done = Outcomes(first, [], [], HostSettings(), set())
+    claims, recorded = consumer.claim(2, 30.0, ordered=False, instances=False, outcomes=done)
+    assert len(claims) == 2
+    assert recorded is not None
+    assert recorded.finished.completed == 2
+    assert len(seen) == 1, seen
