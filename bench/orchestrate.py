@@ -11,11 +11,17 @@ What it measures
     - ``orchestration``: :class:`~hosts.orchestration.Orchestration` with persisted state,
       one message at a time per instance, each step committed atomically with its
       publication.
-    - ``stateless`` (the baseline): plain services with the same filters, no state, no
-      correlation; the payment handler publishes the confirmation with
-      ``Delivery.publish`` (its own transaction) and the entry completes after.
+    - ``stateless``: plain services with the same filters, no state, no correlation;
+      the payment handler publishes the confirmation with ``Delivery.publish`` (its own
+      transaction) and the entry completes after.
+    - ``plain`` (the baseline the issue names): the same 2N messages delivered to
+      do-nothing services on the same host settings; no state, no publishing. The clock
+      stops when all 2N are handled.
 
-    The ratio is the price of persisted state, per-instance ordering and atomic steps.
+    An orchestration step is one message handled, so its msgs/s are steps/s. The ratios
+    are the price of persisted state, per-instance ordering and atomic steps: against
+    plain delivery of the same messages, and against stateless services that publish
+    the same confirmations.
 
 Run it from the project root::
 
@@ -85,6 +91,12 @@ def _app(system: str, counter: Counter) -> HostApp:
     )
     if system == "orchestration":
         app.orchestration(Fulfil)
+    elif system == "plain":
+        app.add_service("order", counter)
+        app.add_service("payment", counter)
+        app.subscribe("order", filter=P("b.Kind") == "order", name="order")
+        app.subscribe("payment", filter=P("b.Kind") == "payment", name="payment")
+        return app
     else:
 
         def order(_d: Delivery) -> None:
@@ -120,10 +132,11 @@ def run_one(url: str, system: str, n: int) -> float:
             ids = range(start, min(start + 500, n))
             box.publish([Message(b"pay", promoted={"b.Kind": "payment", "b.Id": i}) for i in ids])
     instance = app.instance(url)
+    target = 2 * n if system == "plain" else n  # messages handled, or confirmations
     started = time.perf_counter()
     instance.start()
     try:
-        while counter.n < n:
+        while counter.n < target:
             time.sleep(0.005)
         elapsed = time.perf_counter() - started
     finally:
@@ -173,15 +186,22 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for backend, make_url, drop in _backends(args.backends.split(",")):
         try:
+            plain = run_one(make_url(), "plain", n)
             base = run_one(make_url(), "stateless", n)
             orch = run_one(make_url(), "orchestration", n)
         finally:
             drop()
-        rows.append((backend, base, orch))
+        rows.append((backend, plain, base, orch))
     print(f"\n{n:,} conversations (2 messages each), 4 dequeue threads, claim batch 50")
-    print(f"{'backend':<12}{'stateless msgs/s':>18}{'orchestration msgs/s':>22}{'ratio':>8}")
-    for backend, base, orch in rows:
-        print(f"{backend:<12}{base:>18,.0f}{orch:>22,.0f}{orch / base:>8.2f}")
+    print(
+        f"{'backend':<12}{'plain msgs/s':>14}{'stateless msgs/s':>18}"
+        f"{'orchestration steps/s':>23}{'orch/plain':>12}{'orch/stateless':>16}"
+    )
+    for backend, plain, base, orch in rows:
+        print(
+            f"{backend:<12}{plain:>14,.0f}{base:>18,.0f}{orch:>23,.0f}"
+            f"{orch / plain:>12.2f}{orch / base:>16.2f}"
+        )
 
 
 if __name__ == "__main__":

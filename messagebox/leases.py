@@ -239,7 +239,7 @@ def _complete(
     q = schema.queue
     gone = conn.execute(
         q.delete()
-        .where(q.c.id.in_([c.id for c in claims]), q.c.lease_owner == owner)
+        .where(schema.one_of(conn, q.c.id, [c.id for c in claims]), q.c.lease_owner == owner)
         .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
     ).all()
     result.completed = len(gone)
@@ -298,7 +298,9 @@ def _suspend(
     q = schema.queue
     rows = conn.execute(
         q.delete()
-        .where(q.c.id.in_([f.claim.id for f in failures]), q.c.lease_owner == owner)
+        .where(
+            schema.one_of(conn, q.c.id, [f.claim.id for f in failures]), q.c.lease_owner == owner
+        )
         .returning(*queue_columns())
     ).all()
     by_reason: dict[str, list[Any]] = {}
@@ -378,7 +380,9 @@ def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
         if not interrupted:
             values["lease_owner"] = None
         given += conn.execute(
-            q.update().where(q.c.id.in_(ids), q.c.lease_owner == owner).values(**values)
+            q.update()
+            .where(schema.one_of(conn, q.c.id, ids), q.c.lease_owner == owner)
+            .values(**values)
         ).rowcount
     return given
 
@@ -391,7 +395,7 @@ def held(conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Cla
         return set()
     q = schema.queue
     query = sa.select(q.c.id, q.c.attempts).where(
-        q.c.id.in_(sorted({c.id for c in claims})), q.c.lease_owner == owner
+        schema.one_of(conn, q.c.id, sorted({c.id for c in claims})), q.c.lease_owner == owner
     )
     if dialect.has_row_locks:
         query = query.with_for_update()

@@ -14,6 +14,7 @@ No table is ever reflected; ids come from sequences or from the application.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -439,3 +440,15 @@ def queue_columns() -> list[sa.Column[Any]]:
         q.c.instance_id,
         q.c.enqueued_at,
     ]
+
+
+def one_of(
+    conn: sa.Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
+) -> sa.ColumnElement[bool]:
+    """``column IN values``. On PostgreSQL one array parameter, ``= ANY(...)``: an IN list
+    is a parameter per value, and psycopg parses each new list length anew (a third of
+    an orchestration step's CPU went there). DuckDB keeps the IN list."""
+    values = list(values)
+    if conn.dialect.name == "postgresql":
+        return column == sa.any_(sa.bindparam(None, values, type_=sa.ARRAY(column.type)))
+    return column.in_(values)

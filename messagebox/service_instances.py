@@ -76,7 +76,9 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
     found: dict[str, Stored] = {}
     ids = sorted(set(instance_ids))
     for start in range(0, len(ids), _CHUNK):
-        for row in conn.execute(sa.select(si).where(si.c.id.in_(ids[start : start + _CHUNK]))):
+        for row in conn.execute(
+            sa.select(si).where(schema.one_of(conn, si.c.id, ids[start : start + _CHUNK]))
+        ):
             found[row.id] = Stored(
                 id=row.id,
                 service=row.service,
@@ -100,7 +102,9 @@ def in_convoy(conn: sa.Connection, instance_ids: Sequence[str]) -> set[str]:
     for start in range(0, len(ids), _CHUNK):
         found.update(
             conn.execute(
-                sa.select(c.c.instance_id).where(c.c.instance_id.in_(ids[start : start + _CHUNK]))
+                sa.select(c.c.instance_id).where(
+                    schema.one_of(conn, c.c.instance_id, ids[start : start + _CHUNK])
+                )
             ).scalars()
         )
     return found
@@ -170,7 +174,7 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
     entry_ids = [s.entry_id for s in steps]
     gone = conn.execute(
         q.delete()
-        .where(q.c.id.in_(entry_ids), q.c.lease_owner == owner)
+        .where(schema.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
         .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
     ).all()
     if len(gone) != len(steps):
@@ -213,29 +217,33 @@ def _insert_instances(
     )
 
 
+_UPDATE_INSTANCES = sa.text(
+    # one statement of fixed text whatever the number of steps (arrays, zipped by unnest)
+    "UPDATE mb_service_instance AS si SET data = v.data, version = si.version + 1, "
+    "updated_at = :now, state = v.state, "
+    "completed_at = CASE WHEN v.state = :completed THEN :now ELSE NULL END "
+    "FROM (SELECT unnest(CAST(:ids AS TEXT[])) AS id, "
+    "unnest(CAST(:versions AS INTEGER[])) AS version, "
+    "unnest(CAST(:data AS TEXT[])) AS data, unnest(CAST(:states AS TEXT[])) AS state) AS v "
+    "WHERE si.id = v.id AND si.version = v.version"
+).bindparams(sa.bindparam("now", type_=schema.Stamp))
+
+
 def _update_instances(conn: sa.Connection, old: Sequence[Step], now: datetime) -> None:
     """Store the new state of existing instances, each at the version its step began
     from (bumped); raise :class:`Conflict` if another step changed one first."""
     if not old:
         return
-    si = schema.service_instance
-    v = sa.values(
-        sa.column("id", sa.Text),
-        sa.column("version", sa.Integer),
-        sa.column("data", sa.Text),
-        sa.column("state", sa.Text),
-        name="v",
-    ).data([(s.instance_id, s.version, _dump(s.data), _state(s)) for s in old])
     n = conn.execute(
-        si.update()
-        .where(si.c.id == v.c.id, si.c.version == v.c.version)
-        .values(
-            data=v.c.data,
-            version=si.c.version + 1,
-            updated_at=now,
-            state=v.c.state,
-            completed_at=sa.case((v.c.state == InstanceState.COMPLETED.value, now), else_=None),
-        )
+        _UPDATE_INSTANCES,
+        {
+            "ids": [s.instance_id for s in old],
+            "versions": [s.version for s in old],
+            "data": [_dump(s.data) for s in old],
+            "states": [_state(s) for s in old],
+            "now": now,
+            "completed": InstanceState.COMPLETED.value,
+        },
     ).rowcount
     if n != len(old):
         raise Conflict(
@@ -252,12 +260,12 @@ def _cancel_timers(conn: sa.Connection, steps: Sequence[Step]) -> None:
         return
     found = conn.execute(
         sa.select(t.c.id, t.c.instance_id, t.c.name).where(
-            t.c.instance_id.in_(sorted({i for i, _ in cancels}))
+            schema.one_of(conn, t.c.instance_id, sorted({i for i, _ in cancels}))
         )
     ).all()
     gone_timers = [r.id for r in found if (r.instance_id, r.name) in cancels]
     if gone_timers:
-        conn.execute(t.delete().where(t.c.id.in_(gone_timers)))
+        conn.execute(t.delete().where(schema.one_of(conn, t.c.id, gone_timers)))
 
 
 def _set_timers(
@@ -331,13 +339,19 @@ def complete(
     messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
     ids = sorted(services)
-    subs = list(conn.execute(sa.select(s.c.id).where(s.c.instance_id.in_(ids))).scalars())
+    subs = list(
+        conn.execute(sa.select(s.c.id).where(schema.one_of(conn, s.c.instance_id, ids))).scalars()
+    )
     if subs:
         subscriptions.unsubscribe(conn, dialect, subs)
-    conn.execute(schema.convoy.delete().where(schema.convoy.c.instance_id.in_(ids)))
-    conn.execute(schema.timer.delete().where(schema.timer.c.instance_id.in_(ids)))
+    conn.execute(
+        schema.convoy.delete().where(schema.one_of(conn, schema.convoy.c.instance_id, ids))
+    )
+    conn.execute(schema.timer.delete().where(schema.one_of(conn, schema.timer.c.instance_id, ids)))
     rows = conn.execute(
-        q.delete().where(q.c.instance_id.in_(ids)).returning(*schema.queue_columns())
+        q.delete()
+        .where(schema.one_of(conn, q.c.instance_id, ids))
+        .returning(*schema.queue_columns())
     ).all()
     if not rows:
         return 0

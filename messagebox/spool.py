@@ -115,7 +115,9 @@ def promoted_page(
 
 def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
     """Spool rows by message id."""
-    rows = conn.execute(sa.select(schema.spool).where(schema.spool.c.id.in_(list(msg_ids))))
+    rows = conn.execute(
+        sa.select(schema.spool).where(schema.one_of(conn, schema.spool.c.id, msg_ids))
+    )
     return {r.id: r for r in rows}
 
 
@@ -140,7 +142,7 @@ def read_messages(
     query = (
         sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.size, p.c.n_fragments, data.label("data"))
         .join(p, p.c.id == mp.c.part)
-        .where(mp.c.msg.in_(list(rows)))
+        .where(schema.one_of(conn, mp.c.msg, rows))
         .order_by(mp.c.msg, mp.c.idx)
     )
     for msg, name, part_id, size, n_fragments, first in conn.execute(query):
