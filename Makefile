@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench bench-route bench-deliver bench-spark bench-tracking lint format clean
+.PHONY: demo test test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 # `make bench ARGS=--quick` for a short run of each
-bench: bench-route bench-deliver bench-spark bench-tracking
+bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking
 
 bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
@@ -32,6 +32,9 @@ bench-route: $(STAMP)
 bench-deliver: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m bench.deliver $(ARGS)
+
+bench-orchestrate: $(STAMP)
+	$(PY) -m bench.orchestrate $(ARGS)
 
 bench-spark: $(STAMP)
 	$(PY) -m bench.spark_route $(ARGS)
