@@ -237,6 +237,13 @@ sa.Index(
 # 100, 90% of claims were HOT at fillfactor 50 (45% at 70), and the claim-and-complete
 # statement ran 20k msgs/s (17k at 70, 12.5k at 100; medians of 3).
 QUEUE_FILLFACTOR = 50
+
+CHURN_TABLES = ("mb_queue", "mb_ref_add", "mb_ref_release")
+"""Tables whose every row is deleted soon after it is written. On PostgreSQL autovacuum
+takes them after a fixed number of dead rows (``CHURN_VACUUM_ROWS``), not a fraction of
+the table: a claim scans past the dead rows of the queue until a vacuum removes them."""
+
+CHURN_VACUUM_ROWS = 10_000
 sa.Index("mb_queue_msg", queue.c.msg)
 sa.Index("mb_queue_sub", queue.c.sub)
 sa.Index(

@@ -104,6 +104,13 @@ class PostgreSQLDialect(Dialect):
         create_all(conn, metadata, indexes=True)
         # room on each page for a claimed row's new version (see schema.QUEUE_FILLFACTOR)
         conn.exec_driver_sql(f"ALTER TABLE mb_queue SET (fillfactor = {schema.QUEUE_FILLFACTOR})")
+        for table in schema.CHURN_TABLES:  # vacuumed by dead rows, not by fraction
+            conn.exec_driver_sql(
+                f"ALTER TABLE {table} SET (autovacuum_vacuum_scale_factor = 0, "
+                f"autovacuum_vacuum_threshold = {schema.CHURN_VACUUM_ROWS}, "
+                "autovacuum_vacuum_insert_scale_factor = 0, "
+                f"autovacuum_vacuum_insert_threshold = {schema.CHURN_VACUUM_ROWS})"
+            )
 
     def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
         params = {
