@@ -89,15 +89,19 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert stored_version(box) == mb_schema.SCHEMA_VERSION == "9"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
-                indexes = conn.execute(
-                    sa.text(
-                        "SELECT indexname FROM pg_indexes WHERE tablename = 'mb_queue' "
-                        "AND schemaname = current_schema()"
+                indexes = (
+                    conn.execute(
+                        sa.text(
+                            "SELECT indexname FROM pg_indexes WHERE tablename = 'mb_queue' "
+                            "AND schemaname = current_schema()"
+                        )
                     )
-                ).scalars()
-                options = conn.execute(
+                    .scalars()
+                    .all()
+                )
+                options: list[str] = conn.execute(
                     sa.text("SELECT reloptions FROM pg_class WHERE oid = 'mb_queue'::regclass")
-                ).scalar()
+                ).scalar_one()
             assert "mb_queue_lease" not in set(indexes)
             assert f"fillfactor={mb_schema.QUEUE_FILLFACTOR}" in options
             assert "autovacuum_vacuum_scale_factor=0" in options
