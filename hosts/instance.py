@@ -71,7 +71,13 @@ class HostInstance(Supervision):
             raise MessageBoxError(f"host instance {self.id} is started already")
         self._started = True
         self._refresh_subscriptions()
-        self.queue.register(self._info())
+        for warning in self.queue.register(self._info()):
+            log.warning(
+                "host instance %s: %s",
+                self.id,
+                warning,
+                extra={"event": "store-warning", "host_instance": self.id, "host": self.host},
+            )
         self._unwatch = self.queue.watch(self.wake)
         for n in range(self.settings.dequeue_threads):
             t = threading.Thread(target=self._worker, name=f"{self.host}-dequeue-{n}", daemon=True)

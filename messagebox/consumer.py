@@ -86,9 +86,11 @@ class Consumer:
 
     # --- membership ---
 
-    def register(self, info: InstanceInfo) -> None:
+    def register(self, info: InstanceInfo) -> list[str]:
+        """Register; returns warnings about the server (see ``Dialect.warnings``)."""
         with self._store.transaction(serial=True) as conn:
             registry.register(conn, info)
+            return self._dialect.warnings(conn)
 
     def unregister(self) -> int:
         """Unregister; returns the leases released (their host is woken)."""

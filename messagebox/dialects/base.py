@@ -199,6 +199,10 @@ class Dialect:
         """Held around a transaction that must not interleave with another in this process."""
         return nullcontext()
 
+    def warnings(self, conn: sa.Connection) -> list[str]:
+        """What about the server would hurt a host instance (read when one starts)."""
+        return []
+
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         """Serialise subscription changes across processes for the rest of the transaction."""
 

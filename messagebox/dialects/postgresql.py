@@ -229,6 +229,15 @@ class PostgreSQLDialect(Dialect):
                 log.error("host %s: LISTEN connection failed: %s", host, exc)
                 stop.wait(1.0)
 
+    def warnings(self, conn: sa.Connection) -> list[str]:
+        if conn.exec_driver_sql("SHOW autovacuum").scalar() == "on":
+            return []
+        return [
+            "autovacuum is off on this PostgreSQL server: the queue's deleted rows are never "
+            "removed, and claims slow down as they pile up (docs/howto-postgresql.md, "
+            "Cleanup); turn it on, or VACUUM mb_queue, mb_ref_add and mb_ref_release often"
+        ]
+
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_subscriptions"))
 

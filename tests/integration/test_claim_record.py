@@ -200,3 +200,25 @@ def test_a_pooled_connection_that_died_is_replaced(
         assert box.queue_depth() == []
     finally:
         box.close()
+
+
+def test_a_host_instance_warns_at_start_when_the_server_never_vacuums(
+    box: MessageBox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On PostgreSQL with autovacuum off (as a test server may run), the queue's dead
+    rows pile up and claims slow down: the instance says so when it starts. DuckDB, and
+    a server with autovacuum on, start without a word of it."""
+    setup(box, 0)
+    off = False
+    if box.store.dialect.name == "postgresql":
+        with box.store.transaction() as conn:
+            off = conn.exec_driver_sql("SHOW autovacuum").scalar() == "off"
+    with (
+        caplog.at_level("WARNING", logger="messagebox.hosts"),
+        HostInstance(box, "h", {"s": lambda _d: None}),
+    ):
+        pass
+    warned = [r for r in caplog.records if getattr(r, "event", None) == "store-warning"]
+    assert bool(warned) == off
+    if off:
+        assert "autovacuum is off" in warned[0].getMessage()
