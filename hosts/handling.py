@@ -114,8 +114,7 @@ class Handling(InstanceCore):
                 outcome = self._deliver(run, c, batch)
             if isinstance(outcome, Failure) and c.ordered:
                 blocked.add(c.sub)
-        done, failed = run.take()
-        outcomes = self._outcomes(self._flush(done, failed), failed, unstarted)
+        outcomes = self._taken(run, unstarted)
         if self._stopping.is_set():
             self._finish_outcomes(outcomes)
             return None
@@ -135,11 +134,15 @@ class Handling(InstanceCore):
             self.stats.add(completed=1)
         run.add(c, outcome)
 
-    def _record(self, run: Run, unstarted: Sequence[Claim] = ()) -> None:
-        """Record the outcomes the batch holds so far (after its services' flush)."""
+    def _record(self, run: Run) -> None:
+        """Record the outcomes the batch holds so far."""
+        self._finish_outcomes(self._taken(run))
+
+    def _taken(self, run: Run, unstarted: Sequence[Claim] = ()) -> Outcomes:
+        """The outcomes the batch holds so far, taken from it (after its services'
+        flush), with the entries it gives back unstarted."""
         done, failed = run.take()
-        done = self._flush(done, failed)
-        self._finish(done, failed, list(unstarted))
+        return self._outcomes(self._flush(done, failed), failed, unstarted)
 
     def _handle_alone(
         self, run: Run, c: Claim, batch: MessageBatch

@@ -58,18 +58,15 @@ class Supervision(Handling):
                 outcomes, carry = carry, None
                 try:
                     claims = self._claim(want, outcomes)
-                except MessageBoxError as exc:
+                except BaseException as exc:
                     self._permits.give(want)
-                    log.error("host instance %s: claim failed: %s", self.id, exc)
-                    if outcomes:
+                    if outcomes:  # rolled back with the claim: recorded on their own
                         self._finish_outcomes(outcomes)
+                    if not isinstance(exc, MessageBoxError):
+                        raise
+                    log.error("host instance %s: claim failed: %s", self.id, exc)
                     self._wait(seen, self.settings.poll_max_seconds)
                     continue
-                except BaseException:
-                    self._permits.give(want)
-                    if outcomes:
-                        self._finish_outcomes(outcomes)
-                    raise
                 self._permits.give(want - len(claims))
                 if not claims:
                     self._wait(seen, idle)

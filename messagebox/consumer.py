@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -177,12 +177,11 @@ class Consumer:
                     self.owner,
                     [*outcomes.done, *(f.claim for f in outcomes.failed), *outcomes.unstarted],
                 )
-                outcomes = Outcomes(
-                    [c for c in outcomes.done if c.id in mine],
-                    [f for f in outcomes.failed if f.claim.id in mine],
-                    [c for c in outcomes.unstarted if c.id in mine],
-                    outcomes.settings,
-                    outcomes.stop_on_failure,
+                outcomes = replace(
+                    outcomes,
+                    done=[c for c in outcomes.done if c.id in mine],
+                    failed=[f for f in outcomes.failed if f.claim.id in mine],
+                    unstarted=[c for c in outcomes.unstarted if c.id in mine],
                 )
             return self._record(conn, outcomes)
 

@@ -94,12 +94,17 @@ class Finished:
     stopped_subscriptions: tuple[int, ...] = ()
 
 
+def _uuid(value: Any) -> uuid.UUID:
+    """A UUID as a driver returns it (DuckDB may give text)."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
 def _claim(row: Any) -> Claim:
     enqueued_at, claimed_at, now = row[7], row[8], row[9]
     first = claimed_at == now  # set by this claim: the database's now() is per transaction
     return Claim(
         id=int(row[0]),
-        msg=row[1] if isinstance(row[1], uuid.UUID) else uuid.UUID(str(row[1])),
+        msg=_uuid(row[1]),
         sub=int(row[2]),
         attempts=int(row[3]),
         priority=int(row[4]),
@@ -193,8 +198,7 @@ def complete_and_claim(
         if row[0]:
             claims.append(_claim(row[1:14]))
         else:
-            msg = row[2] if isinstance(row[2], uuid.UUID) else uuid.UUID(str(row[2]))
-            gone.append(_Gone(int(row[1]), msg, int(row[3]), row[14]))
+            gone.append(_Gone(int(row[1]), _uuid(row[2]), int(row[3]), row[14]))
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
     delivered(conn, dialect, gone, owner)
     claims.sort(key=lambda c: (-c.priority, c.id))

@@ -181,13 +181,10 @@ class PostgreSQLDialect(Dialect):
                 f"SELECT {', '.join(select)} FROM unnest({', '.join(arrays)}) AS u({names}))"
             )
         hosts = sorted(set(wake))
-        if hosts:  # sent when the transaction commits, as the notify statement does
+        if hosts:  # the notify statement as this one's result (sent at the commit)
             notify.after_commit(conn, hosts)
-            params["wake"] = hosts
-            last = (
-                "SELECT count(pg_notify('messagebox', current_schema() || '/' || h)) "
-                "FROM unnest(%(wake)s::text[]) AS h"
-            )
+            params["hosts"] = hosts
+            last = f"SELECT count(*) FROM ({sql.load(self.name, 'notify')}) AS n"
         else:
             last = "SELECT 1"
         conn.exec_driver_sql("WITH " + ", ".join(parts) + " " + last, params)
