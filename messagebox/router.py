@@ -11,13 +11,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice, repeat
 from typing import Any
 
 import sqlalchemy as sa
 
 from messagebox import clock, routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
-from messagebox.dialects import Dialect, RouteRow, Same, StagedBatch
+from messagebox.dialects import Dialect, Same, StagedBatch, Target
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.ids import seed as seed_ids
@@ -84,7 +85,7 @@ def route(
     promoted: Sequence[Mapping[str, Value]],
     *,
     now: datetime | None = None,
-) -> list[list[RouteRow]]:
+) -> list[list[Target]]:
     """The matching subscriptions of each message, in subscription-id order: from the
     store's in-memory routing index, or with ``MessageBox(router="sql")`` from the
     routing statement.
@@ -101,7 +102,7 @@ def route(
     else:
         per_message = [[] for _ in promoted]
         for row in dialect.route(conn, stage(promoted)):
-            per_message[row.msg].append(row)
+            per_message[row.msg].append(Target._make(row[1:]))
         correlated = True  # _correlate looks
     if now is not None and correlated:
         _correlate(conn, dialect, per_message, promoted, now)
@@ -111,7 +112,7 @@ def route(
 def _correlate(
     conn: sa.Connection,
     dialect: Dialect,
-    per_message: list[list[RouteRow]],
+    per_message: list[list[Target]],
     promoted: Sequence[Mapping[str, Value]],
     now: datetime,
 ) -> None:
@@ -134,7 +135,7 @@ def _correlate(
     made = resolve_convoys(conn, dialect, [k for k in first if k not in existing], now)
     for i, rows in enumerate(per_message):
         seen: set[str] = set()
-        kept: list[RouteRow] = []
+        kept: list[Target] = []
         for row in rows:
             found = keys.get((i, row.sub))
             if found is not None:
@@ -157,68 +158,49 @@ def _correlate(
         rows[:] = kept
 
 
-_QUEUE_COLUMNS = ("id", "msg", "sub", "host", "priority", "state", "instance_id", "ordered")
 _SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
 
 
 @dataclass
 class _Writes:
-    """Rows a publish writes: queue and suspended entries as row tuples (turned into
-    columns once, at the flush), reference counts as columns. Every row of one publish
-    has the same time, so time and other constant columns are written as one value."""
+    """Rows a publish writes. Queue entries are kept as three parallel lists (the match's
+    :class:`Target`, often one tuple shared by every message routed there; the entry id;
+    the message), turned into columns once at the flush, so a match allocates nothing.
+    Every row of one publish has the same time, so time and other constant columns are
+    written as one value."""
 
     now: datetime
-    queue: list[tuple[Any, ...]]
+    targets: list[Target]
+    entry_ids: list[int]
+    entry_msgs: list[uuid.UUID | str]
     suspended: list[tuple[Any, ...]]
     refs: dict[str, list[Any]]
 
     @classmethod
     def empty(cls, now: datetime) -> _Writes:
-        return cls(now, [], [], {"msg": [], "n": []})
+        return cls(now, [], [], [], [], {"msg": [], "n": []})
 
-    def enqueue(self, entry_id: int, msg: uuid.UUID | str, row: RouteRow) -> None:
+    def enqueue(self, entry_id: int, msg: uuid.UUID | str, target: Target) -> None:
         """Queue ``msg`` (its id, or the id's text) for one match."""
-        _msg, sub, host, priority, state, _kind, instance_id, ordered, _service, _corr = row
-        self.queue.append(
-            (
-                entry_id,
-                msg,
-                sub,
-                host,
-                priority,
-                _HELD if state == _STOPPED else _READY,
-                instance_id,
-                bool(ordered),
-            )
-        )
+        self.targets.append(target)
+        self.entry_ids.append(entry_id)
+        self.entry_msgs.append(msg)
 
     def routed(
         self,
         entry_ids: Iterator[int],
         msg_id: uuid.UUID,
-        rows: Sequence[RouteRow],
+        rows: Sequence[Target],
         suspension: Suspension | None = None,
     ) -> Routed:
         """Queue a message for its matches, and with a suspension also store it
         suspended (one entry more)."""
         if rows:
-            text = str(msg_id)  # once, not once per entry
-            append = self.queue.append
-            for row, entry_id in zip(rows, entry_ids, strict=False):
-                _msg, sub, host, priority, state, _kind, instance, ordered, _svc, _corr = row
-                append(
-                    (
-                        entry_id,
-                        text,
-                        sub,
-                        host,
-                        priority,
-                        _HELD if state == _STOPPED else _READY,
-                        instance,
-                        bool(ordered),
-                    )
-                )
-        subs = tuple(row.sub for row in rows)
+            k = len(rows)
+            self.targets.extend(rows)
+            self.entry_ids.extend(islice(entry_ids, k))
+            self.entry_msgs.extend(repeat(str(msg_id), k))  # the text once, not per entry
+        subs = tuple([row.sub for row in rows])
         if suspension is None:
             self.reference(msg_id, len(rows))
             return Routed(msg_id, Outcome.ROUTED, subs)
@@ -256,9 +238,21 @@ class _Writes:
         writes = list(before)
         q: dict[str, Sequence[Any]] | None = None
         s: dict[str, Sequence[Any]] | None = None
-        if self.queue:
-            n = len(self.queue)
-            q = dict(zip(_QUEUE_COLUMNS, zip(*self.queue, strict=True), strict=True))
+        if self.targets:
+            n = len(self.targets)
+            sub, host, priority, state, _kind, instance, ordered, _service, _corr = zip(
+                *self.targets, strict=True
+            )
+            q = {
+                "id": self.entry_ids,
+                "msg": self.entry_msgs,
+                "sub": sub,
+                "host": host,
+                "priority": priority,
+                "state": [_HELD if s == _STOPPED else _READY for s in state],
+                "instance_id": instance,
+                "ordered": ordered,
+            }
             q["attempts"] = Same(0, n)
             q["available_at"] = Same(now, n)
             q["enqueued_at"] = Same(now, n)
@@ -434,7 +428,7 @@ def reroute(
 def enqueue_direct(
     conn: sa.Connection,
     dialect: Dialect,
-    items: Sequence[tuple[uuid.UUID, Message, RouteRow]],
+    items: Sequence[tuple[uuid.UUID, Message, Target]],
     now: datetime,
     publisher: str,
 ) -> Counter[str]:

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import schema
-from messagebox.dialects import RouteRow
+from messagebox.dialects import Target
 from messagebox.models import State
 from messagebox.properties import Value
 from predicates.index import FilterIndex
@@ -40,9 +40,6 @@ routing have committed here, so an index skips its query while nothing changed."
 _LOCAL_GUARD = threading.Lock()
 
 _UNENLISTED = State.UNENLISTED.value
-
-Target = tuple[int, str, int, str, str, str | None, bool, str, str | None]
-"""What a match queues with: a :class:`RouteRow` after its ``msg``."""
 
 
 def begin(conn: sa.Connection, index: RoutingIndex | None) -> None:
@@ -107,22 +104,21 @@ class RoutingIndex:
 
     def route(
         self, conn: sa.Connection, promoted: Sequence[Mapping[str, Value]]
-    ) -> tuple[list[list[RouteRow]], bool]:
+    ) -> tuple[list[list[Target]], bool]:
         """The matches of each message of a batch, in subscription-id order, and whether
-        any of them has a correlation."""
-        new = tuple.__new__
-        out: list[list[RouteRow]] = []
+        any of them has a correlation. A subscription's :class:`Target` is one shared
+        tuple: a batch allocates a list per message, nothing per match."""
+        out: list[list[Target]] = []
         correlated = False
         with self._lock:
             self._catch_up(conn)
             match, targets = self._filters.match, self._targets
-            for i, props in enumerate(promoted):
+            for props in promoted:
                 found = match(props)
                 if not found:
                     out.append([])
                     continue
-                head = (i,)
-                rows = [new(RouteRow, head + targets[sub]) for sub in sorted(found)]
+                rows = [targets[sub] for sub in sorted(found)]
                 if not correlated and self._correlated:
                     correlated = any(row.correlation for row in rows)
                 out.append(rows)
@@ -178,7 +174,7 @@ class RoutingIndex:
         for sub in subs:
             self._filters.remove(sub)
             gone = self._targets.pop(sub, None)
-            if gone is not None and gone[-1]:
+            if gone is not None and gone.correlation:
                 self._correlated -= 1
         s = schema.subscription
         for start in range(0, len(subs), 1000):
@@ -191,7 +187,7 @@ class RoutingIndex:
         self._filters.add(row.id, Filter.from_stored_json(row.filter))
         if row.correlation:
             self._correlated += 1
-        self._targets[row.id] = (
+        self._targets[row.id] = Target(
             row.id,
             row.host,
             row.priority,

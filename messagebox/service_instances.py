@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import clock, leases, router, schema, spool, subscriptions, suspension, tracking
-from messagebox.dialects import Dialect, RouteRow
+from messagebox.dialects import Dialect, Target
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate
 from messagebox.message import Message
@@ -425,7 +425,7 @@ def fire_timers(
             )
         )
     }
-    items: list[tuple[uuid.UUID, Message, RouteRow]] = []
+    items: list[tuple[uuid.UUID, Message, Target]] = []
     for r in rows:
         sub = subs.get(r.sub)
         if sub is None:
@@ -447,8 +447,7 @@ def fire_timers(
                 "messagebox.InstanceId": r.instance_id,
             },
         )
-        route = RouteRow(
-            msg=0,
+        route = Target(
             sub=sub.id,
             host=sub.host,
             priority=sub.priority,

@@ -73,13 +73,11 @@ class Prelude(NamedTuple):
     """(version, subscription) of the routing versions after the one asked about."""
 
 
-class RouteRow(NamedTuple):
-    """A match of the routing query: a message of the batch and a subscription it reaches,
-    with what queueing it needs. A tuple in the query's column order (a dialect makes
-    them from driver rows with :func:`route_rows`)."""
+class Target(NamedTuple):
+    """A subscription a message reaches, with what queueing it needs: a match as the
+    router hands it on, one list of them per message. The in-memory routing index shares
+    one per subscription between every message it routes there."""
 
-    msg: int
-    """The message's number in the batch."""
     sub: int
     """The subscription's id."""
     host: str
@@ -95,6 +93,24 @@ class RouteRow(NamedTuple):
     service: str
     correlation: str | None
     """The subscription's correlation: its property names as JSON, or None."""
+
+
+class RouteRow(NamedTuple):
+    """A match of the routing query: a message of the batch and a subscription it reaches
+    (the fields of :class:`Target` after ``msg``). A tuple in the query's column order (a
+    dialect makes them from driver rows with :func:`route_rows`)."""
+
+    msg: int
+    """The message's number in the batch."""
+    sub: int
+    host: str
+    priority: int
+    state: str
+    kind: str
+    instance_id: str | None
+    ordered: bool
+    service: str
+    correlation: str | None
 
 
 def route_rows(rows: Iterable[Iterable[Any]]) -> list[RouteRow]:
