@@ -204,16 +204,23 @@ def decode_value(pair: object) -> Value:
     raise ValueError(f"malformed [tag, value] pair {[tag, raw]!r}")
 
 
+_CONTEXT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_PLAIN_TAGS: dict[type, str] = {bool: "b", int: "i", float: "f", str: "s"}
+
+
+def _typed(props: Mapping[str, Value]) -> dict[str, list[Any]]:
+    """:func:`encode_value` of each value, inlined: it runs once per property published."""
+    out: dict[str, list[Any]] = {}
+    tags = _PLAIN_TAGS
+    for k, v in props.items():
+        tag = tags.get(type(v))
+        out[k] = [tag, v] if tag is not None else encode_value(v)
+    return out
+
+
 def encode_context(promoted: Mapping[str, Value], written: Mapping[str, Value]) -> str:
     """Serialise a message context to typed JSON."""
-    return json.dumps(
-        {
-            "promoted": {k: encode_value(v) for k, v in promoted.items()},
-            "written": {k: encode_value(v) for k, v in written.items()},
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    return _CONTEXT_JSON({"promoted": _typed(promoted), "written": _typed(written)})
 
 
 def decode_context(text: str) -> tuple[dict[str, Value], dict[str, Value]]:

@@ -199,7 +199,7 @@ class _Writes:
             k = len(rows)
             self.targets.extend(rows)
             self.entry_ids.extend(islice(entry_ids, k))
-            self.entry_msgs.extend(repeat(str(msg_id), k))  # the text once, not per entry
+            self.entry_msgs.extend(repeat(msg_id, k))
         subs = tuple([row.sub for row in rows])
         if suspension is None:
             self.reference(msg_id, len(rows))

@@ -29,6 +29,8 @@ def _first_fragment(data: PartData) -> tuple[bytes, Iterator[bytes]]:
     """The first fragment and an iterator of the rest (read lazily from files)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
+    if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case, at once
+        return data, iter(())
     if isinstance(data, bytes | bytearray | memoryview):
         view = memoryview(data).cast("B")
         rest = (

@@ -47,6 +47,23 @@ def arrow_type(column: sa.Column[Any]) -> pa.DataType:
     return pa.string()  # Text, and Uuid as its text form (cast on insert)
 
 
+def _uuid_texts(values: Sequence[Any]) -> list[str | None]:
+    """UUIDs (or their text) as text, converting each object once: a message's id
+    repeats across its queue entries."""
+    memo: dict[int, str] = {}
+    out: list[str | None] = []
+    append = out.append
+    for v in values:
+        if v is None or type(v) is str:
+            append(v)
+            continue
+        text = memo.get(id(v))
+        if text is None:
+            text = memo[id(v)] = str(v)
+        append(text)
+    return out
+
+
 SMALL_INSERT = 12
 """Inserts of at most this many rows bind parameters instead of an Arrow table."""
 
@@ -144,7 +161,7 @@ class DuckDBDialect(Dialect):
                 arrays.append(pa.repeat(pa.scalar(value, arrow_type(column)), len(values)))
                 continue
             if uuid:
-                values = [v if v is None or type(v) is str else str(v) for v in values]
+                values = _uuid_texts(values)
             arrays.append(pa.array(values, arrow_type(column)))
         data = pa.table(arrays, names=list(columns))
         with self._registered(conn, data, f"mb_ins_{table.name}") as name:

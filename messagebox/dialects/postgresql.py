@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from threading import Event
 from typing import Any, ClassVar
 
@@ -54,6 +56,44 @@ def _pg_type(column: sa.Column[Any]) -> str:
         if isinstance(t, kind):
             return name
     return "text"
+
+
+_BINARY_TYPES: dict[str, frozenset[type]] = {
+    "bigint": frozenset({int}),
+    "smallint": frozenset({int}),
+    "integer": frozenset({int}),
+    "boolean": frozenset({bool}),
+    "uuid": frozenset({uuid.UUID}),
+    "timestamptz": frozenset({datetime}),
+    "bytea": frozenset({bytes}),
+    "float8": frozenset({float}),
+    "text": frozenset({str}),
+}
+"""The Python types each column type is copied in binary from (None aside)."""
+
+
+def _binary_columns(
+    table: sa.Table, columns: Mapping[str, Sequence[Any]]
+) -> tuple[list[str], list[Sequence[Any]]] | None:
+    """The column types and values to ``COPY`` in binary format (3-4x faster than text
+    for both sides), or None when a column holds a value the binary dumper of its type
+    does not take; ids given as text are made UUIDs, naive times UTC."""
+    types: list[str] = []
+    out: list[Sequence[Any]] = []
+    for name, values in columns.items():
+        pg_type = _pg_type(table.c[name])
+        found = {type(values.value)} if isinstance(values, Same) else set(map(type, values))
+        found.discard(type(None))
+        if pg_type == "uuid" and str in found:
+            values = [v if v is None or type(v) is uuid.UUID else uuid.UUID(v) for v in values]
+            found.discard(str)
+        if not found <= _BINARY_TYPES[pg_type]:
+            return None
+        if pg_type == "timestamptz" and any(v is not None and v.tzinfo is None for v in values):
+            values = [None if v is None else clock.utc(v) for v in values]
+        types.append(pg_type)
+        out.append(values)
+    return types, out
 
 
 class PostgreSQLDialect(Dialect):
@@ -130,11 +170,23 @@ class PostgreSQLDialect(Dialect):
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:
         raw: Any = conn.connection.driver_connection
+        names = ", ".join(columns)
+        binary = _binary_columns(table, columns)
+        if binary is None:  # a value of another Python type: text, as the driver adapts it
+            with (
+                raw.cursor() as cursor,
+                cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy,
+            ):
+                for row in zip(*columns.values(), strict=True):
+                    copy.write_row(row)
+            return
+        types, values = binary
         with (
             raw.cursor() as cursor,
-            cursor.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy,
+            cursor.copy(f"COPY {table.name} ({names}) FROM STDIN (FORMAT binary)") as copy,
         ):
-            for row in zip(*columns.values(), strict=True):
+            copy.set_types(types)
+            for row in zip(*values, strict=True):
                 copy.write_row(row)
 
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:

@@ -165,7 +165,7 @@ def test_spark_routes_as_the_sql_router(
     _, batch = pool
     with pool_box.store.transaction() as conn:
         sql = router.route(conn, pool_box.store.dialect, [normalize_properties(p) for p in batch])
-    want = {(i, row[1]) for i, rows in enumerate(sql) for row in rows}
+    want = {(i, row.sub) for i, rows in enumerate(sql) for row in rows}
     df = spark.createDataFrame(long_rows(batch), LONG_SCHEMA)
     routes = route_dataframe(df, pool_box.url.render_as_string(hide_password=False))
     assert pairs(routes) == want
