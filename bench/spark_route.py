@@ -171,7 +171,7 @@ def timed_duckdb(
             with box.store.transaction() as conn:
                 found = router.route(conn, box.store.dialect, promoted[i : i + 1000])
             for k, matches in zip(keys[i : i + 1000], found, strict=True):
-                pairs.update((k, m[1]) for m in matches)
+                pairs.update((k, m.sub) for m in matches)
         seconds = time.perf_counter() - start
         return len(promoted) / seconds, pairs, targets
     finally:

@@ -101,7 +101,7 @@ def test_ids_given_as_text_and_repeated_values_are_copied_in_binary(
     as_text = {**ROWS, "id": [str(uuid.UUID(int=1)), None, str(uuid.UUID(int=2**128 - 1))]}
     binary, used = stored(engine, as_text, monkeypatch)
     assert used == "binary"
-    assert sorted(r[8] for r in binary if r[8]) == [uuid.UUID(int=1), uuid.UUID(int=2**128 - 1)]
+    assert {r[8] for r in binary} == {uuid.UUID(int=1), None, uuid.UUID(int=2**128 - 1)}
     same = {**ROWS, "text": Same("x", 3), "stamp": Same(datetime(2024, 5, 1, 10), 3)}
     repeated, used = stored(engine, same, monkeypatch)
     assert used == "binary"
