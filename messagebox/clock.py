@@ -66,6 +66,14 @@ def seed(conn: sa.Connection, at: datetime) -> None:
         conn.info[_KEY] = at
 
 
+def seed_read(conn: sa.Connection, at: datetime) -> None:
+    """The transaction's time as a statement read it among its columns (saving the round
+    trip of :func:`now`); ignored where the database runs on this machine, whose clock
+    :func:`now` reads instead."""
+    if not conn.info.get(_SAME_MACHINE):
+        seed(conn, utc(at))
+
+
 def utc(at: datetime) -> datetime:
     """``at`` in UTC; a time without a zone (as DuckDB returns) is taken as UTC."""
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

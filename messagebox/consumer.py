@@ -213,10 +213,8 @@ class Consumer:
         """The store's time, the saved instances of these ids, and which of the missing
         ones are convoys still being created (their first step has not committed)."""
         with self._store.transaction() as conn:
+            stored = service_instances.load(conn, instance_ids) if instance_ids else {}
             now = clock.now(conn)  # timeouts fall due by the store's clock
-            if not instance_ids:
-                return now, {}, set()
-            stored = service_instances.load(conn, instance_ids)
             missing = [i for i in instance_ids if i not in stored]
             return now, stored, service_instances.in_convoy(conn, missing) if missing else set()
 
@@ -225,7 +223,7 @@ class Consumer:
         the messages discarded by completions."""
         with self._store.transaction(serial=True) as conn:
             _, discarded = service_instances.commit_steps(
-                conn, self._dialect, steps, clock.now(conn), publisher=publisher
+                conn, self._dialect, steps, publisher=publisher
             )
             timers = {timer_channel(s.host) for s in steps if s.timers}
             if timers:

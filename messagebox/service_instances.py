@@ -71,14 +71,19 @@ class Stored:
 
 
 def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
-    """The stored instances among ``instance_ids``."""
+    """The stored instances among ``instance_ids`` (the transaction's time comes with
+    them: see :func:`clock.seed_read`)."""
     si = schema.service_instance
     found: dict[str, Stored] = {}
     ids = sorted(set(instance_ids))
     for start in range(0, len(ids), _CHUNK):
         for row in conn.execute(
-            sa.select(si).where(schema.one_of(conn, si.c.id, ids[start : start + _CHUNK]))
+            sa.select(si, sa.func.now().label("mb_now")).where(
+                schema.one_of(conn, si.c.id, ids[start : start + _CHUNK])
+            )
         ):
+            if not found:
+                clock.seed_read(conn, row.mb_now)
             found[row.id] = Stored(
                 id=row.id,
                 service=row.service,
@@ -147,7 +152,7 @@ def message_ids(instance_id: str, version: int, n: int) -> list[uuid.UUID]:
 
 
 def commit_steps(
-    conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], now: datetime, publisher: str
+    conn: sa.Connection, dialect: Dialect, steps: Sequence[Step], publisher: str
 ) -> tuple[Counter[str], int]:
     """Commit steps (of distinct instances, claimed by one owner) inside the caller's
     serial transaction, set-based. Raises :class:`LeaseLost` when an entry is no longer
@@ -155,6 +160,7 @@ def commit_steps(
     nothing is then committed. Returns the entries queued per host (to wake them) and
     the number of messages discarded by completions (suspended as zombies)."""
     _take_entries(conn, dialect, steps)
+    now = clock.now(conn)  # read with the entries taken
     _insert_instances(conn, dialect, [s for s in steps if s.version is None], now)
     _update_instances(conn, [s for s in steps if s.version is not None], now)
     _cancel_timers(conn, steps)
@@ -175,8 +181,10 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
     gone = conn.execute(
         q.delete()
         .where(schema.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
-        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
+        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, sa.func.now().label("mb_now"))
     ).all()
+    if gone:
+        clock.seed_read(conn, gone[0].mb_now)
     if len(gone) != len(steps):
         lost = sorted(set(entry_ids) - {r.id for r in gone})
         raise LeaseLost(

@@ -152,21 +152,19 @@ RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, 
 -- head stays on the queue until its step commits. Two claims in flight
 -- at once cannot both take an instance: each takes the instance's advisory lock for its
 -- own short transaction (try, never wait), besides SKIP LOCKED on the head.
-WITH heads AS (
-    SELECT instance_id, min(id) AS id,
-           max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
-    FROM mb_queue
-    WHERE host = %(host)s AND instance_id IS NOT NULL
-    GROUP BY instance_id
-),
-candidates AS MATERIALIZED (
-    SELECT q.id, h.instance_id, q.priority
+WITH candidates AS MATERIALIZED (
+    SELECT q.id, q.instance_id, q.priority
     FROM mb_queue q
-    JOIN heads h ON q.id = h.id
-    WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
+    WHERE q.host = %(host)s AND q.state = 'ready' AND q.instance_id IS NOT NULL
+      AND q.available_at <= now()
+      AND NOT EXISTS (  -- the instance's oldest entry, and none of its entries leased
+          SELECT 1 FROM mb_queue o
+          WHERE o.host = q.host AND o.instance_id = q.instance_id
+            AND (o.id < q.id OR o.lease_expires >= now())
+      )
       AND NOT EXISTS (  -- a suspended step holds its instance's later messages
           SELECT 1 FROM mb_suspended s
-          WHERE s.instance_id = h.instance_id AND s.resumable
+          WHERE s.instance_id = q.instance_id AND s.resumable
       )
     ORDER BY q.priority DESC, q.id
     LIMIT %(n)s
