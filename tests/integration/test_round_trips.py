@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from messagebox import Message, MessageBox
+from messagebox import Message, MessageBox, service_instances
 from messagebox.consumer import Outcomes
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import HostSettings
@@ -106,3 +106,31 @@ def test_completions_and_the_next_claim_are_one_statement(
     assert recorded is not None
     assert recorded.finished.completed == 2
     assert len(seen) == 1, seen
+
+
+def test_a_step_batch_reads_the_time_with_its_rows(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committing orchestration steps and loading instances ask for no ``now()`` of
+    their own: the time comes back with the entries taken and the instances read."""
+    box.publish([Message(b"x", promoted={"a.N": 1})])
+    consumer = box.consumer("h", "a")
+    [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
+    step = service_instances.Step(
+        owner="a",
+        entry_id=claim.id,
+        instance_id="i-1",
+        service="s",
+        host="h",
+        sub=claim.sub,
+        version=None,
+        data={"state": {}},
+    )
+    seen = statements(monkeypatch)
+    consumer.commit_steps([step], publisher="tests")
+    assert sum(d.depth for d in box.queue_depth()) == 0
+    now, stored, _ = consumer.load(["i-1"])
+    assert list(stored) == ["i-1"]
+    assert stored["i-1"].created_at <= now
+    assert not [s for s in seen if s.upper().startswith("SELECT NOW()")], seen
+    assert any("mb_now" in s for s in seen)
