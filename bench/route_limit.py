@@ -1,7 +1,8 @@
 """The limits ``bench.route`` measures beside publish, in the same run:
 
 - **write limit**: the rows a publish writes (a spool row, a part and its link, one
-  queue entry per match and the reference count) written with no routing at all, in
+  queue entry per match, a suspended entry with its report for a message that matched
+  nothing, and the reference count) written with no routing at all, in
   batches of 1,000 messages, one transaction each, through the store's own bulk path
   (Arrow ``INSERT … SELECT`` on DuckDB, ``COPY`` on PostgreSQL), into a fresh database
   of the same schema. The Arrow tables and the COPY text are built before the clock
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 import uuid
@@ -29,8 +31,9 @@ from messagebox import schema
 from messagebox.dialects.duckdb import arrow_type
 from messagebox.engine import MessageBox
 from messagebox.message import Message
-from messagebox.models import Routed
+from messagebox.models import ROUTING_FAILURE, Outcome, Routed
 from messagebox.properties import encode_context
+from messagebox.router import failure_report
 
 SINGLE_MESSAGES = 200
 
@@ -90,10 +93,23 @@ def _rows(
                 "ordered",
             )
         },
+        schema.suspended: {
+            k: []
+            for k in (
+                "id",
+                "msg",
+                "reason",
+                "error",
+                "report",
+                "resumable",
+                "attempts",
+                "suspended_at",
+            )
+        },
         schema.ref_add: {"msg": [], "n": [], "logged_at": []},
     }
     spool, links, parts = out[schema.spool], out[schema.message_part], out[schema.part]
-    queue, refs = out[schema.queue], out[schema.ref_add]
+    queue, refs, suspended = out[schema.queue], out[schema.ref_add], out[schema.suspended]
     for message, result in zip(messages, routed, strict=True):
         msg, part = uuid.uuid4(), uuid.uuid4()
         body = message.parts[message.body_part]
@@ -112,7 +128,14 @@ def _rows(
             row = (next(ids), msg, sub, HOSTS[sub % len(HOSTS)], 0, "ready", 0, now, now)
             for k, v in zip(queue, (*row, None, False), strict=True):
                 queue[k].append(v)
-        for k, v in zip(refs, (msg, len(result.subscriptions), now), strict=True):
+        n_refs = len(result.subscriptions)
+        if result.outcome is Outcome.SUSPENDED and not result.subscriptions:  # no match
+            report = json.dumps(failure_report(message.promoted, "raw", now))
+            failed = (next(ids), msg, ROUTING_FAILURE, "matched nothing", report, False, 0, now)
+            for k, v in zip(suspended, failed, strict=True):
+                suspended[k].append(v)
+            n_refs = 1
+        for k, v in zip(refs, (msg, n_refs, now), strict=True):
             refs[k].append(v)
     return out
 
