@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
 from typing import Any, ClassVar
 
+import duckdb_engine
 import pyarrow as pa
 import sqlalchemy as sa
 
@@ -23,6 +24,17 @@ from messagebox import clock
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import Dialect, RouteRow, Same, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
+
+
+class _CachingDriver(duckdb_engine.Dialect):
+    """duckdb_engine's SQLAlchemy dialect with the compiled-statement cache on. The
+    driver leaves it off, so every statement was compiled anew (0.3-1 ms each, a tenth
+    of an orchestration step batch); its compiler is PostgreSQL's, which caches."""
+
+    supports_statement_cache = True
+
+
+sa.dialects.registry.register("duckdb.messagebox", __name__, "_CachingDriver")
 
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -96,6 +108,8 @@ class DuckDBDialect(Dialect):
             path = os.path.abspath(database)
             with _LOCKS_GUARD:
                 self._lock = _LOCKS.setdefault(path, threading.RLock())
+        if url.drivername == "duckdb":
+            url = url.set(drivername="duckdb+messagebox")
         return sa.create_engine(url)
 
     def database_key(self, url: sa.URL) -> str:
