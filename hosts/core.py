@@ -4,6 +4,7 @@ batch, retried; what cannot be written yet is kept and retried by the housekeepe
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import socket
@@ -33,6 +34,7 @@ from messagebox.models import (
     InstanceInfo,
     Kind,
     OnFailure,
+    State,
     Subscription,
 )
 
@@ -97,6 +99,8 @@ class InstanceCore:
         self.stats = InstanceStats()
         self._subs: dict[int, Subscription] = {}
         self._subs_lock = threading.Lock()
+        self._warned_unserved: set[int] = set()
+        """Subscriptions already logged as naming a service this instance does not run."""
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._wake_cond = threading.Condition()
@@ -147,6 +151,39 @@ class InstanceCore:
         subs = {s.id: s for s in self.box.subscriptions(host=self.host)}
         with self._subs_lock:
             self._subs = subs
+            unserved = [
+                s
+                for s in subs.values()
+                if s.service not in self.handlers
+                and s.state is not State.UNENLISTED
+                and s.id not in self._warned_unserved
+            ]
+            self._warned_unserved.update(s.id for s in unserved)
+        for sub in unserved:
+            log.warning(
+                "host instance %s: subscription %r (id %d) routes to service %r, which this "
+                "instance does not run; its messages fail and are suspended after their "
+                "attempts. %s",
+                self.id,
+                sub.name,
+                sub.id,
+                sub.service,
+                self.unserved_hint(sub.service),
+                extra={
+                    "event": "unserved-subscription",
+                    "host_instance": self.id,
+                    "host": self.host,
+                    "subscription": sub.id,
+                    "service": sub.service,
+                },
+            )
+
+    def unserved_hint(self, service: str) -> str:
+        """What this instance runs instead of ``service``, and the likeliest misspelling."""
+        runs = sorted(self.handlers)
+        close = difflib.get_close_matches(service, runs, n=1, cutoff=0.6)
+        hint = f"Did you mean {close[0]!r}? " if close else ""
+        return hint + f"It runs: {', '.join(runs) or 'no service'}."
 
     def _subscription(self, sub_id: int) -> Subscription | None:
         with self._subs_lock:

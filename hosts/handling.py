@@ -290,8 +290,8 @@ class Handling(InstanceCore):
         if handler is None:
             return Failure(
                 c,
-                f"service {sub.service!r} is not registered in host instance {self.id} "
-                f"(it runs: {', '.join(sorted(self.handlers)) or 'no service'})",
+                f"service {sub.service!r} is not registered in host instance {self.id}. "
+                + self.unserved_hint(sub.service),
             )
         d = self._delivery(c, sub, batch)
         run.begin([c], self.settings.handler_timeout_seconds)

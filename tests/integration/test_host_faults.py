@@ -524,3 +524,30 @@ def test_a_heartbeat_skips_entries_a_completion_holds_instead_of_waiting(pg_url:
         with box.store.transaction() as conn:
             expires = dict(conn.execute(sa.select(q.c.id, q.c.lease_expires)).all())
         assert expires[second.id] > expires[first.id]
+
+
+# --- a subscription naming a service the instance does not run (issue 21, item 4) ---
+
+
+def test_a_mistyped_service_name_is_logged_at_start_and_named_in_the_suspension(
+    box: MessageBox, instances: list[HostInstance], caplog: pytest.LogCaptureFixture
+) -> None:
+    box.create_host("h", **{**FAST, "max_attempts": 2})
+    box.subscribe("bill-large", host="h", filter=P("t.N") >= 0, name="large")
+    caplog.set_level("WARNING", logger="messagebox.hosts")
+    inst = start(instances, box, {"bill_large": lambda d: None})
+    [warned] = [r for r in caplog.records if getattr(r, "event", None) == "unserved-subscription"]
+    assert warned.getMessage().endswith("Did you mean 'bill_large'? It runs: bill_large.")
+    assert warned.service == "bill-large"  # type: ignore[attr-defined]
+    assert "subscription 'large'" in warned.getMessage()
+    box.publish(msgs(1))
+    wait_for(completed(box), what="the entry suspended")
+    [entry] = box.suspended()
+    assert entry.reason == DELIVERY_FAILURE
+    assert "service 'bill-large' is not registered" in (entry.error or "")
+    assert "Did you mean 'bill_large'?" in (entry.error or "")
+    inst._refresh_subscriptions()  # a refresh does not warn again
+    assert (
+        len([r for r in caplog.records if getattr(r, "event", None) == "unserved-subscription"])
+        == 1
+    )
