@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from messagebox.cli import inputs
 from messagebox.cli.box import open_box
-from messagebox.cli.terminal import Terminal, age, last_line, size
+from messagebox.cli.terminal import Terminal, age, jsonable, last_line, size
 
 if TYPE_CHECKING:
     from messagebox.models import SuspendedEntry
@@ -140,15 +140,40 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
 
 
 def instances(args: argparse.Namespace, out: Terminal) -> None:
-    """The registered host instances and their heartbeats."""
+    """The registered host instances and their heartbeats. One whose last heartbeat is
+    older than its host's ``dead_after_seconds`` is shown as presumed dead: it stays
+    registered until a live instance of its host releases its leases."""
     with open_box(args) as box:
         found = box.instances(inputs.known_host(box, args.host))
+        ages = box.heartbeat_ages()
+        dead_after = {h.name: h.settings.dead_after_seconds for h in box.hosts()}
+    rows = []
+    for i in found:
+        heard = ages.get(i.id)
+        dead = heard is not None and heard > dead_after.get(i.host, float("inf"))
+        rows.append((i, heard, dead))
     if out.json:
-        out.emit(found)
+        out.emit(
+            [
+                {**jsonable(i), "heartbeat_age_seconds": heard, "presumed_dead": dead}
+                for i, heard, dead in rows
+            ]
+        )
         return
     out.table(
-        ["id", "host", "hostname", "pid", "state", "heartbeat"],
-        [[i.id, i.host, i.hostname, i.pid, i.state, i.heartbeat_at.isoformat()] for i in found],
+        ["id", "host", "hostname", "pid", "state", "heartbeat", "heartbeat age"],
+        [
+            [
+                i.id,
+                i.host,
+                i.hostname,
+                i.pid,
+                "presumed dead" if dead else i.state,
+                i.heartbeat_at.isoformat(),
+                "-" if heard is None else age(heard),
+            ]
+            for i, heard, dead in rows
+        ],
         empty="no host instances",
     )
 

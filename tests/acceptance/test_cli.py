@@ -20,7 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import pytest
 
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
-from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
+from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED, InstanceInfo
 from predicates import Filter, P
 from tests.cli_support import PROCESS_TIMEOUT, ROOT, process_env, run_cli, run_process
 from tests.conftest import table_counts
@@ -518,3 +518,33 @@ def test_process_a_reader_that_goes_away_stops_it_quietly(url: str) -> None:
     assert head.stdout.splitlines()[:2] == ["[", "  {"]
     assert head.stdout.splitlines()[2].startswith('    "id": ')
     assert (listed.returncode, listed.stderr) == (1, "")
+
+
+def test_instances_shows_one_without_a_recent_heartbeat_as_presumed_dead(
+    backend_url: str,
+) -> None:
+    """(issue 21, item 9) An instance killed minutes ago stays registered until a live
+    one of its host releases it; ``instances`` says it is presumed dead."""
+    with MessageBox(backend_url) as box:
+        box.create_host("h", heartbeat_seconds=1.0, dead_after_seconds=30.0)
+        now = box.now()
+        for name in ("alive", "killed"):
+            box.consumer("h", name).register(
+                InstanceInfo(name, "h", "box1", 1, now, now, "running")
+            )
+        with box.store.transaction() as conn:
+            i = mb_schema.instance
+            conn.execute(
+                i.update().where(i.c.id == "killed").values(heartbeat_at=now - timedelta(minutes=3))
+            )
+    listed = cli("instances", url=backend_url)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert "presumed dead" in rows["killed"]
+    assert "3m" in rows["killed"]
+    assert "running" in rows["alive"]
+    assert "presumed dead" not in rows["alive"]
+    found = {r["id"]: r for r in json.loads(cli("instances", "--json", url=backend_url).stdout)}
+    assert found["killed"]["presumed_dead"] is True
+    assert found["killed"]["heartbeat_age_seconds"] >= 180
+    assert found["alive"]["presumed_dead"] is False
