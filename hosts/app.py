@@ -152,7 +152,9 @@ class HostApp:
         except UnknownHost:
             try:
                 box.create_host(self.host, self.settings)
-                log.info("created host %r", self.host)
+                log.info(
+                    "created host %r", self.host, extra={"event": "host-created", "host": self.host}
+                )
             except AlreadyExists:
                 pass  # another instance created it first
         missing = [s for s in self.declared if s["service"] not in self.services]
@@ -167,7 +169,15 @@ class HostApp:
             if found is None:
                 try:
                     box.subscribe(host=self.host, **spec)
-                    log.info("created subscription %r", spec["name"])
+                    log.info(
+                        "created subscription %r",
+                        spec["name"],
+                        extra={
+                            "event": "subscription-created",
+                            "host": self.host,
+                            "subscription": spec["name"],
+                        },
+                    )
                 except AlreadyExists:
                     pass  # created concurrently by another instance
             elif found.filter != to_filter(spec["filter"]):
@@ -176,6 +186,11 @@ class HostApp:
                     spec["name"],
                     found.filter,
                     to_filter(spec["filter"]),
+                    extra={
+                        "event": "subscription-differs",
+                        "host": self.host,
+                        "subscription": spec["name"],
+                    },
                 )
 
     def instance(self, url: StoreURL | None = None, **settings: Any) -> HostInstance:

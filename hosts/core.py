@@ -135,6 +135,11 @@ class InstanceCore:
             self._wakes += 1
             self._wake_cond.notify_all()
 
+    def _event(self, name: str, **fields: object) -> dict[str, object]:
+        """The ``extra`` of a log line (see docs/operations.md, Structured logs): its
+        event, this instance and its host, and the event's own fields."""
+        return {"event": name, "host_instance": self.id, "host": self.host, **fields}
+
     def _info(self) -> InstanceInfo:
         stamp = clock.local_now()
         return InstanceInfo(
@@ -253,6 +258,7 @@ class InstanceCore:
                         outcomes.size,
                         exc,
                         self.settings.lease_seconds,
+                        extra=self._event("record-failed", count=outcomes.size, error=str(exc)),
                     )
                     with self._flight_lock:
                         self._pending.append(Pending(outcomes, time.monotonic()))
@@ -287,7 +293,10 @@ class InstanceCore:
                 "host instance %s: ordered subscriptions %s stopped after a suspended "
                 "message (on_failure=stop); resume or terminate it, then start the service",
                 self.id,
-                list(result.stopped_subscriptions),
+                ", ".join(map(str, result.stopped_subscriptions)),
+                extra=self._event(
+                    "subscriptions-stopped", subscriptions=list(result.stopped_subscriptions)
+                ),
             )
             self._refresh_subscriptions()
 
@@ -310,11 +319,15 @@ class InstanceCore:
                         self.id,
                         p.outcomes.size,
                         exc,
+                        extra=self._event(
+                            "outcomes-abandoned", count=p.outcomes.size, error=str(exc)
+                        ),
                     )
                 continue
             log.info(
                 "host instance %s: recorded %d outcomes that had failed to be written",
                 self.id,
                 p.outcomes.size,
+                extra=self._event("outcomes-recorded-late", count=p.outcomes.size),
             )
             self._account(recorded)

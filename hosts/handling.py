@@ -76,7 +76,12 @@ class Handling(InstanceCore):
             done, failed = run.take()
             self._finish(done, failed, run.unseen())
         except BaseException as exc:
-            log.error("host instance %s: could not record a failed batch: %s", self.id, exc)
+            log.error(
+                "host instance %s: could not record a failed batch: %s",
+                self.id,
+                exc,
+                extra=self._event("record-failed", error=str(exc)),
+            )
 
     def _handle_run(self, run: Run) -> Outcomes | None:
         """Deliver the batch; returns its outcomes, to record with the next claim (None
@@ -312,6 +317,7 @@ class Handling(InstanceCore):
             self.id,
             c.id,
             exc,
+            extra=self._event("store-failed", entry=c.id, error=str(exc)),
         )
         return Failure(
             c,

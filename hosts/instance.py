@@ -128,7 +128,13 @@ class HostInstance(Supervision):
             try:
                 r.stop(max(deadline - time.monotonic(), 1.0))
             except Exception as exc:
-                log.error("host instance %s: receiver %r failed to stop: %s", self.id, r, exc)
+                log.error(
+                    "host instance %s: receiver %r failed to stop: %s",
+                    self.id,
+                    r,
+                    exc,
+                    extra=self._event("receiver-stop-failed", error=str(exc)),
+                )
         self._stopping.set()
         self._timer_wake.set()
         self.wake()
@@ -148,7 +154,12 @@ class HostInstance(Supervision):
         try:
             released = self.queue.unregister()
         except MessageBoxError as exc:
-            log.error("host instance %s could not unregister: %s", self.id, exc)
+            log.error(
+                "host instance %s could not unregister: %s",
+                self.id,
+                exc,
+                extra=self._event("unregister-failed", error=str(exc)),
+            )
             released = 0
         if not finished:
             log.warning(
@@ -157,23 +168,24 @@ class HostInstance(Supervision):
                 self.id,
                 timeout,
                 released,
+                extra=self._event("stopped-with-handlers-running", released=released),
             )
         log.info(
             "host instance %s stopped: %s",
             self.id,
             self.stats.snapshot(),
-            extra={
-                "event": "instance-stopped",
-                "host_instance": self.id,
-                "host": self.host,
-                "counts": self.stats.snapshot(),
-            },
+            extra=self._event("instance-stopped", counts=self.stats.snapshot()),
         )
         for callback in self.on_stop:
             try:
                 callback()
             except Exception as exc:
-                log.error("host instance %s: on_stop callback failed: %s", self.id, exc)
+                log.error(
+                    "host instance %s: on_stop callback failed: %s",
+                    self.id,
+                    exc,
+                    extra=self._event("on-stop-failed", error=str(exc)),
+                )
         if self._owns_box:
             self.box.close()
         return finished

@@ -351,7 +351,12 @@ class OrchestrationService:
                 self._commit(deliveries, steps)
                 return errors
             except MessageBoxError as exc:
-                log.info("orchestration %s: batch commit failed (%s); one by one", self.name, exc)
+                log.info(
+                    "orchestration %s: batch commit failed (%s); one by one",
+                    self.name,
+                    exc,
+                    extra={"event": "steps-one-by-one", "service": self.name, "error": str(exc)},
+                )
         for i, step in steps.items():
             for attempt in range(1, STEP_CONFLICT_RETRIES + 1):
                 try:
@@ -490,6 +495,7 @@ class OrchestrationService:
                 "reason completed-with-discarded-messages)",
                 self.name,
                 discarded,
+                extra={"event": "zombie", "service": self.name, "count": discarded},
             )
 
 

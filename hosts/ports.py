@@ -130,7 +130,12 @@ class ReceiveLocation:
     def start(self, box: MessageBox, owner: str) -> None:
         self._box = box
         self.adapter.start(box, owner, self)
-        log.info("receive location %s listening on %s", self.key, self.url)
+        log.info(
+            "receive location %s listening on %s",
+            self.key,
+            self.url,
+            extra={"event": "receive-listening", "location": self.key, "url": self.url},
+        )
 
     def stop(self, timeout: float) -> None:
         self.adapter.stop(timeout)
@@ -199,7 +204,18 @@ class ReceiveLocation:
             )
             self.stats.add(inputs=1, published=b - a - len(failed), suspended=len(failed))
             if failed:
-                log.warning("%s: suspended %s: %s", self.key, inb.name, error)
+                log.warning(
+                    "%s: suspended %s: %s",
+                    self.key,
+                    inb.name,
+                    error,
+                    extra={
+                        "event": "receive-suspended",
+                        "location": self.key,
+                        "input": inb.name,
+                        "error": error,
+                    },
+                )
         return results
 
     def _transport(self, inb: Inbound) -> tuple[dict[str, object], dict[str, object]]:

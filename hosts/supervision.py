@@ -5,6 +5,7 @@ listener (wake-ups from other processes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -64,7 +65,12 @@ class Supervision(Handling):
                         self._finish_outcomes(outcomes)
                     if not isinstance(exc, MessageBoxError):
                         raise
-                    log.error("host instance %s: claim failed: %s", self.id, exc)
+                    log.error(
+                        "host instance %s: claim failed: %s",
+                        self.id,
+                        exc,
+                        extra=self._event("claim-failed", error=str(exc)),
+                    )
                     self._wait(seen, self.settings.poll_max_seconds)
                     continue
                 self._permits.give(want - len(claims))
@@ -113,7 +119,13 @@ class Supervision(Handling):
                 self._abandon_overdue()
                 self._top_up()
             except Exception as exc:  # the supervisor itself must not die
-                log.error("host instance %s: supervisor failed: %s", self.id, exc, exc_info=True)
+                log.error(
+                    "host instance %s: supervisor failed: %s",
+                    self.id,
+                    exc,
+                    exc_info=True,
+                    extra=self._event("supervisor-failed", error=str(exc)),
+                )
 
     def _abandon_overdue(self) -> None:
         now = time.monotonic()
@@ -200,7 +212,12 @@ class Supervision(Handling):
             self._abandoned = [t for t in self._abandoned if t.is_alive()]
             for t in [t for t in self._threads if not t.is_alive()]:
                 self._threads.remove(t)
-                log.warning("host instance %s: dequeue thread %s ended", self.id, t.name)
+                log.warning(
+                    "host instance %s: dequeue thread %s ended",
+                    self.id,
+                    t.name,
+                    extra=self._event("thread-ended", thread=t.name),
+                )
             want = self.settings.dequeue_threads
             running = len(self._threads)
             room = min(want - running, 2 * want - running - len(self._abandoned))
@@ -214,7 +231,12 @@ class Supervision(Handling):
                 t.start()
                 self._threads.append(t)
                 self.stats.add(threads_replaced=1)
-                log.warning("host instance %s: started dequeue thread %s", self.id, t.name)
+                log.warning(
+                    "host instance %s: started dequeue thread %s",
+                    self.id,
+                    t.name,
+                    extra=self._event("thread-started", thread=t.name),
+                )
             if len(self._threads) < want:
                 log.error(
                     "host instance %s: %d dequeue threads of %d, %d handlers abandoned "
@@ -223,6 +245,12 @@ class Supervision(Handling):
                     len(self._threads),
                     want,
                     len(self._abandoned),
+                    extra=self._event(
+                        "threads-short",
+                        running=len(self._threads),
+                        wanted=want,
+                        abandoned=len(self._abandoned),
+                    ),
                 )
 
     def _housekeeper(self) -> None:
@@ -230,7 +258,12 @@ class Supervision(Handling):
             try:
                 self._beat()
             except MessageBoxError as exc:
-                log.error("host instance %s: housekeeping failed: %s", self.id, exc)
+                log.error(
+                    "host instance %s: housekeeping failed: %s",
+                    self.id,
+                    exc,
+                    extra=self._event("housekeeping-failed", error=str(exc)),
+                )
 
     def _beat(self) -> None:
         with self._flight_lock:
@@ -241,6 +274,7 @@ class Supervision(Handling):
                 "re-registered, its leases were released",
                 self.id,
                 self.settings.dead_after_seconds,
+                extra=self._event("declared-dead"),
             )
         if self._pending:
             self._retry_pending()
@@ -250,7 +284,8 @@ class Supervision(Handling):
                 "host instance %s: released %d leases of dead instances %s",
                 self.id,
                 released,
-                dead,
+                ", ".join(dead) or "-",
+                extra=self._event("leases-released", released=released, dead_instances=dead),
             )
             self.wake()
         self._refresh_subscriptions()
@@ -259,7 +294,14 @@ class Supervision(Handling):
             self._last_cleanup = time.monotonic()
             report = self.box.cleanup()
             if report.messages:
-                log.info("cleanup: %s", report)
+                log.info(
+                    "host instance %s: cleanup deleted %d messages, %d parts and %d reference rows",
+                    self.id,
+                    report.messages,
+                    report.parts,
+                    report.reference_rows,
+                    extra=self._event("cleanup", **dataclasses.asdict(report)),
+                )
 
     def _wake_timers(self) -> None:
         self._timer_wake.set()
@@ -280,7 +322,12 @@ class Supervision(Handling):
                 if due is not None:
                     wait = min(wait, max(due, self.settings.poll_min_seconds))
             except MessageBoxError as exc:
-                log.error("host instance %s: firing timers failed: %s", self.id, exc)
+                log.error(
+                    "host instance %s: firing timers failed: %s",
+                    self.id,
+                    exc,
+                    extra=self._event("timers-failed", error=str(exc)),
+                )
             self._timer_wake.wait(wait)
             self._timer_wake.clear()
             # steps that set timers wake this loop; look again at most this often

@@ -28,7 +28,7 @@
                                            a message's history, or the newest events
     metrics                                the store's gauges, in the Prometheus format
     host run module:app [--threads N] [--duration S] [--log-format text|json]
-            [--metrics-port PORT]
+            [--metrics-port PORT] [--metrics-bind ADDR]
     spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
     console [--bind ADDR] [--port N] [--token-file PATH] [--allowed-host NAME ...]
                                            the web console (token: MESSAGEBOX_CONSOLE_TOKEN)
@@ -148,18 +148,32 @@ def _host_run(args: argparse.Namespace) -> int:
             from messagebox.metrics import registry
 
             try:
-                start_http_server(args.metrics_port, registry=registry(instance.box))
+                start_http_server(
+                    args.metrics_port, addr=args.metrics_bind, registry=registry(instance.box)
+                )
             except OSError as exc:
                 instance.box.close()
                 raise MessageBoxError(
-                    f"cannot serve metrics on port {args.metrics_port}: {exc}"
+                    f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc}"
                 ) from exc
             logging.getLogger("messagebox.hosts").info(
-                "metrics at http://0.0.0.0:%d/metrics",
+                "metrics at http://%s:%d/metrics",
+                args.metrics_bind,
                 args.metrics_port,
-                extra={"event": "metrics-serving", "port": args.metrics_port},
+                extra={
+                    "event": "metrics-serving",
+                    "address": args.metrics_bind,
+                    "port": args.metrics_port,
+                },
             )
-        print(f"host instance {instance.id} running; Ctrl-C stops it", file=sys.stderr)
+        running = f"host instance {instance.id} running; Ctrl-C stops it"
+        if args.log_format == "json":  # every line of a JSON log is JSON
+            logging.getLogger("messagebox.hosts").info(
+                running,
+                extra={"event": "host-running", "host_instance": instance.id, "host": app.host},
+            )
+        else:
+            print(running, file=sys.stderr)
         instance.run(duration=args.duration)
     except MessageBoxError as exc:
         print(f"messagebox: {exc}", file=sys.stderr)

@@ -275,7 +275,14 @@ def build() -> argparse.ArgumentParser:
         type=_port,
         metavar="PORT",
         help="serve this instance's counters and the store's gauges (Prometheus) at "
-        "http://0.0.0.0:PORT/metrics",
+        "http://ADDR:PORT/metrics (ADDR: --metrics-bind)",
+    )
+    run.add_argument(
+        "--metrics-bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address --metrics-port listens on (default 127.0.0.1, this machine "
+        "only; 0.0.0.0 for a Prometheus server elsewhere)",
     )
     console = sub.add_parser(
         "console",

@@ -134,9 +134,15 @@ def test_host_run_serves_metrics_and_logs_json(tmp_path: Path) -> None:
     assert ("messagebox_queue_depth", (("host", "workers"), ("state", "ready"))) in samples
     assert samples[("messagebox_messages", ())] == 20
     # and every log line is a JSON object; the failure names its message and entry
-    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    logs = [json.loads(line) for line in stderr.splitlines() if line.strip()]
     assert logs
-    assert all({"time", "level", "logger", "message"} <= set(x) for x in logs)
+    assert all({"time", "level", "logger", "message", "event"} <= set(x) for x in logs), [
+        x for x in logs if "event" not in x
+    ]
+    [running] = [x for x in logs if x["event"] == "host-running"]
+    assert running["message"].endswith("running; Ctrl-C stops it")
+    [metrics] = [x for x in logs if x["event"] == "metrics-serving"]
+    assert (metrics["address"], metrics["port"]) == ("127.0.0.1", port)
     [started] = [x for x in logs if x.get("event") == "instance-started"]
     assert started["host"] == "workers"
     failure = next(x for x in logs if x.get("event") == "delivery-failed")
@@ -157,4 +163,4 @@ def test_host_run_refuses_a_taken_metrics_port(tmp_path: Path) -> None:
             "--url", url, "host", "run", "tests.apps.recorder:app", "--metrics-port", str(port)
         )
     assert done.returncode == 1
-    assert f"cannot serve metrics on port {port}" in done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
