@@ -12,7 +12,10 @@
     subscriptions remove REF ...           by id or name; waiting entries are suspended
     route explain [MESSAGE_ID | JSON] [-p ...] [--properties-json ...] [--subscription REF]
                                            per subscription: routes or not, and why not
+    services start | stop | unenlist SERVICE
+                                           every subscription of a service
     hosts list | hosts add NAME [--set KEY=VALUE ...]
+    messages show ID [--part NAME]         a stored message's body (--json: its context)
     queues [--host H]                      depth per host and subscription, oldest entry
     instances [--host H]                   running host instances and their heartbeats
     suspended list [FILTERS] [--limit N]   FILTERS: --reason R --host H --service S

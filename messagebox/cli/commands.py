@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from messagebox.cli.messages import (
     instances,
+    message_show,
     publish,
     queues,
     suspended_act,
@@ -34,6 +35,7 @@ from messagebox.cli.routing import route_explain
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
+    services_state,
     subscriptions_add,
     subscriptions_list,
     subscriptions_remove,
@@ -48,9 +50,13 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("subscriptions", "add"): subscriptions_add,
     ("subscriptions", "remove"): subscriptions_remove,
     ("route", "explain"): route_explain,
+    ("services", "start"): services_state,
+    ("services", "stop"): services_state,
+    ("services", "unenlist"): services_state,
     ("hosts", ""): hosts_list,
     ("hosts", "list"): hosts_list,
     ("hosts", "add"): hosts_add,
+    ("messages", "show"): message_show,
     ("queues", ""): queues,
     ("instances", ""): instances,
     ("suspended", "list"): suspended_list,

@@ -167,6 +167,16 @@ def build() -> argparse.ArgumentParser:
     _property_options(explain)
     explain.add_argument("--subscription", help="only this subscription (id or name)")
 
+    services = command(sub, "services", "start, stop or unenlist a service")
+    services_sub = services.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in (
+        ("start", "route to it and release the messages held for it"),
+        ("stop", "keep routing to it, holding its messages until it starts"),
+        ("unenlist", "stop routing to it and suspend its waiting messages (resumable)"),
+    ):
+        state = command(services_sub, action, f"every subscription of a service: {text}")
+        state.add_argument("service", help="the service (a subscription's --service)")
+
     hosts = command(sub, "hosts", "list and add hosts")
     hosts_sub = hosts.add_subparsers(dest="action", metavar="ACTION")
     command(hosts_sub, "list", "hosts, their instances, queue depths and suspended entries")
@@ -179,6 +189,17 @@ def build() -> argparse.ArgumentParser:
         metavar="SETTING=VALUE",
         help="a host setting, e.g. dequeue_threads=8 (repeatable; see HostSettings)",
     )
+
+    messages = command(sub, "messages", "read stored messages")
+    messages_sub = messages.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show_message = command(
+        messages_sub,
+        "show",
+        "write a stored message's body (or --part) to standard output, as stored; "
+        "--json: its context and part sizes",
+    )
+    show_message.add_argument("id", help="the message id")
+    show_message.add_argument("--part", help="this part instead of the body")
 
     queues = command(
         sub, "queues", "entries per host and subscription: ready, held, leased, oldest"

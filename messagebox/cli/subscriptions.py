@@ -1,4 +1,5 @@
-"""The ``subscriptions`` and ``hosts`` commands: list, add, remove."""
+"""The ``subscriptions``, ``services`` and ``hosts`` commands: list, add, remove, and
+start, stop or unenlist a service."""
 
 from __future__ import annotations
 
@@ -84,6 +85,30 @@ def subscriptions_remove(args: argparse.Namespace, out: Terminal) -> None:
             f"removed {removed} subscription{'s' if removed != 1 else ''}; entries still "
             "waiting for them are suspended (subscription-removed; `messagebox suspended "
             "reroute` routes them again)"
+        )
+
+
+_STATE_OF_ACTION = {"start": "started", "stop": "stopped", "unenlist": "unenlisted"}
+
+_STATE_EFFECT = {
+    "started": "its held messages are released to its hosts",
+    "stopped": "new messages are routed to it and held until it starts",
+    "unenlisted": "nothing routes to it; its waiting messages are suspended "
+    "(reason service-unenlisted, resumable)",
+}
+
+
+def services_state(args: argparse.Namespace, out: Terminal) -> None:
+    """Start, stop or unenlist every subscription of a service."""
+    state = _STATE_OF_ACTION[args.action]
+    with open_box(args) as box:
+        changed = box.set_service_state(args.service, state)
+    if out.json:
+        out.emit({"service": args.service, "state": state, "subscriptions": changed})
+    else:
+        out.say(
+            f"service {args.service!r} {state} ({changed} subscription"
+            f"{'s' if changed != 1 else ''}): {_STATE_EFFECT[state]}"
         )
 
 

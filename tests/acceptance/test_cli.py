@@ -548,3 +548,52 @@ def test_instances_shows_one_without_a_recent_heartbeat_as_presumed_dead(
     assert found["killed"]["presumed_dead"] is True
     assert found["killed"]["heartbeat_age_seconds"] >= 180
     assert found["alive"]["presumed_dead"] is False
+
+
+def test_services_stop_start_and_unenlist_from_the_command_line(backend_url: str) -> None:
+    """(issue 21, item 5) A service added stopped can be started from the CLI."""
+    with MessageBox(backend_url) as box:
+        box.create_host("h")
+        box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s1", state="stopped")
+        box.publish([Message(b"x", promoted={"t.N": 1})])
+        [held] = box.queue_stats()
+        assert (held.ready, held.held) == (0, 1)
+        started = cli("services", "start", "svc", url=backend_url)
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.startswith("service 'svc' started (1 subscription)")
+        [ready] = box.queue_stats()
+        assert (ready.ready, ready.held) == (1, 0)
+        stopped = cli("services", "stop", "svc", "--json", url=backend_url)
+        assert json.loads(stopped.stdout) == {
+            "service": "svc",
+            "state": "stopped",
+            "subscriptions": 1,
+        }
+        assert box.subscription("s1").state == "stopped"
+        assert cli("services", "unenlist", "svc", url=backend_url).returncode == 0
+        [entry] = box.suspended()
+        assert entry.reason == SERVICE_UNENLISTED
+        unknown = cli("services", "start", "nowhere", url=backend_url)
+        assert unknown.returncode == 3
+        assert "service 'nowhere' has no subscription" in unknown.stderr
+
+
+def test_messages_show_writes_a_stored_part_as_it_is(backend_url: str) -> None:
+    """(issue 21, item 5) The CLI prints a message's body, or another part."""
+    with MessageBox(backend_url) as box:
+        box.create_host("h")
+        box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s1")
+        [routed] = box.publish(
+            [Message(parts={"body": "é <order/>\n", "note": "n"}, promoted={"t.N": 1})]
+        )
+    msg = str(routed.message_id)
+    body = cli("messages", "show", msg, url=backend_url)
+    assert (body.returncode, body.stdout) == (0, "é <order/>\n")
+    assert cli("messages", "show", msg, "--part", "note", url=backend_url).stdout == "n"
+    shown = json.loads(cli("messages", "show", msg, "--json", url=backend_url).stdout)
+    assert shown["promoted"] == {"t.N": 1}
+    assert shown["parts"] == [{"name": "body", "size": 12}, {"name": "note", "size": 1}]
+    missing = cli("messages", "show", msg, "--part", "nope", url=backend_url)
+    assert missing.returncode == 3
+    assert "has no part 'nope' (it has: body, note)" in missing.stderr
+    assert cli("messages", "show", "not-a-uuid", url=backend_url).returncode == 2
