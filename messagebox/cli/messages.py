@@ -14,12 +14,20 @@ from typing import TYPE_CHECKING, Any
 from messagebox.cli import inputs
 from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal, age, jsonable, last_line, size
+from messagebox.models import ROUTING_FAILURE, SUBSCRIPTION_REMOVED
 
 if TYPE_CHECKING:
+    from messagebox.engine import MessageBox
     from messagebox.models import SuspendedEntry
 
 BULK_BATCH = 1000
 """Entries per transaction of a bulk resume or terminate."""
+
+DRY_RUN_LIMIT = 100_000
+"""At most this many entries are listed by ``--dry-run``."""
+
+REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
+"""Reasons of entries with no destination: rerouted, never resumed."""
 
 
 def publish(args: argparse.Namespace, out: Terminal) -> None:
@@ -365,21 +373,41 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
                         )
                         + "; nothing was resumed"
                     )
-        if args.ids:
+        if args.dry_run:
+            done = _would_act(box, args)
+        elif args.ids:
             done = run(*args.ids)
         else:
             query = inputs.suspended_query(box, args)
             with out.progress(f"{action}") as step:
                 done = run(**query, batch=BULK_BATCH, progress=step)
     past = {"resume": "resumed", "terminate": "terminated"}[action]
+    if args.dry_run:
+        past = f"would {action}"
     if out.json:
-        out.emit({past: done, "count": len(done)})
-    else:
-        shown = ", ".join(map(str, done[:20])) + (", …" if len(done) > 20 else "")
-        out.say(
-            f"{past} {len(done)} entr{'ies' if len(done) != 1 else 'y'}"
-            + (f": {shown}" if done else "")
+        out.emit({past.replace(" ", "_"): done, "count": len(done)})
+        return
+    if args.dry_run and len(done) >= DRY_RUN_LIMIT:
+        out.note(f"(listed at most {DRY_RUN_LIMIT:,}: there may be more)")
+    shown = ", ".join(map(str, done[:20])) + (", …" if len(done) > 20 else "")
+    out.say(
+        f"{past} {len(done)} entr{'ies' if len(done) != 1 else 'y'}"
+        + (f": {shown}" if done else "")
+    )
+    if action == "resume" and not done and args.reason in REROUTABLE:
+        out.note(
+            f"entries suspended as {args.reason} have no destination to resume to: "
+            "`messagebox suspended reroute` routes them again"
         )
+
+
+def _would_act(box: MessageBox, args: argparse.Namespace) -> list[int]:
+    """The entries ``suspended resume|terminate`` would act on (for ``--dry-run``)."""
+    if args.ids:
+        entries = [box.suspended_entry(i) for i in args.ids]
+    else:
+        entries = box.suspended(**inputs.suspended_query(box, args), limit=DRY_RUN_LIMIT)
+    return [e.id for e in entries if args.action != "resume" or e.resumable]
 
 
 def suspended_reroute(args: argparse.Namespace, out: Terminal) -> None:

@@ -232,6 +232,11 @@ def build() -> argparse.ArgumentParser:
             action="store_true",
             help="every entry matching the filters (at least one filter is required)",
         )
+        act.add_argument(
+            "--dry-run",
+            action="store_true",
+            help=f"only list the entries it would {action}, changing nothing",
+        )
         _suspended_filters(act)
     reroute = command(
         sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
@@ -307,7 +312,7 @@ def build() -> argparse.ArgumentParser:
     )
     console = sub.add_parser(
         "console",
-        help="serve the web console (messagebox/console/cli.py)",
+        help="serve the web console: hosts, queues, suspended entries, messages",
         description="Serve the web console: hosts, instances, queues, subscriptions, "
         "suspended entries, messages and routing explanations. Read-only unless a token "
         "is configured; then resume, terminate and the contents of message parts need it "

@@ -337,6 +337,16 @@ def test_resume_by_id_and_terminate_in_bulk(url: str) -> None:
     # When the unenlisted entry is resumed by id
     resumed = ok(cli("suspended", "resume", str(ids[SERVICE_UNENLISTED]), "--json", url=url))
     assert resumed == {"resumed": [ids[SERVICE_UNENLISTED]], "count": 1}
+    # and a bulk resume of routing failures resumes none, and says what would
+    none = cli("suspended", "resume", "--all-matching", "--reason", ROUTING_FAILURE, url=url)
+    assert none.stdout == "resumed 0 entries\n"
+    assert "`messagebox suspended reroute` routes them again" in none.stderr
+    # and a dry run lists what a bulk terminate would take, changing nothing
+    before = counts(url)
+    dry = ok(cli("suspended", "terminate", "--all-matching", "--reason", ROUTING_FAILURE,
+                 "--dry-run", "--json", url=url))  # fmt: skip
+    assert dry == {"would_terminate": [ids[ROUTING_FAILURE]], "count": 1}
+    assert counts(url) == before
     # and every routing failure is terminated in bulk, with progress
     gone = cli("suspended", "terminate", "--all-matching", "--reason", ROUTING_FAILURE,
                "--progress", url=url)  # fmt: skip
