@@ -87,6 +87,19 @@ def properties(args: argparse.Namespace) -> dict[str, Value]:
     return found
 
 
+def inferred(items: Sequence[str]) -> dict[str, str]:
+    """The ``-p`` properties given without a type (``name=value``), by canonical name,
+    with the text of their value: their type was guessed from it."""
+    from messagebox.properties import canonical_name
+
+    out: dict[str, str] = {}
+    for item in items:
+        left, _, raw = item.partition("=")
+        if ":" not in left:
+            out[canonical_name(left.strip())] = raw
+    return out
+
+
 def filter_arg(text: str) -> Filter:
     from predicates import Filter, parse_filter
 

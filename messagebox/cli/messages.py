@@ -45,6 +45,8 @@ def publish(args: argparse.Namespace, out: Terminal) -> None:
     stdin = sys.stdin.buffer.read() if "-" in files else b""
     results: list[tuple[str, Any]] = []
     with open_box(args) as box, out.progress("publishing") as step:
+        for note in _type_traps(box, promoted, inputs.inferred(args.properties)):
+            out.note(note)
         for start in range(0, len(files), args.batch):
             chunk = files[start : start + args.batch]
             with ExitStack() as files_open:  # parts are read as they are stored
@@ -399,6 +401,41 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
             f"entries suspended as {args.reason} have no destination to resume to: "
             "`messagebox suspended reroute` routes them again"
         )
+
+
+_TYPE_NAMES = {1: "str", 2: "int", 3: "bool", 4: "datetime"}
+"""A type ``-p NAME:TYPE=VALUE`` takes, for each comparison family."""
+
+
+def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, str]) -> list[str]:
+    """Warnings for ``-p`` values whose guessed type no subscription compares the
+    property with (``orders.Zip=12345`` is an int; ``orders.Zip == "12345"`` compares a
+    string and never matches it)."""
+    from messagebox.properties import family
+    from predicates.model import Op
+
+    if not guessed:
+        return []
+    compared: dict[str, set[int]] = {}
+    for sub in box.subscriptions():
+        for group in sub.filter.groups:
+            for p in group.predicates:
+                if p.property not in guessed or p.op in (Op.EXISTS, Op.NOT_EXISTS):
+                    continue
+                values = p.value if p.op is Op.IN else (p.value,)
+                compared.setdefault(p.property, set()).update(int(family(v)) for v in values)
+    notes = []
+    for name, raw in guessed.items():
+        families = compared.get(name)
+        if not families or int(family(promoted[name])) in families:
+            continue
+        wanted = sorted(_TYPE_NAMES[f] for f in families)
+        notes.append(
+            f"warning: -p {name}={raw} is read as {type(promoted[name]).__name__}, but the "
+            f"subscriptions that test {name} compare it with {' or '.join(wanted)} values, "
+            f"which never match it; to publish it as {wanted[0]}: -p {name}:{wanted[0]}={raw}"
+        )
+    return notes
 
 
 def _would_act(box: MessageBox, args: argparse.Namespace) -> list[int]:

@@ -86,7 +86,10 @@ def build() -> argparse.ArgumentParser:
         "publish files (one message each) or stdin, with promoted properties",
         description="Publish each FILE as one message (its bytes are the body), or "
         "standard input when no FILE (or '-') is given. Every message gets the same "
-        "properties. Prints where each went.",
+        "properties. Prints where each went. A -p value without a TYPE is a number or a "
+        "bool when it reads as one; a warning says so when the subscriptions that test "
+        "that property compare it with another type (orders.Zip=12345 is an int, and "
+        "never equals the string '12345').",
     )
     publish.add_argument("files", nargs="*", metavar="FILE", help="files to publish; '-' is stdin")
     _property_options(publish)

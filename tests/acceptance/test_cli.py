@@ -607,3 +607,18 @@ def test_messages_show_writes_a_stored_part_as_it_is(backend_url: str) -> None:
     assert missing.returncode == 3
     assert "has no part 'nope' (it has: body, note)" in missing.stderr
     assert cli("messages", "show", "not-a-uuid", url=backend_url).returncode == 2
+
+
+def test_publish_warns_when_a_guessed_type_never_matches_the_subscriptions(
+    url: str, files: list[str]
+) -> None:
+    """(issue 21, item 8) ``-p orders.Region=5`` is an int; the subscriptions compare
+    orders.Region with strings, so the CLI says how to publish it as one."""
+    trap = cli("publish", files[0], "-p", "orders.Region=5", "-p", "orders.Total=150", url=url)
+    assert trap.returncode == 0, trap.stderr
+    [warning] = [line for line in trap.stderr.splitlines() if line.startswith("warning:")]
+    assert "-p orders.Region=5 is read as int" in warning
+    assert warning.endswith("to publish it as str: -p orders.Region:str=5")
+    typed = cli("publish", files[0], "-p", "orders.Region:int=5", url=url)
+    assert typed.returncode == 0, typed.stderr
+    assert "warning:" not in typed.stderr
