@@ -376,7 +376,7 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
                         + "; nothing was resumed"
                     )
         if args.dry_run:
-            done = _would_act(box, args)
+            done = _would_act(box, args, out)
         elif args.ids:
             done = run(*args.ids)
         else:
@@ -389,8 +389,6 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
     if out.json:
         out.emit({past.replace(" ", "_"): done, "count": len(done)})
         return
-    if args.dry_run and len(done) >= DRY_RUN_LIMIT:
-        out.note(f"(listed at most {DRY_RUN_LIMIT:,}: there may be more)")
     shown = ", ".join(map(str, done[:20])) + (", …" if len(done) > 20 else "")
     out.say(
         f"{past} {len(done)} entr{'ies' if len(done) != 1 else 'y'}"
@@ -418,6 +416,8 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
         return []
     compared: dict[str, set[int]] = {}
     for sub in box.subscriptions():
+        if sub.state == "unenlisted":  # routes nothing
+            continue
         for group in sub.filter.groups:
             for p in group.predicates:
                 if p.property not in guessed or p.op in (Op.EXISTS, Op.NOT_EXISTS):
@@ -438,12 +438,14 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
     return notes
 
 
-def _would_act(box: MessageBox, args: argparse.Namespace) -> list[int]:
+def _would_act(box: MessageBox, args: argparse.Namespace, out: Terminal) -> list[int]:
     """The entries ``suspended resume|terminate`` would act on (for ``--dry-run``)."""
     if args.ids:
         entries = [box.suspended_entry(i) for i in args.ids]
     else:
         entries = box.suspended(**inputs.suspended_query(box, args), limit=DRY_RUN_LIMIT)
+        if len(entries) >= DRY_RUN_LIMIT:
+            out.note(f"(looked at the oldest {DRY_RUN_LIMIT:,} matching entries: there are more)")
     return [e.id for e in entries if args.action != "resume" or e.resumable]
 
 

@@ -1,7 +1,7 @@
 """PostgreSQL bulk inserts: ``COPY`` in binary format when every value has the Python
-type its column's binary dumper takes (ids given as text become UUIDs, naive times are
-UTC), in text format otherwise; both store the same values for every column type the
-schema uses."""
+type its column's binary dumper takes (ids given as text become UUIDs), in text format
+otherwise; both store the same values for every column type the schema uses (naive
+times as UTC), and a value out of its column's range is refused, never wrapped."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
 from messagebox.dialects import Same
 from messagebox.dialects import postgresql as pg_dialect
+from messagebox.models import State
 
 pytestmark = pytest.mark.postgres
 
@@ -67,14 +69,14 @@ def stored(
 ) -> tuple[list[tuple[object, ...]], str]:
     """The rows as stored, and the COPY format used."""
     formats: list[str] = []
-    choose = pg_dialect._binary_columns
+    choose = pg_dialect._copy_columns
 
     def watched(table: sa.Table, columns: Mapping[str, Sequence[Any]]) -> Any:
         found = choose(table, columns)
-        formats.append("text" if found is None else "binary")
+        formats.append("text" if found[0] is None else "binary")
         return found
 
-    monkeypatch.setattr(pg_dialect, "_binary_columns", watched)
+    monkeypatch.setattr(pg_dialect, "_copy_columns", watched)
     with engine.begin() as conn:
         conn.execute(every_type.delete())
         pg_dialect.PostgreSQLDialect().insert(conn, every_type, rows)
@@ -106,3 +108,25 @@ def test_ids_given_as_text_and_repeated_values_are_copied_in_binary(
     repeated, used = stored(engine, same, monkeypatch)
     assert used == "binary"
     assert {(r[5], r[7]) for r in repeated} == {(datetime(2024, 5, 1, 10, tzinfo=UTC), "x")}
+
+
+def test_values_the_binary_dumpers_would_misread_go_as_text_and_are_refused(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a naive time is UTC on the text path too (a StrEnum sends the table as text)
+    text, used = stored(
+        engine,
+        {**ROWS, "text": [State.STARTED, "", None], "stamp": Same(datetime(2024, 5, 1, 10), 3)},
+        monkeypatch,
+    )
+    assert used == "text"
+    assert {r[5] for r in text} == {datetime(2024, 5, 1, 10, tzinfo=UTC)}
+    for column, bad in (("num", 2**31), ("small", 70_000), ("id", "not-a-uuid")):
+        values = list(ROWS[column])
+        values[0] = bad
+        with pytest.raises(psycopg.Error, match=r"out of range|invalid input syntax"):
+            stored(engine, {**ROWS, column: values}, monkeypatch)
+        with engine.connect() as conn:  # the failed insert's transaction changed nothing
+            assert sorted(conn.execute(sa.select(every_type)).all(), key=str) == sorted(
+                text, key=str
+            )
