@@ -18,6 +18,7 @@ from messagebox.models import ROUTING_FAILURE, SUBSCRIPTION_REMOVED
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
+    from messagebox.message import MessageSummary
     from messagebox.models import SuspendedEntry
 
 BULK_BATCH = 1000
@@ -197,17 +198,7 @@ def message_show(args: argparse.Namespace, out: Terminal) -> None:
     with open_box(args) as box:
         summary = box.message_summary(msg_id)
         if out.json:
-            out.emit(
-                {
-                    "id": summary.id,
-                    "published_at": summary.published_at,
-                    "publisher": summary.publisher,
-                    "promoted": summary.promoted,
-                    "written": summary.written,
-                    "body_part": summary.body_part,
-                    "parts": [{"name": n, "size": s} for n, s in summary.part_sizes.items()],
-                }
-            )
+            out.emit(_message_json(summary))
             return
         part = args.part or summary.body_part
         if part not in summary.part_sizes:
@@ -218,6 +209,19 @@ def message_show(args: argparse.Namespace, out: Terminal) -> None:
         for chunk in box.iter_part(msg_id, part):
             stream.write(chunk)
         stream.flush()
+
+
+def _message_json(m: MessageSummary) -> dict[str, Any]:
+    """A stored message's context and part sizes as JSON."""
+    return {
+        "id": m.id,
+        "published_at": m.published_at,
+        "publisher": m.publisher,
+        "promoted": m.promoted,
+        "written": m.written,
+        "body_part": m.body_part,
+        "parts": [{"name": n, "size": s} for n, s in m.part_sizes.items()],
+    }
 
 
 def _entry_json(e: SuspendedEntry, names: dict[int, Any]) -> dict[str, Any]:
@@ -285,17 +289,7 @@ def suspended_show(args: argparse.Namespace, out: Terminal) -> None:
         out.emit(
             {
                 "entry": _entry_json(entry, subs),
-                "message": None
-                if message is None
-                else {
-                    "id": message.id,
-                    "published_at": message.published_at,
-                    "publisher": message.publisher,
-                    "promoted": message.promoted,
-                    "written": message.written,
-                    "body_part": message.body_part,
-                    "parts": [{"name": n, "size": s} for n, s in message.part_sizes.items()],
-                },
+                "message": None if message is None else _message_json(message),
             }
         )
         return

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -18,39 +18,9 @@ import sqlalchemy as sa
 from messagebox.dialects import Same
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import State
+from tests.every_type import ROWS, every_type, metadata
 
 pytestmark = pytest.mark.postgres
-
-metadata = sa.MetaData()
-every_type = sa.Table(
-    "t_every_type",
-    metadata,
-    sa.Column("big", sa.BigInteger),
-    sa.Column("small", sa.SmallInteger),
-    sa.Column("num", sa.Integer),
-    sa.Column("real", sa.Double),
-    sa.Column("flag", sa.Boolean),
-    sa.Column("stamp", sa.DateTime(timezone=True)),
-    sa.Column("blob", sa.LargeBinary),
-    sa.Column("text", sa.Text),
-    sa.Column("id", sa.Uuid),
-)
-
-ROWS: dict[str, Sequence[Any]] = {
-    "big": [2**62, -1, None],
-    "small": [7, -32768, None],
-    "num": [2**31 - 1, 0, None],
-    "real": [1.5, -0.0, None],
-    "flag": [True, False, None],
-    "stamp": [
-        datetime(2024, 5, 1, 10, tzinfo=UTC),
-        datetime(2024, 5, 1, 12, tzinfo=timezone(timedelta(hours=2))),  # the same instant
-        datetime(2024, 5, 1, 10),  # naive: taken as UTC
-    ],
-    "blob": [b"\x00\xff", b"", None],
-    "text": ["é 😀\t\\N\n", "", None],
-    "id": [uuid.UUID(int=1), None, uuid.UUID(int=2**128 - 1)],
-}
 
 
 @pytest.fixture

@@ -4,43 +4,13 @@ store the same values for every column type the schema uses."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
 
 from messagebox.dialects import duckdb as duck
-
-metadata = sa.MetaData()
-every_type = sa.Table(
-    "t_every_type",
-    metadata,
-    sa.Column("big", sa.BigInteger),
-    sa.Column("small", sa.SmallInteger),
-    sa.Column("num", sa.Integer),
-    sa.Column("real", sa.Double),
-    sa.Column("flag", sa.Boolean),
-    sa.Column("stamp", sa.DateTime(timezone=True)),
-    sa.Column("blob", sa.LargeBinary),
-    sa.Column("text", sa.Text),
-    sa.Column("id", sa.Uuid),
-)
-
-ROWS = {
-    "big": [2**62, -1, None],
-    "small": [7, -32768, None],
-    "num": [2**31 - 1, 0, None],
-    "real": [1.5, -0.0, None],
-    "flag": [True, False, None],
-    "stamp": [
-        datetime(2024, 5, 1, 10, tzinfo=UTC),
-        datetime(2024, 5, 1, 12, tzinfo=timezone(timedelta(hours=2))),  # the same instant
-        datetime(2024, 5, 1, 10),  # naive: taken as UTC
-    ],
-    "blob": [b"\x00\xff", b"", None],
-    "text": ["é 😀", "", None],
-    "id": [uuid.UUID(int=1), None, uuid.UUID(int=2**128 - 1)],
-}
+from tests.every_type import ROWS, every_type, metadata
 
 
 def stored(monkeypatch: pytest.MonkeyPatch, small: int) -> list[tuple[object, ...]]:
@@ -48,7 +18,7 @@ def stored(monkeypatch: pytest.MonkeyPatch, small: int) -> list[tuple[object, ..
     engine = sa.create_engine("duckdb:///:memory:")
     with engine.begin() as conn:
         metadata.create_all(conn)
-        duck.DuckDBDialect().insert(conn, every_type, ROWS)  # type: ignore[arg-type]
+        duck.DuckDBDialect().insert(conn, every_type, ROWS)
         return [tuple(r) for r in conn.execute(sa.select(every_type))]
 
 
