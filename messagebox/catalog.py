@@ -179,6 +179,16 @@ class Catalog:
         with self._store.transaction(serial=True) as conn:
             return subscriptions.create_host(conn, name, config, clock.now(conn))
 
+    def configure_host(self, name: str, options: Mapping[str, Any]) -> Host:
+        with self._store.transaction(serial=True) as conn:
+            found = {h.name: h for h in subscriptions.list_hosts(conn)}.get(name)
+            if found is None:
+                raise UnknownHost(f"no host named {name!r}")
+            merged = {**found.settings.model_dump(), **options}
+            config = HostSettings.checked(f"host {name!r}", merged)
+            subscriptions.update_host(conn, name, config)
+            return Host(name=name, settings=config, created_at=found.created_at)
+
     def hosts(self) -> list[Host]:
         with self._store.transaction() as conn:
             return subscriptions.list_hosts(conn)

@@ -102,6 +102,12 @@ class MessageBox:
         """Create a host (a logical subscriber whose instances share one queue)."""
         return self.catalog.create_host(name, settings, options)
 
+    def configure_host(self, name: str, **options: Any) -> Host:
+        """Change some of a host's settings (the others keep their values); returns the
+        host as it now is. Host instances read their settings when they start: the ones
+        running keep theirs until restarted. Bad settings change nothing."""
+        return self.catalog.configure_host(name, options)
+
     def hosts(self) -> list[Host]:
         """Every host, by name."""
         return self.catalog.hosts()

@@ -90,6 +90,12 @@ def create_host(conn: sa.Connection, name: str, settings: HostSettings, now: dat
     return Host(name=name, settings=settings, created_at=now)
 
 
+def update_host(conn: sa.Connection, name: str, settings: HostSettings) -> None:
+    """Store a host's new settings."""
+    h = schema.host
+    conn.execute(h.update().where(h.c.name == name).values(settings=settings.model_dump_json()))
+
+
 def list_hosts(conn: sa.Connection) -> list[Host]:
     rows = conn.execute(sa.select(schema.host).order_by(schema.host.c.name))
     return [

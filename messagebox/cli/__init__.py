@@ -14,7 +14,7 @@
                                            per subscription: routes or not, and why not
     services start | stop | unenlist SERVICE
                                            every subscription of a service
-    hosts list | hosts add NAME [--set KEY=VALUE ...]
+    hosts list | hosts add NAME [--set KEY=VALUE ...] | hosts set NAME --set KEY=VALUE ...
     messages show ID [--part NAME]         a stored message's body (--json: its context)
     queues [--host H]                      depth per host and subscription, oldest entry
     instances [--host H]                   running host instances and their heartbeats

@@ -35,6 +35,7 @@ from messagebox.cli.routing import route_explain
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
+    hosts_set,
     services_state,
     subscriptions_add,
     subscriptions_list,
@@ -56,6 +57,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("hosts", ""): hosts_list,
     ("hosts", "list"): hosts_list,
     ("hosts", "add"): hosts_add,
+    ("hosts", "set"): hosts_set,
     ("messages", "show"): message_show,
     ("queues", ""): queues,
     ("instances", ""): instances,

@@ -180,18 +180,24 @@ def build() -> argparse.ArgumentParser:
         state = command(services_sub, action, f"every subscription of a service: {text}")
         state.add_argument("service", help="the service (a subscription's --service)")
 
-    hosts = command(sub, "hosts", "list and add hosts")
+    hosts = command(sub, "hosts", "list, add and configure hosts")
     hosts_sub = hosts.add_subparsers(dest="action", metavar="ACTION")
     command(hosts_sub, "list", "hosts, their instances, queue depths and suspended entries")
     host_add = command(hosts_sub, "add", "create a host")
-    host_add.add_argument("name", help="the host's name")
-    host_add.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SETTING=VALUE",
-        help="a host setting, e.g. dequeue_threads=8 (repeatable; see HostSettings)",
+    host_set = command(
+        hosts_sub,
+        "set",
+        "change a host's settings (running instances keep theirs until restarted)",
     )
+    for host_command in (host_add, host_set):
+        host_command.add_argument("name", help="the host's name")
+        host_command.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="SETTING=VALUE",
+            help="a host setting, e.g. dequeue_threads=8 (repeatable; see HostSettings)",
+        )
 
     messages = command(sub, "messages", "read stored messages")
     messages_sub = messages.add_subparsers(dest="action", required=True, metavar="ACTION")

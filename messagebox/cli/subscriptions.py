@@ -136,10 +136,10 @@ def hosts_list(args: argparse.Namespace, out: Terminal) -> None:
     )
 
 
-def hosts_add(args: argparse.Namespace, out: Terminal) -> None:
-    """Create a host; each ``--set KEY=VALUE`` is read as JSON, else as a string."""
+def _settings(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` options: each value read as JSON, else as a string."""
     settings: dict[str, Any] = {}
-    for item in args.set:
+    for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise inputs.UsageError(f"--set {item!r}: expected SETTING=VALUE")
@@ -147,6 +147,30 @@ def hosts_add(args: argparse.Namespace, out: Terminal) -> None:
             settings[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             settings[key.strip()] = raw
+    return settings
+
+
+def hosts_set(args: argparse.Namespace, out: Terminal) -> None:
+    """Change some of a host's settings; running instances keep theirs until restarted."""
+    changes = _settings(args.set)
+    if not changes:
+        raise inputs.UsageError("give at least one --set SETTING=VALUE")
+    with open_box(args) as box:
+        host = box.configure_host(args.name, **changes)
+    if out.json:
+        out.emit({"name": host.name, "settings": host.settings.model_dump()})
+        return
+    now = host.settings.model_dump()
+    out.say(
+        f"host {host.name!r}: "
+        + ", ".join(f"{k}={json.dumps(now[k])}" for k in changes)
+        + " (running instances keep their settings until restarted)"
+    )
+
+
+def hosts_add(args: argparse.Namespace, out: Terminal) -> None:
+    """Create a host; each ``--set KEY=VALUE`` is read as JSON, else as a string."""
+    settings = _settings(args.set)
     with open_box(args) as box:
         host = box.create_host(args.name, **settings)
     if out.json:

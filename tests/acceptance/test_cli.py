@@ -622,3 +622,21 @@ def test_publish_warns_when_a_guessed_type_never_matches_the_subscriptions(
     typed = cli("publish", files[0], "-p", "orders.Region:int=5", url=url)
     assert typed.returncode == 0, typed.stderr
     assert "warning:" not in typed.stderr
+
+
+def test_hosts_set_changes_a_setting(backend_url: str) -> None:
+    """(issue 21, item 5) ``hosts set`` changes some settings of an existing host."""
+    with MessageBox(backend_url) as box:
+        box.create_host("h", max_attempts=3)
+    done = cli("hosts", "set", "h", "--set", "max_attempts=9", url=backend_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("host 'h': max_attempts=9 (running instances keep")
+    shown = ok(cli("hosts", "set", "h", "--set", "claim_batch=5", "--json", url=backend_url))
+    assert (shown["settings"]["max_attempts"], shown["settings"]["claim_batch"]) == (9, 5)
+    bad = cli("hosts", "set", "h", "--set", "max_attempts=abc", url=backend_url)
+    assert bad.returncode == 1
+    assert "host 'h': bad settings: max_attempts" in bad.stderr
+    assert (
+        cli("hosts", "set", "nowhere", "--set", "max_attempts=2", url=backend_url).returncode == 3
+    )
+    assert cli("hosts", "set", "h", url=backend_url).returncode == 2

@@ -13,7 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox, State
-from messagebox.errors import NoSchema, UnknownMessage, UnknownSuspendedEntry
+from messagebox.errors import (
+    NoSchema,
+    UnknownHost,
+    UnknownMessage,
+    UnknownSuspendedEntry,
+    ValidationError,
+)
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
 from predicates import Filter, P
 from tests.conftest import claim, table_counts
@@ -218,3 +224,19 @@ def test_opening_without_create_refuses_a_database_without_the_schema(pg_url: st
         MessageBox(pg_url, create=False)
     MessageBox(pg_url).close()  # created
     MessageBox(pg_url, create=False).close()  # now it opens
+
+
+def test_configure_host_changes_some_settings_and_refuses_bad_ones(box: MessageBox) -> None:
+    """(issue 21, item 5) A host's settings can change after it is created."""
+    box.create_host("h", dequeue_threads=2, max_attempts=3)
+    changed = box.configure_host("h", max_attempts=7, claim_batch=20)
+    assert (changed.settings.max_attempts, changed.settings.claim_batch) == (7, 20)
+    assert changed.settings.dequeue_threads == 2  # the others keep their values
+    assert box.host("h").settings == changed.settings
+    with pytest.raises(ValidationError, match="host 'h': bad settings: max_attempts"):
+        box.configure_host("h", max_attempts="abc")
+    with pytest.raises(ValidationError, match="'bogus' is not a setting"):
+        box.configure_host("h", bogus=1)
+    with pytest.raises(UnknownHost):
+        box.configure_host("nowhere", max_attempts=2)
+    assert box.host("h").settings == changed.settings  # nothing changed by the refusals
