@@ -292,7 +292,7 @@ class Supervision(Handling):
         interval = self.settings.cleanup_interval_seconds
         if interval and time.monotonic() - self._last_cleanup >= interval:
             self._last_cleanup = time.monotonic()
-            report = self.box.cleanup()
+            report = self.box.cleanup(stop=self._stopping.is_set)
             if report.messages:
                 log.info(
                     "host instance %s: cleanup deleted %d messages, %d parts and %d reference rows",

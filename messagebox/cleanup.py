@@ -55,6 +55,8 @@ class CleanupReport:
     trimmed (a routing index further behind than that loads every subscription again)."""
     skipped: bool = False
     """Another cleanup held the lock (PostgreSQL); this run did nothing."""
+    stopped: bool = False
+    """Asked to stop between two batches; unreferenced messages may be left."""
     seconds: float = 0.0
 
 
@@ -150,10 +152,13 @@ def run(
     *,
     batch: int = 10_000,
     progress: Callable[[str], None] | None = None,
+    stop: Callable[[], bool] | None = None,
     receipt_retention_seconds: float = RECEIPT_RETENTION_SECONDS,
     instance_retention_seconds: float = INSTANCE_RETENTION_SECONDS,
 ) -> CleanupReport:
-    """Run every cleanup step once; deletes in chunks of ``batch`` messages."""
+    """Run every cleanup step once; deletes in chunks of ``batch`` messages, each a
+    transaction, and ends between two when ``stop()`` is true (a host instance that
+    stops)."""
     started = time.monotonic()
     report = CleanupReport()
     say = progress or (lambda _text: None)
@@ -187,6 +192,9 @@ def run(
             f"{report.dead_instances} dead host instances"
         )
     while True:
+        if stop is not None and stop():
+            report.stopped = True
+            break
         with store.transaction(serial=True) as conn:
             if not store.dialect.try_lock_cleanup(conn):
                 report.skipped = True

@@ -459,11 +459,17 @@ class MessageBox:
         return self.catalog.host(name)
 
     def cleanup(
-        self, *, batch: int = 10_000, progress: Callable[[str], None] | None = None
+        self,
+        *,
+        batch: int = 10_000,
+        progress: Callable[[str], None] | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> CleanupReport:
         """Run the cleanup job once (docs/concepts.md: Spool); safe while others publish
-        and deliver."""
-        return self.operations.cleanup(batch, progress)
+        and deliver. Messages are deleted ``batch`` at a time, each batch a transaction;
+        ``stop`` is asked before each one, and true ends the run there
+        (``report.stopped``)."""
+        return self.operations.cleanup(batch, progress, stop)
 
     def references(self, message_id: uuid.UUID | str) -> int:
         """The references a message holds now (added minus released)."""

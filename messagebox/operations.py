@@ -152,10 +152,15 @@ class Operations:
         with self._store.transaction() as conn:
             return box_stats.throughput(conn, windows)
 
-    def cleanup(self, batch: int, progress: Callable[[str], None] | None) -> CleanupReport:
+    def cleanup(
+        self,
+        batch: int,
+        progress: Callable[[str], None] | None,
+        stop: Callable[[], bool] | None = None,
+    ) -> CleanupReport:
         from messagebox.cleanup import run
 
-        return run(self._store, batch=batch, progress=progress)
+        return run(self._store, batch=batch, progress=progress, stop=stop)
 
     # --- suspended entries ---
 

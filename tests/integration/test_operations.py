@@ -240,3 +240,20 @@ def test_configure_host_changes_some_settings_and_refuses_bad_ones(box: MessageB
     with pytest.raises(UnknownHost):
         box.configure_host("nowhere", max_attempts=2)
     assert box.host("h").settings == changed.settings  # nothing changed by the refusals
+
+
+def test_cleanup_asked_to_stop_ends_between_batches(box: MessageBox) -> None:
+    """A host instance that stops ends its cleanup after the batch in progress; what was
+    deleted stays deleted and the next run takes the rest."""
+    box.publish([Message(b"x", promoted={"t.N": i}) for i in range(5)])  # routing failures
+    box.terminate(*[e.id for e in box.suspended()])
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # after the first batch
+
+    first = box.cleanup(batch=2, stop=stop)
+    assert (first.messages, first.stopped) == (2, True)
+    rest = box.cleanup(batch=2)
+    assert (rest.messages, rest.stopped) == (3, False)
