@@ -154,7 +154,11 @@ def test_a_host_instance_whose_claims_fail_still_records_each_outcome_once(
     settings = {"claim_batch": 3, "poll_min_seconds": 0.01, "poll_max_seconds": 0.05}
     with HostInstance(box, "h", {"s": service}, settings=settings) as inst:
         box.publish([Message(b"x", promoted={"t.N": i}) for i in range(30)])
-        wait_for(lambda: not box.queue_depth(), "the queue drained")
+        # the counters follow the commit that empties the queue: wait for both
+        wait_for(
+            lambda: not box.queue_depth() and inst.stats.snapshot()["completed"] >= 30,
+            "the queue drained and every outcome counted",
+        )
         stats = inst.stats.snapshot()
     assert seen == Counter(range(30))
     assert stats["completed"] == 30
