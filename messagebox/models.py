@@ -236,6 +236,9 @@ class InstanceInfo:
     state: str
 
 
+REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
+"""Suspended reasons of entries with no destination: rerouted, never resumed."""
+
 SUSPENDED_REASONS = (
     ROUTING_FAILURE,
     DELIVERY_FAILURE,

@@ -18,6 +18,7 @@ from messagebox import stats as box_stats
 from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
 from messagebox.models import (
+    REROUTABLE,
     HostStats,
     InstanceInfo,
     QueueDepth,
@@ -241,7 +242,7 @@ class Operations:
 
     def reroute(self, entry_ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
         s = schema.suspended
-        reroutable = s.c.reason.in_(router.REROUTABLE)
+        reroutable = s.c.reason.in_(REROUTABLE)
         with self._store.transaction(serial=True) as conn:
             if entry_ids:
                 known = set(

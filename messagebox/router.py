@@ -24,8 +24,8 @@ from messagebox.ids import allocate
 from messagebox.ids import seed as seed_ids
 from messagebox.message import Message
 from messagebox.models import (
+    REROUTABLE,
     ROUTING_FAILURE,
-    SUBSCRIPTION_REMOVED,
     Kind,
     Outcome,
     QueueState,
@@ -34,9 +34,6 @@ from messagebox.models import (
     State,
 )
 from messagebox.properties import Value, decode_context, encode_value, family, sql_key
-
-REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
-"""Suspended reasons that :func:`reroute` takes: the message has no destination."""
 
 # plain strings, compared and stored once per queue entry
 _STOPPED = State.STOPPED.value

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from messagebox.cli import inputs
 from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal, age, jsonable, last_line, size
-from messagebox.models import ROUTING_FAILURE, SUBSCRIPTION_REMOVED
+from messagebox.models import REROUTABLE
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
@@ -26,9 +26,6 @@ BULK_BATCH = 1000
 
 DRY_RUN_LIMIT = 100_000
 """At most this many entries are listed by ``--dry-run``."""
-
-REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
-"""Reasons of entries with no destination: rerouted, never resumed."""
 
 
 def publish(args: argparse.Namespace, out: Terminal) -> None:
@@ -362,11 +359,7 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
                     raise ValidationError(
                         f"suspended entry {entry_id} is not resumable ({entry.reason}); "
                         "terminate it"
-                        + (
-                            ", or reroute it"
-                            if entry.reason in ("routing-failure", "subscription-removed")
-                            else ""
-                        )
+                        + (", or reroute it" if entry.reason in REROUTABLE else "")
                         + "; nothing was resumed"
                     )
         if args.dry_run:
@@ -395,8 +388,8 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
         )
 
 
-_TYPE_NAMES = {1: "str", 2: "int", 3: "bool", 4: "datetime"}
-"""A type ``-p NAME:TYPE=VALUE`` takes, for each comparison family."""
+_TYPE_NAMES = {"STR": "str", "NUM": "int", "BOOL": "bool", "DATETIME": "datetime"}
+"""A type ``-p NAME:TYPE=VALUE`` takes, for each comparison family (by name)."""
 
 
 def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, str]) -> list[str]:
@@ -408,7 +401,7 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
 
     if not guessed:
         return []
-    compared: dict[str, set[int]] = {}
+    compared: dict[str, set[str]] = {}
     for sub in box.subscriptions():
         if sub.state == "unenlisted":  # routes nothing
             continue
@@ -417,11 +410,11 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
                 if p.property not in guessed or p.op in (Op.EXISTS, Op.NOT_EXISTS):
                     continue
                 values = p.value if p.op is Op.IN else (p.value,)
-                compared.setdefault(p.property, set()).update(int(family(v)) for v in values)
+                compared.setdefault(p.property, set()).update(family(v).name for v in values)
     notes = []
     for name, raw in guessed.items():
         families = compared.get(name)
-        if not families or int(family(promoted[name])) in families:
+        if not families or family(promoted[name]).name in families:
             continue
         wanted = sorted(_TYPE_NAMES[f] for f in families)
         notes.append(

@@ -36,13 +36,12 @@ from messagebox.errors import (
     UnknownMessage,
     ValidationError,
 )
-from messagebox.models import SUSPENDED_REASONS
+from messagebox.models import REROUTABLE, SUSPENDED_REASONS
 from messagebox.properties import (
     Value,
     parse_assignment,
     properties_from_json,
 )
-from messagebox.router import REROUTABLE
 from predicates import format_filter
 from predicates.text import format_predicate, format_value
 
