@@ -33,7 +33,6 @@ from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.models import ROUTING_FAILURE, Outcome, Routed
 from messagebox.properties import encode_context
-from messagebox.router import failure_report
 
 SINGLE_MESSAGES = 200
 
@@ -130,8 +129,8 @@ def _rows(
                 queue[k].append(v)
         n_refs = len(result.subscriptions)
         if result.outcome is Outcome.SUSPENDED and not result.subscriptions:  # no match
-            report = json.dumps(failure_report(message.promoted, "raw", now))
-            failed = (next(ids), msg, ROUTING_FAILURE, "matched nothing", report, False, 0, now)
+            # no report: as publish, it is read from the spool row
+            failed = (next(ids), msg, ROUTING_FAILURE, "matched nothing", None, False, 0, now)
             for k, v in zip(suspended, failed, strict=True):
                 suspended[k].append(v)
             n_refs = 1

@@ -11,15 +11,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import IO
 
 from messagebox.errors import MessageValidationError
 from messagebox.properties import (
+    RESERVED_PREFIX,
     Value,
     canonical_name,
     check_text,
     check_unicode,
-    is_reserved,
     normalize_value,
 )
 
@@ -133,7 +134,8 @@ class Message:
 
     def reserved(self) -> list[str]:
         """Names in the reserved ``messagebox.`` namespace that this message sets."""
-        return [n for n in (*self.promoted, *self.written) if is_reserved(n)]
+        prefix = RESERVED_PREFIX  # is_reserved, inlined: it runs for each name published
+        return [n for n in chain(self.promoted, self.written) if n.startswith(prefix)]
 
     def __repr__(self) -> str:
         return f"Message(parts={list(self.parts)}, promoted={self.promoted!r})"

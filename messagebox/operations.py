@@ -19,6 +19,7 @@ from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
 from messagebox.models import (
     REROUTABLE,
+    ROUTING_FAILURE,
     HostStats,
     InstanceInfo,
     QueueDepth,
@@ -69,6 +70,9 @@ def suspended_query(
 
 
 def _suspended_entry(r: Any) -> SuspendedEntry:
+    report = json.loads(r.report) if r.report else None
+    if report is None and r.reason == ROUTING_FAILURE and r.context is not None:
+        report = routing_failure_report(r.context, r.published_at, r.publisher)
     return SuspendedEntry(
         id=r.id,
         message_id=r.msg,
@@ -77,10 +81,29 @@ def _suspended_entry(r: Any) -> SuspendedEntry:
         resumable=bool(r.resumable),
         reason=r.reason,
         error=r.error,
-        report=json.loads(r.report) if r.report else None,
+        report=report,
         attempts=r.attempts,
         suspended_at=r.suspended_at,
     )
+
+
+def _with_spool(select: sa.Select[Any]) -> sa.Select[Any]:
+    """``select`` of suspended entries with what a routing-failure report is made of."""
+    s, sp = schema.suspended, schema.spool
+    return select.add_columns(sp.c.context, sp.c.published_at, sp.c.publisher).outerjoin(
+        sp, sa.and_(sp.c.id == s.c.msg, s.c.reason == ROUTING_FAILURE, s.c.report.is_(None))
+    )
+
+
+def routing_failure_report(context: str, published_at: datetime, publisher: str) -> dict[str, Any]:
+    """A routing failure's report, from its message's spool row (a publish stores none:
+    it would repeat the spool): the properties the message had, when and by whom it was
+    published."""
+    return {
+        "properties": json.loads(context)["promoted"],
+        "time": published_at.isoformat(),
+        "publisher": publisher,
+    }
 
 
 class Snapshot(NamedTuple):
@@ -167,7 +190,12 @@ class Operations:
 
     def suspended(self, query: SuspendedQuery, limit: int) -> list[SuspendedEntry]:
         s = schema.suspended
-        select = sa.select(s).where(*query.where()).order_by(s.c.suspended_at, s.c.id).limit(limit)
+        select = (
+            _with_spool(sa.select(s))
+            .where(*query.where())
+            .order_by(s.c.suspended_at, s.c.id)
+            .limit(limit)
+        )
         with self._store.transaction() as conn:
             check_host(conn, query.host)
             return [_suspended_entry(r) for r in conn.execute(select)]
@@ -175,7 +203,7 @@ class Operations:
     def suspended_entry(self, entry_id: int) -> SuspendedEntry:
         s = schema.suspended
         with self._store.transaction() as conn:
-            row = conn.execute(sa.select(s).where(s.c.id == entry_id)).first()
+            row = conn.execute(_with_spool(sa.select(s)).where(s.c.id == entry_id)).first()
         if row is None:
             raise UnknownSuspendedEntry(f"no suspended entry {entry_id}")
         return _suspended_entry(row)

@@ -30,6 +30,7 @@ MAX_PROMOTED_STRING = 256
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 RESERVED_NAMESPACE = "messagebox"
+RESERVED_PREFIX = RESERVED_NAMESPACE + "."
 RESERVED_ALIASES = frozenset({"messagebox", "bts"})
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
@@ -66,7 +67,7 @@ def canonical_name(name: object) -> str:
 
 def is_reserved(canonical: str) -> bool:
     """True when a canonical name lies in the engine's reserved namespace."""
-    return canonical.startswith(RESERVED_NAMESPACE + ".")
+    return canonical.startswith(RESERVED_PREFIX)
 
 
 def check_unicode(text: str) -> None:

@@ -33,7 +33,7 @@ from messagebox.models import (
     RoutingPolicy,
     State,
 )
-from messagebox.properties import Value, decode_context, encode_value, family, sql_key
+from messagebox.properties import Value, decode_context, family, sql_key
 
 # plain strings, compared and stored once per queue entry
 _STOPPED = State.STOPPED.value
@@ -298,14 +298,6 @@ class Suspension:
     route: bool = False
 
 
-def failure_report(promoted: Mapping[str, Value], publisher: str, now: datetime) -> dict[str, Any]:
-    return {
-        "properties": {k: encode_value(v) for k, v in promoted.items()},
-        "time": now.isoformat(),
-        "publisher": publisher,
-    }
-
-
 def publish(
     conn: sa.Connection,
     dialect: Dialect,
@@ -353,14 +345,13 @@ def publish(
         msg_id = ids[i]
         if i in forced or rows:
             results.append(writes.routed(entry_ids, msg_id, rows, forced.get(i)))
-        elif policy is RoutingPolicy.SUSPEND:
-            report = failure_report(messages[i].promoted, publisher, now)
+        elif policy is RoutingPolicy.SUSPEND:  # its report is read from the spool
             writes.suspend(
                 next(entry_ids),
                 msg_id,
                 ROUTING_FAILURE,
                 "the message matched no subscription",
-                report,
+                None,
             )
             writes.reference(msg_id, 1)
             results.append(Routed(msg_id, Outcome.SUSPENDED, ()))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+import sqlalchemy as sa
 
 from messagebox import (
     AlreadyExists,
@@ -15,6 +17,7 @@ from messagebox import (
     RoutingFailure,
     State,
     UnknownHost,
+    schema,
 )
 from messagebox.models import ROUTING_FAILURE
 from messagebox.spool import FRAGMENT_SIZE
@@ -80,8 +83,27 @@ def test_routing_failure_is_suspended_with_a_report_by_default(hosts: MessageBox
     assert entry.report is not None
     assert entry.report["properties"] == {"orders.Region": ["s", "APAC"]}
     assert entry.report["publisher"] == "tests"
+    published = datetime.fromisoformat(entry.report["time"])
+    assert published.tzinfo is not None
+    assert abs(published - entry.suspended_at) < timedelta(minutes=1)
+    assert hosts.suspended_entry(entry.id).report == entry.report
     assert hosts.references(routed.message_id) == 1
     assert hosts.read_message(routed.message_id).body == b"x"
+
+
+def test_a_routing_failure_report_is_read_from_the_spool_not_stored_twice(hosts: MessageBox):
+    [_routed] = hosts.publish([Message(b"x", promoted={"orders.Region": "APAC", "n.V": 2})])
+    with hosts.store.transaction() as conn:
+        stored = conn.execute(sa.select(schema.suspended.c.report)).scalar_one()
+    assert stored is None  # the spool row already holds the properties, time and publisher
+    [entry] = hosts.suspended()
+    assert entry.report is not None
+    assert entry.report["properties"] == {"orders.Region": ["s", "APAC"], "n.V": ["i", 2]}
+    # an entry stored with its report (by an earlier version) is read as stored
+    old = {"properties": {"a.B": ["i", 1]}, "time": "2024-01-01T00:00:00+00:00", "publisher": "p"}
+    with hosts.store.transaction() as conn:
+        conn.execute(schema.suspended.update().values(report=json.dumps(old)))
+    assert hosts.suspended_entry(entry.id).report == old
 
 
 def test_routing_failure_is_dropped_with_policy_drop(hosts: MessageBox):
