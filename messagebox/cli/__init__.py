@@ -30,8 +30,10 @@
     tracking events [MESSAGE_ID] [--event E] [--host H] [--subscription REF] [--since AGE]
                                            a message's history, or the newest events
     metrics                                the store's gauges, in the Prometheus format
-    host run module:app [--threads N] [--duration S] [--log-format text|json]
-            [--metrics-port PORT] [--metrics-bind ADDR]
+    host run module:app [module:app ...] [--threads N] [--duration S]
+            [--log-format text|json] [--metrics-port PORT] [--metrics-bind ADDR]
+            [--console [ADDR:]PORT|off] [--token-file PATH]
+                                           host instances of each app, in this process
     spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
     console [--bind ADDR] [--port N] [--token-file PATH] [--allowed-host NAME ...]
                                            the web console (token: MESSAGEBOX_CONSOLE_TOKEN)
@@ -41,6 +43,10 @@ function runs each command), the commands by group in ``subscriptions`` (and hos
 ``messages`` (publishing, queues, suspended entries), ``routing`` (``route explain``) and
 ``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the store),
 ``terminal`` (tables, JSON, progress).
+
+A DuckDB store held by a running process (``host run``, ``console``) is reached through
+it: the command is sent to that process (:mod:`messagebox.cli.remote`), found from the
+endpoint file beside the database; ``--url http://HOST:PORT`` sends it to one explicitly.
 
 ``hosts`` and ``subscriptions`` alone list. The database URL comes from ``--url``, else
 ``MESSAGEBOX_URL``, else ``duckdb:///messagebox.duckdb``. Only ``init`` (and ``host run``)
@@ -78,107 +84,40 @@ import sys
 from collections.abc import Sequence
 
 from messagebox.cli.parser import build
-from messagebox.errors import MessageBoxError, NotFound
+from messagebox.cli.running import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, run
 from messagebox.store import DEFAULT_URL
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    args = build().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build().parse_args(arguments)
     if args.command == "host":
         return _host_run(args)
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
     args.url = args.explicit_url or DEFAULT_URL
-    if args.command == "spark":
-        from pipelines.spark_cli import run
+    from messagebox.cli import remote
 
-        return run(args)
+    served = remote.endpoint_for(args.url)
+    if served is not None:  # a running process holds the store: it runs the command
+        return remote.forward(served, arguments, args)
+    if args.command == "spark":
+        from pipelines.spark_cli import run as spark
+
+        return spark(args)
     if args.command == "console":
         from messagebox.console.cli import run as serve
 
         return serve(args)
 
-    from messagebox.cli.commands import COMMANDS
-    from messagebox.cli.inputs import UsageError
     from messagebox.cli.terminal import Terminal
 
-    action = getattr(args, "action", None)
-    name = f"{args.command} {action}" if action else args.command
-    out = Terminal(json_output=args.json, progress=args.progress)
-    try:
-        COMMANDS[(args.command, action or "")](args, out)
-    except UsageError as exc:
-        print(f"messagebox {name}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except NotFound as exc:
-        print(f"messagebox: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except MessageBoxError as exc:
-        print(f"messagebox: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except BrokenPipeError:  # the reader went away (| head): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_ERROR
-    return EXIT_OK
+    return run(args, Terminal(json_output=args.json, progress=args.progress))
 
 
 def _host_run(args: argparse.Namespace) -> int:
-    import logging
+    from messagebox.cli.hostrun import run as host_run
 
-    from hosts.app import load_app
-    from messagebox import logs
-
-    try:
-        logs.configure(args.log_level, args.log_format)
-    except ValueError as exc:
-        print(f"messagebox host run: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    settings = {} if args.threads is None else {"dequeue_threads": args.threads}
-    try:
-        app = load_app(args.app)
-        url = args.url or os.environ.get("MESSAGEBOX_URL") or app.url or DEFAULT_URL
-        instance = app.instance(url, **settings)
-        if args.metrics_port is not None:
-            from prometheus_client import start_http_server
-
-            from messagebox.metrics import registry
-
-            try:
-                start_http_server(
-                    args.metrics_port, addr=args.metrics_bind, registry=registry(instance.box)
-                )
-            except OSError as exc:
-                instance.box.close()
-                raise MessageBoxError(
-                    f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc}"
-                ) from exc
-            logging.getLogger("messagebox.hosts").info(
-                "metrics at http://%s:%d/metrics",
-                args.metrics_bind,
-                args.metrics_port,
-                extra={
-                    "event": "metrics-serving",
-                    "address": args.metrics_bind,
-                    "port": args.metrics_port,
-                },
-            )
-        running = f"host instance {instance.id} running; Ctrl-C stops it"
-        if args.log_format == "json":  # every line of a JSON log is JSON
-            logging.getLogger("messagebox.hosts").info(
-                running,
-                extra={"event": "host-running", "host_instance": instance.id, "host": app.host},
-            )
-        else:
-            print(running, file=sys.stderr)
-        instance.run(duration=args.duration)
-    except MessageBoxError as exc:
-        print(f"messagebox: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return host_run(args)

@@ -13,9 +13,16 @@ if TYPE_CHECKING:
 
 @contextmanager
 def open_box(args: argparse.Namespace, *, create: bool = False) -> Iterator[MessageBox]:
-    """The MessageBox at the command's URL; only ``init`` creates one."""
+    """The MessageBox at the command's URL; only ``init`` creates one. A command that
+    a running process serves uses that process's MessageBox (``args.served_box``), left
+    open."""
     from messagebox.engine import MessageBox
     from messagebox.errors import NoSchema
+
+    served: MessageBox | None = getattr(args, "served_box", None)
+    if served is not None:
+        yield served
+        return
 
     try:
         box = MessageBox(args.url, create=create)

@@ -1,22 +1,32 @@
 """Command-line inputs, checked before anything is done: subscription references,
 ``@FILE`` arguments, typed properties, filters, ages and suspended-queue filters.
-Malformed input raises :class:`UsageError` (exit code 2) naming the option."""
+Malformed input raises :class:`UsageError` (exit code 2) naming the option.
+
+Files and standard input are read here: from this machine, or, for a command a running
+process serves (:mod:`messagebox.cli.remote`), from what the command line sent with it
+(:data:`SENT`)."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import re
+import sys
 import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from messagebox.errors import FilterValidationError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from messagebox.cli.terminal import Terminal
     from messagebox.engine import MessageBox
     from messagebox.properties import Value
     from predicates import Filter
@@ -24,6 +34,53 @@ if TYPE_CHECKING:
 
 class UsageError(Exception):
     """The command line is malformed (exit code 2); nothing was done."""
+
+
+@dataclass(frozen=True)
+class Sent:
+    """The files (by the name the command line gives) and standard input that came with
+    a command served by another process."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    stdin: bytes = b""
+
+
+SENT: ContextVar[Sent | None] = ContextVar("messagebox_cli_sent", default=None)
+"""Set while a served command runs: its inputs come from here, not from this machine."""
+
+
+def check_file(name: str) -> None:
+    """A usage error unless ``name`` is a readable file."""
+    sent = SENT.get()
+    if sent is not None:
+        if name not in sent.files:
+            raise UsageError(f"no file {name!r}")
+        return
+    path = Path(name)
+    if not path.exists():
+        raise UsageError(f"no file {name!r}")
+    if not path.is_file():
+        raise UsageError(f"{name!r} is not a file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"cannot read {name!r}")
+
+
+def open_file(name: str) -> IO[bytes]:
+    """A file to read as bytes."""
+    sent = SENT.get()
+    if sent is not None:
+        return io.BytesIO(sent.files[name])
+    return open(name, "rb")
+
+
+def stdin_bytes(out: Terminal) -> bytes:
+    """All of standard input."""
+    sent = SENT.get()
+    if sent is not None:
+        return sent.stdin
+    if sys.stdin.isatty():
+        out.note("reading the message body from standard input (end it with Ctrl-D)")
+    return sys.stdin.buffer.read()
 
 
 def ref(text: str) -> int | str:
@@ -45,6 +102,11 @@ def read_arg(text: str, what: str) -> str:
         return text
     path = Path(text[1:])
     try:
+        sent = SENT.get()
+        if sent is not None:
+            if text[1:] not in sent.files:
+                raise FileNotFoundError(f"no file {text[1:]!r} was sent")
+            return sent.files[text[1:]].decode("utf-8")
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{what}: cannot read {str(path)!r}: {exc}") from exc

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from contextlib import ExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from messagebox.cli import inputs
@@ -38,9 +35,7 @@ def publish(args: argparse.Namespace, out: Terminal) -> None:
     written = inputs.assignments(args.written, "--written")
     files = _files_to_publish(args)
     Message(b"", promoted=promoted, written=written)  # refuses bad properties before any I/O
-    if "-" in files and sys.stdin.isatty():
-        out.note("reading the message body from standard input (end it with Ctrl-D)")
-    stdin = sys.stdin.buffer.read() if "-" in files else b""
+    stdin = inputs.stdin_bytes(out) if "-" in files else b""
     results: list[tuple[str, Any]] = []
     with open_box(args) as box, out.progress("publishing") as step:
         for note in _type_traps(box, promoted, inputs.inferred(args.properties)):
@@ -50,7 +45,7 @@ def publish(args: argparse.Namespace, out: Terminal) -> None:
             with ExitStack() as files_open:  # parts are read as they are stored
                 batch = [
                     Message(
-                        stdin if name == "-" else files_open.enter_context(open(name, "rb")),
+                        stdin if name == "-" else files_open.enter_context(inputs.open_file(name)),
                         promoted=promoted,
                         written=written,
                     )
@@ -109,15 +104,8 @@ def _files_to_publish(args: argparse.Namespace) -> list[str]:
     if files.count("-") > 1:
         raise inputs.UsageError("standard input ('-') can be published once")
     for name in files:
-        if name == "-":
-            continue
-        path = Path(name)
-        if not path.exists():
-            raise inputs.UsageError(f"no file {name!r}")
-        if not path.is_file():
-            raise inputs.UsageError(f"{name!r} is not a file")
-        if not os.access(path, os.R_OK):
-            raise inputs.UsageError(f"cannot read {name!r}")
+        if name != "-":
+            inputs.check_file(name)
     return files
 
 
@@ -202,7 +190,7 @@ def message_show(args: argparse.Namespace, out: Terminal) -> None:
             raise UnknownMessage(
                 f"message {msg_id} has no part {part!r} (it has: {', '.join(summary.part_sizes)})"
             )
-        stream = sys.stdout.buffer
+        stream = out.binary()
         for chunk in box.iter_part(msg_id, part):
             stream.write(chunk)
         stream.flush()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from messagebox.cli import inputs
@@ -202,4 +201,4 @@ def metrics(args: argparse.Namespace, out: Terminal) -> None:
             ]
         )
     else:
-        sys.stdout.write(text)
+        out.stdout.write(text)

@@ -294,8 +294,31 @@ def build() -> argparse.ArgumentParser:
 
     host = sub.add_parser("host", help="run host instances")
     host_sub = host.add_subparsers(dest="host_command", required=True)
-    run = host_sub.add_parser("run", help="run an instance of a HostApp until SIGINT/SIGTERM")
-    run.add_argument("app", help="module:attribute of a hosts.HostApp (attribute: app)")
+    run = host_sub.add_parser(
+        "run",
+        help="run an instance of each HostApp until SIGINT/SIGTERM",
+        description="Run an instance of each HostApp in this process until SIGINT/SIGTERM. "
+        "The process serves the console and a management API (--console); on a DuckDB "
+        "store it always does, on 127.0.0.1 at a free port unless told otherwise, and "
+        "writes an endpoint file beside the database: every other messagebox command on "
+        "that store is then run by this process.",
+        formatter_class=_Formatter,
+    )
+    run.add_argument(
+        "app", nargs="+", help="module:attribute of a hosts.HostApp (attribute: app); several"
+    )
+    run.add_argument(
+        "--console",
+        metavar="[ADDR:]PORT|off",
+        help="serve the console and the management API here (default on DuckDB: "
+        "127.0.0.1 at a free port; on PostgreSQL: none); off: never",
+    )
+    run.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="the console token's file (else MESSAGEBOX_CONSOLE_TOKEN); without one the "
+        "console is read-only",
+    )
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 Cell = str | int | float | None
 
@@ -78,20 +78,35 @@ class Terminal:
     ``progress`` forces progress on (True) or off (False), or leaves it to whether
     standard error is a terminal (None)."""
 
-    def __init__(self, *, json_output: bool = False, progress: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        json_output: bool = False,
+        progress: bool | None = None,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
         self.json = json_output
-        self.show_progress = sys.stderr.isatty() if progress is None else progress
+        self.stdout: IO[str] = stdout or sys.stdout
+        """Results (a served command writes them to a buffer: :mod:`messagebox.cli.remote`)."""
+        self.stderr: IO[str] = stderr or sys.stderr
+        self.show_progress = self.stderr.isatty() if progress is None else progress
+
+    def binary(self) -> IO[bytes]:
+        """Standard output for bytes (a message part), after the text written so far."""
+        self.stdout.flush()
+        return cast("IO[bytes]", self.stdout.buffer)  # type: ignore[attr-defined]
 
     def emit(self, data: object) -> None:
         """Print ``data`` as JSON."""
-        print(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
+        print(json.dumps(jsonable(data), indent=2, ensure_ascii=False), file=self.stdout)
 
     def say(self, text: str = "") -> None:
-        print(text)
+        print(text, file=self.stdout)
 
     def note(self, text: str) -> None:
         """A remark for people, on standard error (never mixed into results)."""
-        print(text, file=sys.stderr, flush=True)
+        print(text, file=self.stderr, flush=True)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Cell]], empty: str) -> None:
         """Rows as aligned columns (numbers to the right); ``empty`` goes to standard
@@ -105,7 +120,7 @@ class Terminal:
             for i in range(len(headers))
         ]
         text = [["" if c is None else str(c) for c in r] for r in rows]
-        if sys.stdout.isatty():
+        if self.stdout.isatty():
             self._rich_table(headers, text, numeric)
             return
         widths = [max(len(h), *(len(r[i]) for r in text)) for i, h in enumerate(headers)]
@@ -116,12 +131,13 @@ class Terminal:
                 for c, w, num in zip(cells, widths, numeric, strict=True)
             ).rstrip()
 
-        print(line([h.upper() for h in headers]))
+        print(line([h.upper() for h in headers]), file=self.stdout)
         for r in text:
-            print(line(r))
+            print(line(r), file=self.stdout)
 
-    @staticmethod
-    def _rich_table(headers: Sequence[str], rows: list[list[str]], numeric: list[bool]) -> None:
+    def _rich_table(
+        self, headers: Sequence[str], rows: list[list[str]], numeric: list[bool]
+    ) -> None:
         from rich.console import Console
         from rich.table import Table
 
@@ -130,16 +146,16 @@ class Terminal:
             table.add_column(h.upper(), justify="right" if num else "left", overflow="fold")
         for r in rows:
             table.add_row(*r)
-        Console(markup=False, highlight=False, emoji=False).print(table)
+        Console(file=self.stdout, markup=False, highlight=False, emoji=False).print(table)
 
     def fields(self, pairs: Sequence[tuple[str, str]]) -> None:
         """``label  value`` lines, labels aligned; a multi-line value is indented."""
         width = max(len(k) for k, _ in pairs)
         for key, value in pairs:
             first, *rest = value.splitlines() or [""]
-            print(f"{key.ljust(width)}  {first}".rstrip())
+            print(f"{key.ljust(width)}  {first}".rstrip(), file=self.stdout)
             for more in rest:
-                print(f"{' ' * width}  {more}".rstrip())
+                print(f"{' ' * width}  {more}".rstrip(), file=self.stdout)
 
     @contextmanager
     def progress(self, description: str) -> Iterator[Step]:
@@ -147,8 +163,8 @@ class Terminal:
         if not self.show_progress:
             yield _quiet
             return
-        if not sys.stderr.isatty():
-            yield _Lines(description)
+        if not self.stderr.isatty():
+            yield _Lines(description, self.stderr)
             return
         from rich.console import Console
         from rich.progress import (
@@ -186,9 +202,10 @@ def _quiet(done: int, total: int | None = None) -> None:
 
 
 class _Lines:
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, stream: IO[str]) -> None:
         self.description = description
+        self.stream = stream
 
     def __call__(self, done: int, total: int | None = None) -> None:
         of = f"/{total}" if total is not None else ""
-        print(f"{self.description}: {done}{of}", file=sys.stderr, flush=True)
+        print(f"{self.description}: {done}{of}", file=self.stream, flush=True)

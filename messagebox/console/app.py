@@ -11,7 +11,7 @@ host is a plain-text 400.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messagebox.console import pages
+from messagebox.console import api, pages
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.errors import MessageBoxError
 
@@ -44,6 +44,7 @@ ROUTES: list[BaseRoute] = [
     Route("/explain", pages.explain, name="explain"),
     Route("/tracking", pages.tracking, name="tracking"),
     Route("/metrics", pages.metrics, name="metrics"),
+    *api.ROUTES,
     Mount("/static", StaticFiles(packages=[("messagebox.console", "static")]), name="static"),
 ]
 """Every route of the console."""
@@ -116,6 +117,8 @@ def create_app(
     token: str | None = None,
     bind: str = "127.0.0.1",
     allowed_hosts: Iterable[str] = (),
+    api_token: str | None = None,
+    describe: Callable[[], dict[str, Any]] | None = None,
 ) -> Starlette:
     """The console over ``box``. Read-only unless ``token`` is given: then resume and
     terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header,
@@ -125,7 +128,10 @@ def create_app(
     on), with a loopback address also ``localhost``, ``127.0.0.1`` and ``[::1]``, or one
     of ``allowed_hosts`` (``NAME`` or ``NAME:PORT``; a ValueError names a malformed one).
     Bound to every address (``0.0.0.0``, ``::``) without ``allowed_hosts`` it answers to
-    any, and logs a warning that the check is off."""
+    any, and logs a warning that the check is off.
+
+    With ``api_token`` it also serves the management API (:mod:`messagebox.console.api`)
+    to requests carrying that token; ``describe`` adds to its status."""
     if token is not None and not token:
         raise ValueError("the console token must not be empty (None disables actions)")
     allowed = AllowedHosts.of(bind, allowed_hosts)
@@ -146,4 +152,6 @@ def create_app(
         },
     )
     app.state.console = pages.Console(box=box, token=token, templates=templates())
+    app.state.api_token = api_token
+    app.state.describe = describe
     return app

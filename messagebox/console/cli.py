@@ -4,6 +4,9 @@
 The token (resume, terminate, the contents of message parts) comes from
 ``MESSAGEBOX_CONSOLE_TOKEN`` or ``--token-file PATH`` (the file wins), never from the
 command line, where other users could read it. Without one the console is read-only.
+It also serves the management API (:mod:`messagebox.cli.remote`) to requests with that
+token, or on a DuckDB store with the token it writes in the endpoint file beside the
+database, so that the command line works on the store while the console holds it.
 It answers to the ``--bind`` address's Host (on loopback also ``localhost``,
 ``127.0.0.1``, ``[::1]``) and to each ``--allowed-host NAME[:PORT]``
 (:mod:`messagebox.console.hostcheck`). Exit codes: 0 after a clean stop (Ctrl-C), 1 a
@@ -15,7 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from messagebox.errors import MessageBoxError, NoSchema
@@ -23,7 +30,7 @@ from messagebox.errors import MessageBoxError, NoSchema
 TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
 
 
-class _Usage(Exception):
+class UsageProblem(Exception):
     """A bad option (exit code 2)."""
 
 
@@ -34,16 +41,16 @@ def token(token_file: str | None) -> str | None:
         try:
             text = Path(token_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise _Usage(f"--token-file: cannot read {token_file!r}: {exc}") from exc
+            raise UsageProblem(f"--token-file: cannot read {token_file!r}: {exc}") from exc
         found = text.strip().splitlines()[0].strip() if text.strip() else ""
         if not found:
-            raise _Usage(f"--token-file: {token_file!r} is empty")
+            raise UsageProblem(f"--token-file: {token_file!r} is empty")
         return found
     env = os.environ.get(TOKEN_ENV)
     if env is None:
         return None
     if not env.strip():
-        raise _Usage(f"{TOKEN_ENV} is set but empty (unset it for a read-only console)")
+        raise UsageProblem(f"{TOKEN_ENV} is set but empty (unset it for a read-only console)")
     return env.strip()
 
 
@@ -55,24 +62,39 @@ def check_hosts(bind: str, allowed: list[str]) -> None:
         try:
             split_host(name)
         except ValueError as exc:
-            raise _Usage(f"--allowed-host: {exc}") from exc
+            raise UsageProblem(f"--allowed-host: {exc}") from exc
     try:
         AllowedHosts.of(bind)
     except ValueError as exc:
-        raise _Usage(f"--bind: {exc}") from exc
+        raise UsageProblem(f"--bind: {exc}") from exc
+
+
+@contextmanager
+def _until_signal() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM while inside (the handlers are put back after)."""
+    stopped = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda _s, _f: stopped.set())
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield stopped
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve the console until SIGINT/SIGTERM."""
-    import uvicorn
-
+    from messagebox.cli import remote
     from messagebox.console import create_app
+    from messagebox.console.background import BackgroundServer
     from messagebox.engine import MessageBox
 
     try:
         secret = token(args.token_file)
         check_hosts(args.bind, args.allowed_host)
-    except _Usage as exc:
+    except UsageProblem as exc:
         print(f"messagebox console: error: {exc}", file=sys.stderr)
         return 2
     try:
@@ -92,15 +114,32 @@ def run(args: argparse.Namespace) -> int:
             if secret is not None
             else f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
         )
-        host = f"[{args.bind}]" if ":" in args.bind else args.bind
-        print(f"console at http://{host}:{args.port}/ — {mode}", file=sys.stderr, flush=True)
-        uvicorn.run(
-            create_app(box, token=secret, bind=args.bind, allowed_hosts=args.allowed_host),
-            host=args.bind,
-            port=args.port,
-            log_level="warning",
-            log_config=None,  # uvicorn's records go to the root logger, as text or JSON
-            lifespan="off",
-            ws="none",
+        app = create_app(
+            box,
+            token=secret,
+            bind=args.bind,
+            allowed_hosts=args.allowed_host,
+            api_token=secret or remote.new_token(),
         )
+        server = BackgroundServer(app, args.bind, args.port)
+        with _until_signal() as stopped:
+            try:
+                served = server.start()
+            except MessageBoxError as exc:
+                print(f"messagebox: {exc}", file=sys.stderr)
+                return 1
+            print(f"console at {served}/ — {mode}", file=sys.stderr, flush=True)
+            database = remote.duckdb_file(args.url)
+            advertised = (
+                None
+                if database is None
+                else remote.advertise(database, served, app.state.api_token)
+            )
+            try:
+                while not stopped.wait(0.5):
+                    pass
+            finally:
+                if advertised is not None:
+                    remote.withdraw(advertised)
+                server.stop()
     return 0

@@ -1,0 +1,208 @@
+"""``messagebox host run APP [APP ...]``: host instances of one or more apps in this
+process, until SIGINT/SIGTERM (or ``--duration``).
+
+The process serves the console and the management API (:mod:`messagebox.cli.remote`)
+at ``--console [ADDR:]PORT``; on a DuckDB store it always does (on ``127.0.0.1`` at a
+free port unless told otherwise, ``--console off`` to not), and writes the endpoint file
+beside the database, so that every command of the command line works on the store
+while the hosts run. The console's actions need the console token
+(``MESSAGEBOX_CONSOLE_TOKEN`` or ``--token-file``); the API needs the token written in
+the endpoint file (the console token when there is one, else a new one per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+from messagebox.errors import MessageBoxError
+from messagebox.store import DEFAULT_URL
+
+if TYPE_CHECKING:
+    from hosts.instance import HostInstance
+
+log = logging.getLogger("messagebox.hosts")
+
+
+def console_address(text: str) -> tuple[str, int] | None:
+    """``PORT``, ``ADDR:PORT`` or ``[V6]:PORT`` (``off``: None); ValueError when malformed."""
+    if text == "off":
+        return None
+    addr, sep, port = text.rpartition(":")
+    if not sep:
+        addr, port = "127.0.0.1", text
+    addr = addr.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not PORT, ADDR:PORT or off")
+    return addr, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the instances; the exit code."""
+    from hosts.app import load_app
+    from messagebox import logs
+    from messagebox.cli.remote import duckdb_file
+
+    try:
+        logs.configure(args.log_level, args.log_format)
+        console = None if args.console is None else console_address(args.console)
+    except ValueError as exc:
+        print(f"messagebox host run: error: {exc}", file=sys.stderr)
+        return 2
+    settings = {} if args.threads is None else {"dequeue_threads": args.threads}
+    try:
+        apps = [load_app(target) for target in args.app]
+        hosts = [a.host for a in apps]
+        if len(set(hosts)) != len(hosts):
+            raise MessageBoxError(f"host run: two apps of one host ({', '.join(hosts)})")
+        url = args.url or os.environ.get("MESSAGEBOX_URL") or _app_url(apps) or DEFAULT_URL
+        database = duckdb_file(str(url))
+        if args.console is None and database is not None:
+            console = ("127.0.0.1", 0)
+        with ExitStack() as stack:
+            instances: list[HostInstance] = []
+            for app in apps:
+                instance = app.instance(url, **settings)
+                stack.callback(instance.box.close)  # until started: stop() closes it then
+                instances.append(instance)
+            if args.metrics_port is not None:
+                _serve_metrics(args, instances[0])
+            if console is not None:
+                _serve_console(stack, args, str(url), console, instances)
+            _announce(args, instances)
+            _run(instances, args.duration)
+    except MessageBoxError as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _app_url(apps: list[Any]) -> str | None:
+    urls = {a.url for a in apps if a.url}
+    if len(urls) > 1:
+        raise MessageBoxError(
+            f"host run: the apps name different stores ({', '.join(sorted(urls))}); "
+            "give one with --url"
+        )
+    return next(iter(urls), None)
+
+
+def _serve_metrics(args: argparse.Namespace, instance: HostInstance) -> None:
+    from prometheus_client import start_http_server
+
+    from messagebox.metrics import registry
+
+    try:
+        start_http_server(
+            args.metrics_port, addr=args.metrics_bind, registry=registry(instance.box)
+        )
+    except OSError as exc:
+        raise MessageBoxError(
+            f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc}"
+        ) from exc
+    log.info(
+        "metrics at http://%s:%d/metrics",
+        args.metrics_bind,
+        args.metrics_port,
+        extra={"event": "metrics-serving", "address": args.metrics_bind, "port": args.metrics_port},
+    )
+
+
+def _serve_console(
+    stack: ExitStack,
+    args: argparse.Namespace,
+    url: str,
+    address: tuple[str, int],
+    instances: list[HostInstance],
+) -> None:
+    """Serve the console and the management API; on DuckDB, advertise them."""
+    from messagebox.cli import remote
+    from messagebox.console import create_app
+    from messagebox.console.background import BackgroundServer
+    from messagebox.console.cli import UsageProblem, check_hosts, token
+    from messagebox.engine import MessageBox
+
+    bind, port = address
+    try:
+        secret = token(args.token_file)
+        check_hosts(bind, [])
+    except UsageProblem as exc:
+        raise MessageBoxError(f"host run --console: {exc}") from exc
+    api_token = secret or remote.new_token()
+    box = stack.enter_context(MessageBox(url))
+
+    def describe() -> dict[str, Any]:
+        return {
+            "instances": [
+                {"id": i.id, "host": i.host, "counts": i.stats.snapshot()} for i in instances
+            ]
+        }
+
+    server = BackgroundServer(
+        create_app(box, token=secret, bind=bind, api_token=api_token, describe=describe),
+        bind,
+        port,
+    )
+    served = server.start()
+    stack.callback(server.stop)
+    database = remote.duckdb_file(url)
+    where = ""
+    if database is not None:
+        path = remote.advertise(database, served, api_token)
+        stack.callback(remote.withdraw, path)
+        where = f"; commands on {database} are sent here ({path})"
+    log.info(
+        "console and management API at %s/%s",
+        served,
+        where,
+        extra={"event": "console-serving", "url": served, "endpoint_file": where or None},
+    )
+
+
+def _announce(args: argparse.Namespace, instances: list[HostInstance]) -> None:
+    for instance in instances:
+        running = f"host instance {instance.id} running; Ctrl-C stops it"
+        if args.log_format == "json":  # every line of a JSON log is JSON
+            log.info(
+                running,
+                extra={
+                    "event": "host-running",
+                    "host_instance": instance.id,
+                    "host": instance.host,
+                },
+            )
+        else:
+            print(running, file=sys.stderr)
+
+
+def _run(instances: list[HostInstance], duration: float | None) -> None:
+    """Start every instance, wait for a signal or ``duration``, stop them all."""
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda _s, _f: stop.set())
+    started: list[HostInstance] = []
+    try:
+        for instance in instances:
+            instance.start()
+            started.append(instance)
+        deadline = None if duration is None else time.monotonic() + duration
+        while not stop.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+    finally:
+        stoppers = [threading.Thread(target=i.stop, name=f"stop-{i.host}") for i in started]
+        for t in stoppers:  # in parallel: each within its own timeout
+            t.start()
+        for t in stoppers:
+            t.join()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

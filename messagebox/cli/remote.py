@@ -1,0 +1,281 @@
+"""Commands served by a running process: the management endpoint of an embedded store.
+
+A DuckDB file is open in one process at a time. The process that holds it (``messagebox
+host run``, ``messagebox console``) serves a small management API beside its console and
+writes an *endpoint file* beside the database (``messagebox.duckdb.endpoint``: its
+address, pid and API token, readable by its owner only). While that process lives, every
+store command of the command line — ``queues``, ``stats``, ``suspended resume`` … — is
+sent to it and runs there, on its open store, with the same output and exit code as run
+here. ``--url http://HOST:PORT`` sends the command to such an endpoint explicitly (its
+token from ``MESSAGEBOX_CONSOLE_TOKEN``), on either backend.
+
+The files a command reads (``publish FILE``, ``--filter @FILE``) and standard input are
+read here and sent with it; its standard output and error come back when it ends (so
+progress shows at the end, not as it goes).
+
+The API: ``POST /api/v1/cli`` with ``{"argv": [...], "files": {name: base64},
+"stdin": base64}`` answers ``{"exit": N, "stdout": base64, "stderr": base64}``;
+``GET /api/v1/status`` answers what the process serves. Both need ``Authorization:
+Bearer TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import io
+import json
+import os
+import re
+import secrets
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from messagebox.engine import MessageBox
+
+ENDPOINT_SUFFIX = ".endpoint"
+"""Beside ``store.duckdb``: ``store.duckdb.endpoint``."""
+
+TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
+NOT_SERVED = ("host", "console", "spark")
+"""Commands that need the store's file (or start a server) and are never sent."""
+
+STDIN_NOTE = "reading the message body from standard input (end it with Ctrl-D)"
+TIMEOUT_SECONDS = 3600.0
+"""How long the command line waits for a served command (a bulk resume may be long)."""
+
+_DUCKDB_URL = re.compile(r"^duckdb(?:\+\w+)?:///(?P<path>[^?]*)")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A running process that serves store commands."""
+
+    url: str
+    token: str | None
+    pid: int | None = None
+    file: Path | None = None
+    """The endpoint file it was found from, if any."""
+
+
+def duckdb_file(url: str) -> Path | None:
+    """The database file of a DuckDB URL (None for another backend or in memory)."""
+    found = _DUCKDB_URL.match(url)
+    if found is None or not found.group("path") or found.group("path") == ":memory:":
+        return None
+    return Path(found.group("path"))
+
+
+def endpoint_file(database: Path) -> Path:
+    return database.with_name(database.name + ENDPOINT_SUFFIX)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def endpoint_for(url: str) -> Endpoint | None:
+    """Where commands on ``url`` are served: the endpoint itself for an ``http(s)://``
+    URL; for a DuckDB file, the process named in its endpoint file while that process
+    lives (a file left by a crash is ignored); else None (open the store here)."""
+    if url.startswith(("http://", "https://")):
+        token = os.environ.get(TOKEN_ENV)
+        return Endpoint(url.rstrip("/"), token.strip() if token else None)
+    database = duckdb_file(url)
+    if database is None:
+        return None
+    path = endpoint_file(database)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        pid = int(data["pid"])
+        served = Endpoint(str(data["url"]).rstrip("/"), data.get("token"), pid, path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        from messagebox.errors import MessageBoxError
+
+        raise MessageBoxError(f"unreadable endpoint file {str(path)!r}: {exc}") from exc
+    return served if _alive(pid) else None
+
+
+def advertise(database: Path, url: str, token: str) -> Path:
+    """Write the endpoint file of ``database`` (owner-only: it holds the token)."""
+    path = endpoint_file(database)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"url": url, "pid": os.getpid(), "token": token}, f)
+    os.replace(tmp, path)
+    return path
+
+
+def withdraw(path: Path) -> None:
+    """Remove an endpoint file this process wrote (not one another process wrote since)."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        if int(json.loads(path.read_text(encoding="utf-8"))["pid"]) == os.getpid():
+            path.unlink()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+# --- the command line's side ---
+
+
+def _named_files(args: argparse.Namespace) -> list[str]:
+    """The files a command reads: ``@FILE`` values and ``publish``'s files."""
+    names: list[str] = []
+    for key, value in vars(args).items():
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, str) and v.startswith("@") and len(v) > 1:
+                names.append(v[1:])
+        if key == "files" and args.command == "publish":
+            names.extend(v for v in values if isinstance(v, str) and v != "-")
+    return names
+
+
+def _request(endpoint: Endpoint, path: str, body: Mapping[str, Any] | None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(endpoint.url + path, data=data, method="POST" if data else "GET")
+    req.add_header("Content-Type", "application/json")
+    if endpoint.token:
+        req.add_header("Authorization", f"Bearer {endpoint.token}")
+    with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS) as resp:
+        return json.loads(resp.read())
+
+
+def _where(endpoint: Endpoint) -> str:
+    if endpoint.file is None:
+        return endpoint.url
+    return f"process {endpoint.pid} at {endpoint.url} (from {str(endpoint.file)!r})"
+
+
+def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -> int:
+    """Run the command in the process that serves the store; returns its exit code."""
+    if args.command in NOT_SERVED:
+        if args.command == "console" and endpoint.file is not None:
+            print(
+                f"messagebox console: the store is open in {_where(endpoint)}, which serves "
+                f"the console: {endpoint.url}/",
+                file=sys.stderr,
+            )
+            return 0
+        print(
+            f"messagebox {args.command}: the store is open in {_where(endpoint)}; "
+            f"`{args.command}` needs the database itself: stop that process first",
+            file=sys.stderr,
+        )
+        return 1
+    files: dict[str, str] = {}
+    for name in _named_files(args):
+        try:
+            files[name] = base64.b64encode(Path(name).read_bytes()).decode()
+        except OSError as exc:  # as the command says it when run here
+            action = getattr(args, "action", None)
+            command = f"{args.command} {action}" if action else args.command
+            print(f"messagebox {command}: error: cannot read {name!r}: {exc}", file=sys.stderr)
+            return 2
+    stdin = b""
+    if args.command == "publish" and ("-" in args.files or not args.files):
+        if sys.stdin.isatty():
+            print(STDIN_NOTE, file=sys.stderr)
+        stdin = sys.stdin.buffer.read()
+    body = {"argv": list(argv), "files": files, "stdin": base64.b64encode(stdin).decode()}
+    try:
+        answer = _request(endpoint, "/api/v1/cli", body)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace").strip()
+        if exc.code in (401, 403):
+            detail = f"the token was refused ({detail}); set {TOKEN_ENV}"
+        print(f"messagebox: {_where(endpoint)} answered {exc.code}: {detail}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(
+            f"messagebox: the store is served by {_where(endpoint)}, which does not answer: {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    sys.stdout.flush()
+    sys.stdout.buffer.write(base64.b64decode(answer["stdout"]))
+    sys.stdout.flush()
+    sys.stderr.write(base64.b64decode(answer["stderr"]).decode("utf-8", "replace"))
+    return int(answer["exit"])
+
+
+# --- the serving process's side ---
+
+_PARSE = threading.Lock()
+
+
+def serve(box: MessageBox, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Run a command sent by :func:`forward` on ``box``; what :func:`forward` prints."""
+    from messagebox.cli.inputs import SENT, Sent
+    from messagebox.cli.parser import build
+    from messagebox.cli.running import EXIT_USAGE, run
+    from messagebox.cli.terminal import Terminal
+
+    argv = body.get("argv")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ValueError("argv must be a list of strings")
+    raw_files = body.get("files") or {}
+    if not isinstance(raw_files, dict):
+        raise ValueError("files must be an object of base64 strings")
+    sent = Sent(
+        {str(k): base64.b64decode(v) for k, v in raw_files.items()},
+        base64.b64decode(body.get("stdin") or ""),
+    )
+    errors = io.StringIO()
+    with _PARSE, contextlib.redirect_stderr(errors):  # argparse writes its errors there
+        try:
+            args = build().parse_args(argv)
+        except SystemExit as exc:
+            return _answer(
+                int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE,
+                b"",
+                errors.getvalue(),
+            )
+    if args.command in NOT_SERVED:
+        return _answer(EXIT_USAGE, b"", f"messagebox: `{args.command}` is not served here\n")
+    args.url = args.explicit_url = box.store.url.render_as_string(hide_password=True)
+    args.served_box = box
+    raw = io.BytesIO()
+    stdout = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    out = Terminal(
+        json_output=args.json, progress=bool(args.progress), stdout=stdout, stderr=errors
+    )
+    token = SENT.set(sent)
+    try:
+        code = run(args, out)
+    finally:
+        SENT.reset(token)
+        stdout.flush()
+    action = getattr(args, "action", None)
+    command = f"{args.command} {action}" if action else args.command
+    return _answer(code, raw.getvalue(), errors.getvalue(), command)
+
+
+def _answer(code: int, stdout: bytes, stderr: str, command: str | None = None) -> dict[str, Any]:
+    return {
+        "command": command,
+        "exit": code,
+        "stdout": base64.b64encode(stdout).decode(),
+        "stderr": base64.b64encode(stderr.encode()).decode(),
+    }

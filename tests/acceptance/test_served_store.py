@@ -1,0 +1,280 @@
+"""A store held by a running process is watched and steered through it (issue 21, item 1):
+``host run`` of several apps on a DuckDB file, then every kind of command from other
+processes while it runs; ``messagebox console`` the same; PostgreSQL with an explicit
+``--url http://…``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from messagebox import Message, MessageBox
+from messagebox.cli.remote import endpoint_file
+from tests.cli_support import ROOT, process_env, run_cli
+from tests.conftest import free_port
+
+START_SECONDS = 60.0
+
+
+def wait_for(condition: Callable[[], object], what: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while not condition():
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            raise AssertionError(f"the process ended before {what}: {err}")
+        assert time.monotonic() < deadline, f"no {what} within {START_SECONDS} s"
+        time.sleep(0.05)
+
+
+def background(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "messagebox.cli", *argv],
+        cwd=ROOT,
+        env=process_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return err
+
+
+def cli(url: str, *argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    """A command in this process: it must not open the DuckDB file (run_cli checks)."""
+    return run_cli(["--url", url, *argv], stdin=stdin)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Two host apps running in one process on a DuckDB file."""
+    url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+    with MessageBox(url):
+        pass
+    proc = background("--url", url, "host", "run", "tests.apps.pair:alpha", "tests.apps.pair:beta")
+    endpoint = endpoint_file(tmp_path / "store.duckdb")
+    try:
+        wait_for(endpoint.exists, "endpoint file", proc)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_every_command_works_while_hosts_run_on_a_duckdb_file(
+    served: tuple[str, subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    url, proc = served
+    endpoint = endpoint_file(tmp_path / "store.duckdb")
+    assert endpoint.stat().st_mode & 0o777 == 0o600  # it holds the API token
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"\x00\xffbinary body\n")
+
+    listed = cli(url, "instances", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(i["host"] for i in json.loads(listed.stdout)) == ["alpha", "beta"]
+
+    published = cli(url, "--json", "publish", str(body), "-p", "t.N=7")
+    assert published.returncode == 0, published.stderr
+    [routed] = json.loads(published.stdout)
+    from_stdin = cli(url, "publish", "-p", "t.N=1", stdin=b"from stdin")
+    assert from_stdin.returncode == 0, from_stdin.stderr
+
+    raw = subprocess.run(  # bytes as stored, through a real pipe
+        [
+            sys.executable,
+            "-m",
+            "messagebox.cli",
+            "--url",
+            url,
+            "messages",
+            "show",
+            routed["message_id"],
+        ],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert (raw.returncode, raw.stdout) == (0, body.read_bytes()), raw.stderr
+
+    def suspended() -> list[dict[str, object]]:
+        got = cli(url, "--json", "suspended", "list", "--host", "beta")
+        assert got.returncode == 0, got.stderr
+        return list(json.loads(got.stdout))
+
+    wait_for(lambda: len(suspended()) == 1, "beta's failure suspended", proc)
+    [entry] = suspended()
+    assert "beta refuses" in str(entry["error"])
+    dry = cli(url, "suspended", "terminate", "--all-matching", "--host", "beta", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert len(suspended()) == 1
+
+    filter_file = tmp_path / "filter.txt"
+    filter_file.write_text("t.N > 100")
+    added = cli(
+        url, "subscriptions", "add", "huge", "--host", "alpha", "--filter", f"@{filter_file}"
+    )
+    assert added.returncode == 0, added.stderr
+    missing = cli(url, "subscriptions", "add", "x", "--host", "alpha", "--filter", "@nofile")
+    assert missing.returncode == 2
+    assert "cannot read 'nofile'" in missing.stderr
+    unknown = cli(url, "suspended", "show", "999999")
+    assert unknown.returncode == 3, unknown.stderr  # exit codes come back as they were
+
+    for argv in (
+        ("stats",),
+        ("queues",),
+        ("subscriptions", "list"),
+        ("hosts", "list"),
+        ("tracking", "status"),
+        ("metrics",),
+        ("route", "explain", "-p", "t.N=6"),
+        ("services", "stop", "svc-b"),
+        ("hosts", "set", "alpha", "--set", "claim_batch=5"),
+        ("suspended", "terminate", "--all-matching", "--host", "beta"),
+        ("cleanup",),
+    ):
+        done = cli(url, *argv)
+        assert done.returncode == 0, (argv, done.stderr)
+    stats = json.loads(cli(url, "--json", "stats").stdout)
+    assert stats["suspended"] == {}
+
+    status = json.loads(endpoint.read_text())
+    page = httpx.get(status["url"] + "/", timeout=30)  # the console, from the same process
+    assert page.status_code == 200
+    assert "alpha" in page.text
+    refused = httpx.get(status["url"] + "/api/v1/status", timeout=30)
+    assert refused.status_code == 401
+    answered = httpx.get(
+        status["url"] + "/api/v1/status",
+        headers={"Authorization": f"Bearer {status['token']}"},
+        timeout=30,
+    )
+    assert answered.status_code == 200
+    assert {i["host"] for i in answered.json()["instances"]} == {"alpha", "beta"}
+
+    log = stop(proc)
+    assert "served `messagebox suspended terminate`: exit 0" in log  # each command logged
+    assert not endpoint.exists()  # withdrawn on the way out: commands open the file again
+    direct = run_cli(["--url", url, "--json", "stats"])
+    assert direct.returncode == 0, direct.stderr
+    assert json.loads(direct.stdout)["subscriptions"] == {"started": 2, "stopped": 1}
+
+
+def test_a_wrong_token_is_refused_and_changes_nothing(
+    served: tuple[str, subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    url, _ = served
+    found = json.loads(endpoint_file(tmp_path / "store.duckdb").read_text())
+    refused = run_cli(
+        [
+            "--url",
+            found["url"],
+            "subscriptions",
+            "add",
+            "x",
+            "--host",
+            "alpha",
+            "--filter",
+            "t.N > 1",
+        ],
+        env={"MESSAGEBOX_CONSOLE_TOKEN": "wrong"},
+    )
+    assert refused.returncode == 1
+    assert "answered 403" in refused.stderr
+    listed = cli(url, "--json", "subscriptions", "list")
+    assert [s["name"] for s in json.loads(listed.stdout)] == ["a-all", "b-big"]
+    right = run_cli(
+        ["--url", found["url"], "--json", "hosts", "list"],
+        env={"MESSAGEBOX_CONSOLE_TOKEN": found["token"]},
+    )
+    assert right.returncode == 0, right.stderr
+    assert sorted(h["name"] for h in json.loads(right.stdout)) == ["alpha", "beta"]
+
+
+def test_an_endpoint_file_left_by_a_dead_process_is_ignored(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+    with MessageBox(url):
+        pass
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    endpoint_file(tmp_path / "store.duckdb").write_text(
+        json.dumps({"url": "http://127.0.0.1:9", "pid": int(dead.stdout), "token": "t"})
+    )
+    done = run_cli(["--url", url, "stats"])
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_console_process_serves_commands_too(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+    with MessageBox(url) as box:
+        box.create_host("h")
+        box.publish([Message(b"x", promoted={"a.B": 1})])  # a routing failure
+    port = free_port()
+    proc = background("--url", url, "console", "--port", str(port))
+    try:
+        wait_for(endpoint_file(tmp_path / "store.duckdb").exists, "endpoint file", proc)
+        listed = cli(url, "--json", "suspended", "list")
+        assert listed.returncode == 0, listed.stderr
+        [entry] = json.loads(listed.stdout)
+        assert entry["reason"] == "routing-failure"
+        again = cli(url, "console")
+        assert again.returncode == 0
+        assert f"serves the console: http://127.0.0.1:{port}/" in again.stderr
+    finally:
+        stop(proc)
+    assert not endpoint_file(tmp_path / "store.duckdb").exists()
+
+
+def test_host_run_serves_commands_on_postgresql_when_asked(pg_url: str) -> None:
+    with MessageBox(pg_url):
+        pass
+    port = free_port()
+    token = "a-console-token"
+    proc = background(
+        "--url",
+        pg_url,
+        "host",
+        "run",
+        "tests.apps.pair:alpha",
+        "--console",
+        f"127.0.0.1:{port}",
+        env={"MESSAGEBOX_CONSOLE_TOKEN": token},
+    )
+    served = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(served + "/", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, "console", proc)
+        listed = run_cli(
+            ["--url", served, "--json", "instances"], env={"MESSAGEBOX_CONSOLE_TOKEN": token}
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert [i["host"] for i in json.loads(listed.stdout)] == ["alpha"]
+    finally:
+        stop(proc)
+    assert os.environ.get("MESSAGEBOX_CONSOLE_TOKEN") != token

@@ -1,0 +1,71 @@
+"""A command run by the process that holds the store (:func:`messagebox.cli.remote.serve`),
+on both backends: the same output and exit codes as run from the command line, with
+its files and standard input taken from what was sent."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from messagebox import MessageBox
+from messagebox.cli.remote import serve
+
+
+def run(
+    box: MessageBox, *argv: str, files: dict[str, bytes] | None = None, stdin: bytes = b""
+) -> tuple[int, bytes, str]:
+    answer = serve(
+        box,
+        {
+            "argv": list(argv),
+            "files": {k: base64.b64encode(v).decode() for k, v in (files or {}).items()},
+            "stdin": base64.b64encode(stdin).decode(),
+        },
+    )
+    return (
+        answer["exit"],
+        base64.b64decode(answer["stdout"]),
+        base64.b64decode(answer["stderr"]).decode(),
+    )
+
+
+def test_a_served_command_reads_what_was_sent_and_answers_as_the_cli(box: MessageBox) -> None:
+    box.create_host("h")
+    code, _, err = run(
+        box,
+        "subscriptions",
+        "add",
+        "s",
+        "--host",
+        "h",
+        "--filter",
+        "@f.txt",
+        files={"f.txt": b"a.B >= 1"},
+    )
+    assert code == 0, err
+    body = b"\x00\xff not text"
+    code, out, err = run(
+        box, "--json", "publish", "body.bin", "-p", "a.B=2", files={"body.bin": body}
+    )
+    assert code == 0, err
+    [routed] = json.loads(out)
+    assert routed["outcome"] == "routed"
+    code, out, err = run(box, "--json", "publish", "-p", "a.B=3", stdin=b"from stdin")
+    assert code == 0, err
+    [from_stdin] = json.loads(out)
+    assert box.read_message(from_stdin["message_id"]).body == b"from stdin"
+    code, out, err = run(box, "messages", "show", routed["message_id"])
+    assert (code, out) == (0, body), err
+
+
+def test_served_errors_keep_their_exit_codes(box: MessageBox) -> None:
+    assert run(box, "publish", "missing.bin")[0] == 2  # a file that was not sent
+    code, _, err = run(box, "suspended", "show", "12345")
+    assert code == 3
+    assert "12345" in err
+    code, _, err = run(box, "queues", "--no-such-option")
+    assert code == 2
+    assert "unrecognized arguments" in err
+    code, _, err = run(box, "console")
+    assert code == 2
+    assert "not served" in err
