@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
