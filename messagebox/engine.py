@@ -49,7 +49,9 @@ from messagebox.suspension import SuspendedQuery
 from messagebox.tracking import TrackedEvent, TrackingSettings
 
 if TYPE_CHECKING:
+    from messagebox.audit import AuditEntry
     from messagebox.cleanup import CleanupReport
+    from messagebox.failures import FailureGroup
 
 
 class MessageBox:
@@ -308,9 +310,12 @@ class MessageBox:
         message_id: uuid.UUID | str | None = None,
         before: datetime | None = None,
         limit: int = 1000,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> list[SuspendedEntry]:
-        """Suspended entries, oldest first (by suspension time, then id), optionally
-        filtered (``before``: suspended before that time; an unknown ``host`` raises
+        """Suspended entries, oldest first (by suspension time, then id; newest first
+        with ``newest_first``), after skipping ``offset`` of them, optionally filtered
+        (``before``: suspended before that time; an unknown ``host`` raises
         :class:`~messagebox.errors.UnknownHost`)."""
         query = SuspendedQuery(
             reason=reason,
@@ -320,7 +325,23 @@ class MessageBox:
             message_id=None if message_id is None else uuid.UUID(str(message_id)),
             before=before,
         )
-        return self.operations.suspended(query, limit)
+        return self.operations.suspended(query, limit, offset=offset, newest_first=newest_first)
+
+    def count_suspended(
+        self, *, reason: str | None = None, host: str | None = None, service: str | None = None
+    ) -> int:
+        """How many suspended entries match the filters."""
+        return self.operations.count_suspended(
+            SuspendedQuery(reason=reason, host=host, service=service)
+        )
+
+    def failure_groups(self, scan: int = 100_000) -> list[FailureGroup]:
+        """Suspended entries grouped by reason, service, exception type and error message
+        with its ids, numbers and quoted values masked (the ``scan`` newest entries),
+        largest group first (:mod:`messagebox.failures`)."""
+        from messagebox import failures
+
+        return failures.groups(self.operations.failure_rows(scan))
 
     def suspended_entry(self, entry_id: int) -> SuspendedEntry:
         """One suspended entry, by id."""
@@ -420,6 +441,26 @@ class MessageBox:
         """The database's time: every time the store writes or compares is read from it,
         whatever the clocks of the machines that publish and deliver."""
         return self.operations.now()
+
+    def audit(
+        self,
+        action: str,
+        *,
+        who: str,
+        role: str,
+        via: str,
+        target: str | None = None,
+        count: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Record an operator action in the audit log (:mod:`messagebox.audit`)."""
+        self.operations.audit(
+            action, who=who, role=role, via=via, target=target, count=count, detail=detail
+        )
+
+    def audit_log(self, limit: int = 200) -> list[AuditEntry]:
+        """The newest recorded operator actions, newest first."""
+        return self.operations.audit_log(limit)
 
     def heartbeat_ages(self) -> dict[str, float]:
         """Seconds since each registered host instance's last heartbeat, by instance id

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
+from messagebox import audit as audits
 from messagebox import clock, registry, router, schema, suspension, tracking
 from messagebox import stats as box_stats
 from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
+from messagebox.failures import FailureRow
 from messagebox.models import (
     REROUTABLE,
     ROUTING_FAILURE,
@@ -188,17 +190,53 @@ class Operations:
 
     # --- suspended entries ---
 
-    def suspended(self, query: SuspendedQuery, limit: int) -> list[SuspendedEntry]:
+    def suspended(
+        self, query: SuspendedQuery, limit: int, *, offset: int = 0, newest_first: bool = False
+    ) -> list[SuspendedEntry]:
         s = schema.suspended
+        order = (
+            (s.c.suspended_at.desc(), s.c.id.desc()) if newest_first else (s.c.suspended_at, s.c.id)
+        )
         select = (
             _with_spool(sa.select(s))
             .where(*query.where())
-            .order_by(s.c.suspended_at, s.c.id)
+            .order_by(*order)
             .limit(limit)
+            .offset(offset)
         )
         with self._store.transaction() as conn:
             check_host(conn, query.host)
             return [_suspended_entry(r) for r in conn.execute(select)]
+
+    def audit(self, action: str, **fields: Any) -> None:
+        with self._store.transaction() as conn:
+            audits.record(conn, action=action, **fields)
+
+    def audit_log(self, limit: int) -> list[audits.AuditEntry]:
+        with self._store.transaction() as conn:
+            return audits.read(conn, limit)
+
+    def count_suspended(self, query: SuspendedQuery) -> int:
+        s = schema.suspended
+        with self._store.transaction() as conn:
+            check_host(conn, query.host)
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count()).select_from(s).where(*query.where())
+                ).scalar_one()
+            )
+
+    def failure_rows(self, scan: int) -> list[FailureRow]:
+        """The ``scan`` newest suspended entries, with what grouping them needs."""
+        s, sub = schema.suspended, schema.subscription
+        select = (
+            sa.select(s.c.id, s.c.reason, sub.c.service, s.c.host, s.c.error, s.c.suspended_at)
+            .select_from(s.outerjoin(sub, sub.c.id == s.c.sub))
+            .order_by(s.c.suspended_at.desc(), s.c.id.desc())
+            .limit(scan)
+        )
+        with self._store.transaction() as conn:
+            return [FailureRow(*r) for r in conn.execute(select)]
 
     def suspended_entry(self, entry_id: int) -> SuspendedEntry:
         s = schema.suspended

@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 
 metadata = sa.MetaData()
 
@@ -392,6 +392,36 @@ in the transaction of what they record; cleanup trims them past their retention.
 sa.Index("mb_tracking_msg", tracking.c.msg)
 sa.Index("mb_tracking_at", tracking.c.tracked_at)
 
+audit = sa.Table(
+    "mb_audit",
+    metadata,
+    sa.Column("acted_at", Stamp, nullable=False),
+    sa.Column("who", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("via", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("target", sa.Text),
+    sa.Column("entries", sa.BigInteger),
+    sa.Column("detail", sa.Text),
+)
+"""Every operator action (:mod:`messagebox.audit`): who did what, when, through which
+door (the console, the command line, a served command), to how many entries."""
+sa.Index("mb_audit_acted_at", audit.c.acted_at)
+
+rollup = sa.Table(
+    "mb_rollup",
+    metadata,
+    sa.Column("minute", Stamp, nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("label", sa.Text, nullable=False),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
+"""Per-minute counts of what each process committed (published, routed, delivered,
+failed, suspended, by host), and sampled queue depths (``depth`` by host), kept whether
+or not tracking is on (:mod:`messagebox.rollup`); cleanup trims them after a day."""
+sa.Index("mb_rollup_minute", rollup.c.minute)
+
 UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "2": ("3", ()),
     "3": (
@@ -428,6 +458,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     # claims update the queue in place: no index on lease_owner (PostgreSQL also sets
     # the queue's fillfactor when it creates the schema)
     "8": ("9", ("DROP INDEX IF EXISTS mb_queue_lease",)),
+    "9": ("10", ()),  # adds mb_audit and mb_rollup
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

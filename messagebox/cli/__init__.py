@@ -84,7 +84,14 @@ import sys
 from collections.abc import Sequence
 
 from messagebox.cli.parser import build
-from messagebox.cli.running import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, run
+from messagebox.cli.running import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    run,
+    shown_argv,
+)
 from messagebox.store import DEFAULT_URL
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "main"]
@@ -94,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = build().parse_args(arguments)
+    args.argv = shown_argv(arguments)
     if args.command == "host":
         return _host_run(args)
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")

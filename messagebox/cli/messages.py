@@ -358,6 +358,7 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
             query = inputs.suspended_query(box, args)
             with out.progress(f"{action}") as step:
                 done = run(**query, batch=BULK_BATCH, progress=step)
+        args.audit_count = len(done)
     past = {"resume": "resumed", "terminate": "terminated"}[action]
     if args.dry_run:
         past = f"would {action}"
@@ -428,6 +429,7 @@ def suspended_reroute(args: argparse.Namespace, out: Terminal) -> None:
     """Route the entries given again (every reroutable one when none is given)."""
     with open_box(args) as box:
         moved = box.reroute(*args.ids)
+        args.audit_count = len(moved)
     if out.json:
         out.emit({"rerouted": {str(k): list(v) for k, v in moved.items()}, "count": len(moved)})
     else:

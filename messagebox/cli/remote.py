@@ -225,11 +225,11 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
 _PARSE = threading.Lock()
 
 
-def serve(box: MessageBox, body: Mapping[str, Any]) -> dict[str, Any]:
+def serve(box: MessageBox, body: Mapping[str, Any], client: str | None = None) -> dict[str, Any]:
     """Run a command sent by :func:`forward` on ``box``; what :func:`forward` prints."""
     from messagebox.cli.inputs import SENT, Sent
     from messagebox.cli.parser import build
-    from messagebox.cli.running import EXIT_USAGE, run
+    from messagebox.cli.running import EXIT_USAGE, run, shown_argv
     from messagebox.cli.terminal import Terminal
 
     argv = body.get("argv")
@@ -256,6 +256,8 @@ def serve(box: MessageBox, body: Mapping[str, Any]) -> dict[str, Any]:
         return _answer(EXIT_USAGE, b"", f"messagebox: `{args.command}` is not served here\n")
     args.url = args.explicit_url = box.store.url.render_as_string(hide_password=True)
     args.served_box = box
+    args.served_for = f"token holder at {client or 'an unknown address'}"
+    args.argv = shown_argv(argv)
     raw = io.BytesIO()
     stdout = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
     out = Terminal(

@@ -42,3 +42,19 @@ def run(args: argparse.Namespace, out: Terminal) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
     return EXIT_OK
+
+
+def shown_argv(argv: list[str]) -> list[str]:
+    """The arguments without ``--url``'s value (it may hold a password)."""
+    shown: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--url":
+            skip = True
+            continue
+        if not a.startswith("--url="):
+            shown.append(a)
+    return shown

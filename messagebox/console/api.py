@@ -45,10 +45,10 @@ async def cli(request: Request) -> Response:
         body = await request.json()
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        answer = await run_in_threadpool(serve, request.app.state.console.box, body)
+        client = request.client.host if request.client else None
+        answer = await run_in_threadpool(serve, request.app.state.console.box, body, client)
     except ValueError as exc:
         return JSONResponse({"error": f"malformed request: {exc}"}, 400)
-    client = request.client.host if request.client else None
     log.info(
         "served `messagebox %s`: exit %d",
         answer["command"],

@@ -24,9 +24,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messagebox.console import api, pages
+from messagebox.console import api, auth, incidents, pages, state
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.errors import MessageBoxError
+from messagebox.models import REROUTABLE
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
@@ -35,8 +36,13 @@ log = logging.getLogger("messagebox.console")
 
 ROUTES: list[BaseRoute] = [
     Route("/", pages.overview, name="overview"),
+    Route("/login", auth.login, methods=["GET", "POST"], name="login"),
+    Route("/logout", auth.logout, methods=["POST"], name="logout"),
     Route("/subscriptions", pages.subscriptions, name="subscriptions"),
     Route("/suspended", pages.suspended, name="suspended"),
+    Route("/suspended/bulk", incidents.bulk, methods=["POST"], name="bulk"),
+    Route("/failures", incidents.failures, name="failures"),
+    Route("/audit", incidents.audit_log, name="audit"),
     Route("/suspended/{entry_id}", pages.suspended_entry, name="suspended_entry"),
     Route("/suspended/{entry_id}/resume", pages.resume, methods=["POST"], name="resume"),
     Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
@@ -53,8 +59,10 @@ NAV: list[tuple[str, str]] = [
     ("overview", "Overview"),
     ("subscriptions", "Subscriptions"),
     ("suspended", "Suspended"),
+    ("failures", "Failures"),
     ("explain", "Explain"),
     ("tracking", "Tracking"),
+    ("audit", "Audit"),
 ]
 """The nav bar: (route name, label), in order."""
 
@@ -76,6 +84,7 @@ def templates() -> Jinja2Templates:
         lstrip_blocks=True,
     )
     env.globals["nav"] = NAV
+    env.globals["reroutable"] = REROUTABLE
     env.globals["path"] = _path
     env.filters.update(pages.FILTERS)
     return Jinja2Templates(env=env)
@@ -119,6 +128,7 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     api_token: str | None = None,
     describe: Callable[[], dict[str, Any]] | None = None,
+    read_token: str | None = None,
 ) -> Starlette:
     """The console over ``box``. Read-only unless ``token`` is given: then resume and
     terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header,
@@ -130,10 +140,15 @@ def create_app(
     Bound to every address (``0.0.0.0``, ``::``) without ``allowed_hosts`` it answers to
     any, and logs a warning that the check is off.
 
+    ``token`` is also the operators' login secret, ``read_token`` the readers' (then
+    every page needs a login: :mod:`messagebox.console.auth`).
+
     With ``api_token`` it also serves the management API (:mod:`messagebox.console.api`)
     to requests carrying that token; ``describe`` adds to its status."""
     if token is not None and not token:
         raise ValueError("the console token must not be empty (None disables actions)")
+    if read_token is not None and (not read_token or read_token == token):
+        raise ValueError("the read token must be neither empty nor the console token")
     allowed = AllowedHosts.of(bind, allowed_hosts)
     if not allowed.checked:
         log.warning(
@@ -145,13 +160,19 @@ def create_app(
         )
     app = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(_SecurityHeaders), Middleware(HostCheck, allowed=allowed)],
+        middleware=[
+            Middleware(_SecurityHeaders),
+            Middleware(HostCheck, allowed=allowed),
+            Middleware(auth.LoginRequired),
+        ],
         exception_handlers={
             HTTPException: pages.http_error,
             MessageBoxError: pages.messagebox_error,
         },
     )
-    app.state.console = pages.Console(box=box, token=token, templates=templates())
+    app.state.console = state.Console(
+        box=box, token=token, templates=templates(), read_token=read_token
+    )
     app.state.api_token = api_token
     app.state.describe = describe
     return app

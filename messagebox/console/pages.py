@@ -14,8 +14,8 @@ for, and shows them to every reader, as its other pages.
 
 from __future__ import annotations
 
-import hmac
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,12 +23,13 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from messagebox.cli.terminal import age, size
+from messagebox.console import auth
+from messagebox.console.state import Console
 from messagebox.errors import (
     Conflict,
     MessageBoxError,
@@ -46,10 +47,10 @@ from predicates import format_filter
 from predicates.text import format_predicate, format_value
 
 if TYPE_CHECKING:
-    from starlette.templating import Jinja2Templates
-
     from messagebox.engine import MessageBox
     from messagebox.models import Subscription
+
+log = logging.getLogger("messagebox.console")
 
 PREVIEW_BYTES = 4096
 """A part's preview shows at most this many bytes of it."""
@@ -57,83 +58,6 @@ HEX_PREVIEW_BYTES = 256
 """A binary part's preview shows this many bytes in hex."""
 LIST_LIMIT = 500
 """Suspended entries (and tracked events) listed at most."""
-
-
-@dataclass(frozen=True)
-class Console:
-    """What every page needs: the MessageBox, the token, the templates."""
-
-    box: MessageBox
-    token: str | None
-    templates: Jinja2Templates
-
-    @property
-    def actions(self) -> bool:
-        """Whether resume and terminate are enabled (a token is configured)."""
-        return self.token is not None
-
-    def render(
-        self, request: Request, template: str, *, status: int = 200, **context: Any
-    ) -> Response:
-        return self.templates.TemplateResponse(
-            request,
-            template,
-            {"actions": self.actions, "status": status, **context},
-            status_code=status,
-            headers={"Cache-Control": "no-store"},
-        )
-
-    @staticmethod
-    def _given(request: Request, form: FormData | None) -> bytes:
-        """The token a request carries: the form field ``token``, else an
-        ``Authorization: Bearer`` header; empty when neither."""
-        field = form.get("token") if form is not None else None
-        given = field.encode() if isinstance(field, str) else b""
-        if not given:  # header values arrive as latin-1: back to the bytes sent
-            scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-            given = credentials.strip().encode("latin-1") if scheme.lower() == "bearer" else b""
-        return given
-
-    def _right(self, given: bytes) -> bool:
-        return self.token is not None and hmac.compare_digest(given, self.token.encode())
-
-    def authorise(self, request: Request, form: FormData) -> None:
-        """Refuse (403) unless the request carries the token: the form field ``token``,
-        else an ``Authorization: Bearer`` header."""
-        if self.token is None:
-            raise HTTPException(
-                403,
-                "actions are disabled: this console was started without a token "
-                "(MESSAGEBOX_CONSOLE_TOKEN or --token-file); nothing was changed",
-            )
-        given = self._given(request, form)
-        if not given:
-            raise HTTPException(
-                403,
-                "this action needs the console token (the token field, or an "
-                "Authorization: Bearer header); nothing was changed",
-            )
-        if not self._right(given):
-            raise HTTPException(403, "wrong token; nothing was changed")
-
-    def shows_parts(self, request: Request, form: FormData | None = None) -> bool:
-        """Whether a message's part contents may be shown: on a console without a token
-        always (it has no login), else only to a request carrying the token. A wrong
-        token is refused (403), and so is a form posted without one."""
-        if self.token is None:
-            return True
-        given = self._given(request, form)
-        if not given and form is None:
-            return False
-        if not given:
-            raise HTTPException(
-                403,
-                "the contents of a message's parts need the console token (the token "
-                "field, or an Authorization: Bearer header)",
-            )
-        if not self._right(given):
-            raise HTTPException(403, "wrong token; the parts' contents are not shown")
-        return True
 
 
 def _console(request: Request) -> Console:
@@ -314,7 +238,8 @@ def subscriptions(request: Request) -> Response:
 
 
 def suspended(request: Request) -> Response:
-    """Suspended entries, oldest first, optionally of one reason or host."""
+    """Suspended entries, newest first (``order=oldest``: oldest first), a page of
+    :data:`LIST_LIMIT` at a time, optionally of one reason or host."""
     c = _console(request)
     reason = request.query_params.get("reason") or None
     host = request.query_params.get("host") or None
@@ -324,12 +249,27 @@ def suspended(request: Request) -> Response:
         raise HTTPException(
             400, f"unknown reason {reason!r}; one of: {', '.join(SUSPENDED_REASONS)}"
         )
-    entries = c.box.suspended(reason=reason, host=host, limit=LIST_LIMIT)
+    newest = request.query_params.get("order", "newest") != "oldest"
+    page_text = request.query_params.get("page", "1")
+    if not page_text.isascii() or not page_text.isdigit() or not 1 <= int(page_text) <= 10**6:
+        raise HTTPException(400, f"page {page_text!r} is not a page number")
+    page = int(page_text)
+    entries = c.box.suspended(
+        reason=reason,
+        host=host,
+        limit=LIST_LIMIT,
+        offset=(page - 1) * LIST_LIMIT,
+        newest_first=newest,
+    )
+    total = c.box.count_suspended(reason=reason, host=host)
     done = request.query_params.get("done")
     entry = request.query_params.get("entry", "")
+    n = request.query_params.get("n", "")
     notice = (
         f"Entry {entry} {done}."
         if done in ("resumed", "terminated") and entry.isascii() and entry.isdigit()
+        else f"{n} entr{'y' if n == '1' else 'ies'} {done}."
+        if done in ("resumed", "terminated", "rerouted") and n.isascii() and n.isdigit()
         else None
     )
     return c.render(
@@ -344,6 +284,11 @@ def suspended(request: Request) -> Response:
         host=host,
         limit=LIST_LIMIT,
         notice=notice,
+        page=page,
+        pages=max(1, -(-total // LIST_LIMIT)),
+        total=total,
+        order="newest" if newest else "oldest",
+        reroutable=REROUTABLE,
     )
 
 
@@ -558,10 +503,11 @@ def _terminate(box: MessageBox, entry_id: int) -> None:
 async def _act(request: Request, action: str) -> Response:
     c = _console(request)
     async with request.form() as form:
-        c.authorise(request, form)
+        caller = auth.operator(request, form)
     entry_id = _entry_id(request.path_params["entry_id"])
     run = _resume if action == "resume" else _terminate
     await run_in_threadpool(run, c.box, entry_id)
+    await run_in_threadpool(c.audit, caller, action, f"suspended entry {entry_id}", 1)
     done = "resumed" if action == "resume" else "terminated"
     path = str(request.scope.get("root_path", "")) + request.app.url_path_for("suspended")
     return RedirectResponse(f"{path}?done={done}&entry={entry_id}", status_code=303)
