@@ -123,6 +123,7 @@ class InstanceCore:
         self._timer_wake = threading.Event()
         self._started = False
         self._last_cleanup = time.monotonic()
+        self._last_depth = 0.0
         self.receivers: list[Receiver] = list(receivers)
         """Receive locations this instance runs (started after it registers, stopped
         first)."""

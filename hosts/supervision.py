@@ -11,7 +11,7 @@ import threading
 import time
 
 from hosts.handling import Handling
-from messagebox import metrics
+from messagebox import metrics, rollup
 from messagebox.consumer import Outcomes
 from messagebox.errors import (
     MessageBoxError,
@@ -289,6 +289,9 @@ class Supervision(Handling):
             )
             self.wake()
         self._refresh_subscriptions()
+        if time.monotonic() - self._last_depth >= rollup.DEPTH_SECONDS:
+            self._last_depth = time.monotonic()
+            self.box.operations.sample_depth(self.host, self.id)
         interval = self.settings.cleanup_interval_seconds
         if interval and time.monotonic() - self._last_cleanup >= interval:
             self._last_cleanup = time.monotonic()

@@ -27,7 +27,15 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from messagebox import clock, registry, schema, service_instances, subscriptions, tracking
+from messagebox import (
+    clock,
+    registry,
+    rollup,
+    schema,
+    service_instances,
+    subscriptions,
+    tracking,
+)
 from messagebox.models import InstanceState
 from messagebox.store import Store
 
@@ -50,6 +58,8 @@ class CleanupReport:
     """Receive-location receipts older than the retention, trimmed."""
     tracking_events: int = 0
     """Tracked events older than the tracking retention, trimmed."""
+    rollup_rows: int = 0
+    """Per-minute rate rows older than a day (:mod:`messagebox.rollup`), trimmed."""
     routing_versions: int = 0
     """Routing-version rows behind the newest :data:`~messagebox.subscriptions.VERSIONS_KEPT`,
     trimmed (a routing index further behind than that loads every subscription again)."""
@@ -182,6 +192,7 @@ def run(
     with store.transaction() as conn:
         retention = tracking.read_settings(conn).retention
         report.tracking_events = tracking.trim(conn, store.dialect, retention)
+        report.rollup_rows = rollup.trim(conn)
     if report.tracking_events:
         say(f"trimmed {report.tracking_events} tracked events older than {retention}")
     if report.receipts:

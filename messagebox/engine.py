@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from messagebox import router
 from messagebox.catalog import Catalog
 from messagebox.consumer import Consumer
+from messagebox.errors import ValidationError
 from messagebox.message import Message, MessageSummary, StoredMessage
 from messagebox.models import (
     Host,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from messagebox.audit import AuditEntry
     from messagebox.cleanup import CleanupReport
     from messagebox.failures import FailureGroup
+    from messagebox.rollup import Rates
 
 
 class MessageBox:
@@ -461,6 +463,14 @@ class MessageBox:
     def audit_log(self, limit: int = 200) -> list[AuditEntry]:
         """The newest recorded operator actions, newest first."""
         return self.operations.audit_log(limit)
+
+    def rates(self, minutes: int = 60) -> Rates:
+        """Per-minute counts of the last ``minutes`` minutes (published, routed,
+        delivered, failed, suspended…, by host or reason) and each host's sampled queue
+        depth, kept whether or not tracking is on (:mod:`messagebox.rollup`)."""
+        if not 1 <= minutes <= 24 * 60:
+            raise ValidationError(f"minutes must be from 1 to 1440, got {minutes!r}")
+        return self.operations.rates(minutes)
 
     def heartbeat_ages(self) -> dict[str, float]:
         """Seconds since each registered host instance's last heartbeat, by instance id

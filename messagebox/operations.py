@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 
 from messagebox import audit as audits
-from messagebox import clock, registry, router, schema, suspension, tracking
+from messagebox import clock, registry, rollup, router, schema, suspension, tracking
 from messagebox import stats as box_stats
 from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
@@ -215,6 +215,14 @@ class Operations:
     def audit_log(self, limit: int) -> list[audits.AuditEntry]:
         with self._store.transaction() as conn:
             return audits.read(conn, limit)
+
+    def sample_depth(self, host: str, source: str) -> int:
+        with self._store.transaction() as conn:
+            return rollup.sample_depth(conn, host, source)
+
+    def rates(self, minutes: int) -> rollup.Rates:
+        with self._store.transaction() as conn:
+            return rollup.read(conn, minutes)
 
     def count_suspended(self, query: SuspendedQuery) -> int:
         s = schema.suspended

@@ -7,12 +7,13 @@ at the boundary, with the original chained.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 
 import sqlalchemy as sa
 
-from messagebox import clock, ids, metrics, notify, routing_index, schema, tracking
+from messagebox import clock, ids, metrics, notify, rollup, routing_index, schema, tracking
 from messagebox.dialects import Dialect, dialect_for
 from messagebox.errors import (
     BackendUnavailable,
@@ -21,6 +22,8 @@ from messagebox.errors import (
     StorageError,
     ValidationError,
 )
+
+log = logging.getLogger("messagebox.store")
 
 DEFAULT_URL = "duckdb:///messagebox.duckdb"
 
@@ -75,6 +78,8 @@ class Store:
         if not create and not self.dialect.database_exists(self.url):
             raise NoSchema(f"no database at {shown}")
         self.engine = self.dialect.create_engine(self.url)
+        self.tally = rollup.Tally()
+        """This process's per-minute counts, written every few seconds."""
         self.tracking = tracking.SettingsCache()
         """This process's view of the store's tracking settings (re-read every few s)."""
         self.key = self.dialect.database_key(self.url)
@@ -183,8 +188,24 @@ class Store:
             routing_index.committed_change(self.key)
         if counts:
             metrics.apply(counts)  # committed: count it
+            self.tally.add(counts)
         if wakes:
             notify.signal(self.key, wakes)
+        if self.tally.due():
+            self.write_tally()
+
+    def write_tally(self) -> None:
+        """Write this process's per-minute counts (:mod:`messagebox.rollup`); kept for
+        the next try when the store cannot take them."""
+        taken = self.tally.take()
+        if not taken:
+            return
+        try:
+            with self.transaction() as conn:
+                rollup.write(conn, self.tally.source, taken)
+        except MessageBoxError as exc:
+            self.tally.put_back(taken)
+            log.debug("per-minute counts not written: %s", exc)
 
     @contextmanager
     def _begin(self, autocommit: bool) -> Iterator[sa.Connection]:
@@ -201,7 +222,9 @@ class Store:
         return settings is not None and not settings.enabled
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Write the last per-minute counts, then close every pooled connection."""
+        with suppress(Exception):  # closing goes on whatever the store says
+            self.write_tally()
         self.engine.dispose()
 
 

@@ -126,12 +126,12 @@ def _serve_console(
     from messagebox.cli import remote
     from messagebox.console import create_app
     from messagebox.console.background import BackgroundServer
-    from messagebox.console.cli import UsageProblem, check_hosts, token
+    from messagebox.console.cli import UsageProblem, check_hosts, secrets_of
     from messagebox.engine import MessageBox
 
     bind, port = address
     try:
-        secret = token(args.token_file)
+        secret, read = secrets_of(args)
         check_hosts(bind, [])
     except UsageProblem as exc:
         raise MessageBoxError(f"host run --console: {exc}") from exc
@@ -146,7 +146,14 @@ def _serve_console(
         }
 
     server = BackgroundServer(
-        create_app(box, token=secret, bind=bind, api_token=api_token, describe=describe),
+        create_app(
+            box,
+            token=secret,
+            bind=bind,
+            api_token=api_token,
+            describe=describe,
+            read_token=read,
+        ),
         bind,
         port,
     )

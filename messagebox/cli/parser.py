@@ -319,6 +319,12 @@ def build() -> argparse.ArgumentParser:
         help="the console token's file (else MESSAGEBOX_CONSOLE_TOKEN); without one the "
         "console is read-only",
     )
+    run.add_argument(
+        "--read-token-file",
+        metavar="PATH",
+        help="the read token's file (else MESSAGEBOX_CONSOLE_READ_TOKEN): readers log in "
+        "with it; with one, every page of the console needs a login",
+    )
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -360,6 +366,12 @@ def build() -> argparse.ArgumentParser:
     console.add_argument("--port", type=_port, default=8080, help="port (default 8080)")
     console.add_argument(
         "--token-file", metavar="PATH", help="a file whose first line is the console token"
+    )
+    console.add_argument(
+        "--read-token-file",
+        metavar="PATH",
+        help="a file whose first line is the read token (else MESSAGEBOX_CONSOLE_READ_TOKEN): "
+        "readers log in with it; with one, every page needs a login",
     )
     console.add_argument(
         "--allowed-host",

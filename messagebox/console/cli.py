@@ -28,30 +28,42 @@ from pathlib import Path
 from messagebox.errors import MessageBoxError, NoSchema
 
 TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
+READ_TOKEN_ENV = "MESSAGEBOX_CONSOLE_READ_TOKEN"
 
 
 class UsageProblem(Exception):
     """A bad option (exit code 2)."""
 
 
-def token(token_file: str | None) -> str | None:
-    """The console token: the file's first line, else the environment's; None when
+def token(
+    token_file: str | None, *, env_name: str = TOKEN_ENV, option: str = "--token-file"
+) -> str | None:
+    """A console secret: the file's first line, else the environment's; None when
     neither is given. An empty one is refused rather than taken as no token."""
     if token_file is not None:
         try:
             text = Path(token_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageProblem(f"--token-file: cannot read {token_file!r}: {exc}") from exc
+            raise UsageProblem(f"{option}: cannot read {token_file!r}: {exc}") from exc
         found = text.strip().splitlines()[0].strip() if text.strip() else ""
         if not found:
-            raise UsageProblem(f"--token-file: {token_file!r} is empty")
+            raise UsageProblem(f"{option}: {token_file!r} is empty")
         return found
-    env = os.environ.get(TOKEN_ENV)
+    env = os.environ.get(env_name)
     if env is None:
         return None
     if not env.strip():
-        raise UsageProblem(f"{TOKEN_ENV} is set but empty (unset it for a read-only console)")
+        raise UsageProblem(f"{env_name} is set but empty (unset it to go without)")
     return env.strip()
+
+
+def secrets_of(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The console token and the read token of a command's options and environment."""
+    secret = token(args.token_file)
+    read = token(args.read_token_file, env_name=READ_TOKEN_ENV, option="--read-token-file")
+    if read is not None and read == secret:
+        raise UsageProblem("the read token must differ from the console token")
+    return secret, read
 
 
 def check_hosts(bind: str, allowed: list[str]) -> None:
@@ -92,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from messagebox.engine import MessageBox
 
     try:
-        secret = token(args.token_file)
+        secret, read = secrets_of(args)
         check_hosts(args.bind, args.allowed_host)
     except UsageProblem as exc:
         print(f"messagebox console: error: {exc}", file=sys.stderr)
@@ -120,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             bind=args.bind,
             allowed_hosts=args.allowed_host,
             api_token=secret or remote.new_token(),
+            read_token=read,
         )
         server = BackgroundServer(app, args.bind, args.port)
         with _until_signal() as stopped:

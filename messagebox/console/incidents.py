@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from messagebox.console import auth
+from messagebox.console.pages import refresh_seconds
 from messagebox.models import REROUTABLE, SUSPENDED_REASONS
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def failures(request: Request) -> Response:
         groups=groups,
         reroutable=REROUTABLE,
         notice=_notice(request),
+        refresh=refresh_seconds(request),
     )
 
 

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from messagebox.cli.terminal import age, size
-from messagebox.console import auth
+from messagebox.console import auth, charts
 from messagebox.console.state import Console
 from messagebox.errors import (
     Conflict,
@@ -56,8 +56,18 @@ PREVIEW_BYTES = 4096
 """A part's preview shows at most this many bytes of it."""
 HEX_PREVIEW_BYTES = 256
 """A binary part's preview shows this many bytes in hex."""
+CHART_MINUTES = 60
+CHART_EVENTS = ("published", "delivered", "failed", "suspended")
+REFRESH_SECONDS = 10
+"""Pages that show a running system (overview, failures, suspended) reload this often,
+unless opened with ``?refresh=off``."""
 LIST_LIMIT = 500
 """Suspended entries (and tracked events) listed at most."""
+
+
+def refresh_seconds(request: Request) -> int | None:
+    """How often the page reloads itself (None: not)."""
+    return None if request.query_params.get("refresh") == "off" else REFRESH_SECONDS
 
 
 def _console(request: Request) -> Console:
@@ -216,10 +226,28 @@ def overview(request: Request) -> Response:
         (i, ages.get(i.id), ages.get(i.id, 0.0) > dead_after.get(i.host, float("inf")))
         for i in box.instances()
     ]
+    rates = box.rates(CHART_MINUTES)
     return c.render(
         request,
         "overview.html",
         title="Overview",
+        refresh=refresh_seconds(request),
+        charts=[
+            charts.line_chart(
+                "chart-rates",
+                f"Messages per minute, last {CHART_MINUTES} minutes",
+                rates.minutes,
+                {e: rates.totals(e) for e in CHART_EVENTS},
+                "per min",
+            ),
+            charts.line_chart(
+                "chart-depth",
+                "Queue depth by host (sampled)",
+                rates.minutes,
+                dict(sorted(rates.depths.items())),
+                "entries",
+            ),
+        ],
         stats=box.stats(),
         hosts=hosts,
         instances=instances,
@@ -289,6 +317,7 @@ def suspended(request: Request) -> Response:
         total=total,
         order="newest" if newest else "oldest",
         reroutable=REROUTABLE,
+        refresh=refresh_seconds(request),
     )
 
 

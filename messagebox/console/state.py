@@ -54,6 +54,7 @@ class Console:
                 "viewer": who,
                 "csrf": who.session.csrf if who.session is not None else "",
                 "login": self.token is not None or self.read_token is not None,
+                "refresh": None,
                 **context,
             },
             status_code=status,

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from messagebox import Message, MessageBox, service_instances
+from messagebox import Message, MessageBox, rollup, service_instances
 from messagebox.consumer import Outcomes
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import HostSettings
@@ -31,7 +31,9 @@ def box(pg_url: str) -> Iterator[MessageBox]:
 
 
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The statements executed from now on (their first line)."""
+    """The statements executed from now on (their first line); the per-minute counts
+    are not written meanwhile (they are, every few seconds, after a later transaction)."""
+    monkeypatch.setattr(rollup, "FLUSH_SECONDS", float("inf"))
     seen: list[str] = []
     execute = psycopg.Cursor.execute
 
