@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -68,6 +69,15 @@ NAV: list[tuple[str, str]] = [
 
 
 @jinja2.pass_context
+def _query_with(context: Any, /, **changes: str) -> str:
+    """This page's query string with ``changes`` made (``?a=1&refresh=on``)."""
+    request: Request = context["request"]
+    params = dict(request.query_params)
+    params.update(changes)
+    return "?" + urlencode(params)
+
+
+@jinja2.pass_context
 def _path(context: Any, name: str, /, **params: Any) -> str:
     """The path of a named route (relative to the host, so right behind a proxy)."""
     request: Request = context["request"]
@@ -86,6 +96,7 @@ def templates() -> Jinja2Templates:
     env.globals["nav"] = NAV
     env.globals["reroutable"] = REROUTABLE
     env.globals["path"] = _path
+    env.globals["query_with"] = _query_with
     env.filters.update(pages.FILTERS)
     return Jinja2Templates(env=env)
 

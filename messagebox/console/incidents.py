@@ -50,7 +50,8 @@ def failures(request: Request) -> Response:
         groups=groups,
         reroutable=REROUTABLE,
         notice=_notice(request),
-        refresh=refresh_seconds(request),
+        refresh=refresh_seconds(request, default=False),
+        live=True,
     )
 
 

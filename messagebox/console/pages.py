@@ -59,15 +59,19 @@ HEX_PREVIEW_BYTES = 256
 CHART_MINUTES = 60
 CHART_EVENTS = ("published", "delivered", "failed", "suspended")
 REFRESH_SECONDS = 10
-"""Pages that show a running system (overview, failures, suspended) reload this often,
-unless opened with ``?refresh=off``."""
+"""The overview reloads itself this often (``?refresh=off`` stops it); the failures and
+suspended pages do with ``?refresh=on``."""
 LIST_LIMIT = 500
 """Suspended entries (and tracked events) listed at most."""
 
 
-def refresh_seconds(request: Request) -> int | None:
-    """How often the page reloads itself (None: not)."""
-    return None if request.query_params.get("refresh") == "off" else REFRESH_SECONDS
+def refresh_seconds(request: Request, *, default: bool = True) -> int | None:
+    """How often the page reloads itself (None: not): ``?refresh=off`` or ``on``, else
+    ``default`` (off on pages with forms to fill in: a reload would lose what was ticked
+    or typed)."""
+    wanted = request.query_params.get("refresh")
+    on = default if wanted not in ("on", "off") else wanted == "on"
+    return REFRESH_SECONDS if on else None
 
 
 def _console(request: Request) -> Console:
@@ -232,6 +236,7 @@ def overview(request: Request) -> Response:
         "overview.html",
         title="Overview",
         refresh=refresh_seconds(request),
+        live=True,
         charts=[
             charts.line_chart(
                 "chart-rates",
@@ -317,7 +322,8 @@ def suspended(request: Request) -> Response:
         total=total,
         order="newest" if newest else "oldest",
         reroutable=REROUTABLE,
-        refresh=refresh_seconds(request),
+        refresh=refresh_seconds(request, default=False),
+        live=True,
     )
 
 

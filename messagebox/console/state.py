@@ -55,6 +55,7 @@ class Console:
                 "csrf": who.session.csrf if who.session is not None else "",
                 "login": self.token is not None or self.read_token is not None,
                 "refresh": None,
+                "live": False,
                 **context,
             },
             status_code=status,

@@ -10,6 +10,7 @@ serves the console from a thread of the test process, beside the host instance.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ import pytest
 import uvicorn
 
 from hosts import Delivery, HostInstance
-from messagebox import Message, MessageBox
+from messagebox import Message, MessageBox, rollup
 from messagebox.console import create_app
 from messagebox.console.cli import TOKEN_ENV
 from predicates import P
@@ -165,6 +166,83 @@ def test_an_operator_resumes_a_failed_delivery_in_the_browser(
             assert "suspended\n0" in counts
             browser.get(f"{base}/suspended")
             assert browser.find_element(By.ID, "no-suspended").text == "No suspended entries."
+    finally:
+        inst.stop(5.0)
+        box.close()
+
+
+def chart_totals(browser: object, chart_id: str) -> dict[str, int]:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    found = browser.find_element(By.ID, chart_id).get_attribute("data-totals")
+    assert found is not None
+    totals: dict[str, int] = json.loads(found)
+    return totals
+
+
+def test_an_operator_logs_in_and_bulk_resumes_a_failure_group_and_the_chart_moves(
+    tmp_path: Path, browser: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    monkeypatch.setattr(rollup, "FLUSH_SECONDS", 0.0)  # counts reach the store at once
+    box = MessageBox(f"duckdb:///{tmp_path / 'box.duckdb'}")
+    box.create_host("billing", **FAST)
+    box.subscribe("bill", host="billing", filter=P("orders.Total") >= 0, name="bill-all")
+    healthy = threading.Event()
+    delivered: list[str] = []
+
+    def bill(delivery: Delivery) -> None:
+        if not healthy.is_set():
+            raise TimeoutError(f"the ledger did not answer for {delivery.message_id}")
+        delivered.append(str(delivery.message_id))
+
+    inst = HostInstance(box, "billing", {"bill": bill}).start()
+    try:
+        # Given six orders whose billing timed out (one failure group)
+        box.publish([Message(b"<o/>", promoted={"orders.Total": t}) for t in range(6)])
+        wait_for(lambda: box.count_suspended() == 6, "six delivery failures")
+        healthy.set()
+        with serving(box, TOKEN) as base:
+            # When the operator logs in
+            browser.get(f"{base}/login")
+            form = browser.find_element(By.ID, "login")
+            form.find_element(By.NAME, "name").send_keys("ada")
+            form.find_element(By.NAME, "token").send_keys(TOKEN)
+            form.find_element(By.TAG_NAME, "button").click()
+            assert browser.find_element(By.ID, "who").text == "ada at 127.0.0.1 (operator)"
+            # and sees, on the overview's chart, six failures and nothing delivered yet
+            before = chart_totals(browser, "chart-rates")
+            assert (before["failed"], before["delivered"]) == (6, 0)
+            # When the operator opens the failure groups and resumes the timeouts
+            browser.get(f"{base}/failures")
+            [group] = box.failure_groups()
+            row = browser.find_element(By.ID, f"group-{group.id}")
+            assert "the ledger did not answer for <id>" in row.text
+            assert "TimeoutError" in row.text
+            row.find_element(By.CSS_SELECTOR, "button.resume").click()
+            # Then the console asks to confirm, with the count
+            assert "6 entries" in browser.find_element(By.ID, "confirm-count").text
+            assert box.count_suspended() == 6
+            browser.find_element(By.ID, "confirm").find_element(By.TAG_NAME, "button").click()
+            assert browser.find_element(By.ID, "notice").text == "6 entries resumed."
+            wait_for(lambda: len(delivered) == 6, "the six deliveries after resume")
+
+            # and the chart moves: the overview shows the six deliveries
+            def moved() -> bool:
+                browser.get(f"{base}/")
+                return chart_totals(browser, "chart-rates")["delivered"] == 6
+
+            wait_for(moved, "the chart to show the deliveries")
+            # and the audit log names the operator, the action and the count
+            browser.get(f"{base}/audit")
+            audit = browser.find_element(By.ID, "audit").text
+            assert "ada at 127.0.0.1" in audit
+            assert "resume (bulk)" in audit
     finally:
         inst.stop(5.0)
         box.close()
