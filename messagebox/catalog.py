@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import clock, schema, subscriptions, suspension
-from messagebox.errors import UnknownHost, UnknownSubscription, ValidationError
+from messagebox.errors import Conflict, UnknownHost, UnknownSubscription, ValidationError
 from messagebox.models import (
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
@@ -188,6 +188,35 @@ class Catalog:
             config = HostSettings.checked(f"host {name!r}", merged)
             subscriptions.update_host(conn, name, config)
             return Host(name=name, settings=config, created_at=found.created_at)
+
+    def remove_host(self, name: str) -> None:
+        with self._store.transaction(serial=True) as conn:
+            if name not in {h.name for h in subscriptions.list_hosts(conn)}:
+                raise UnknownHost(f"no host named {name!r}")
+            subs = subscriptions.list_subscriptions(conn, host=name)
+            if subs:
+                raise Conflict(
+                    f"host {name!r} has {len(subs)} subscription(s) "
+                    f"({', '.join(s.name for s in subs[:5])}): remove them first; "
+                    "nothing was changed"
+                )
+            left = subscriptions.host_usage(conn, name)
+            busy = {k: n for k, n in left.items() if n}
+            if busy:
+                raise Conflict(
+                    f"host {name!r} is not empty ("
+                    + ", ".join(f"{n} {k}" for k, n in busy.items())
+                    + "): drain, terminate or stop them first; nothing was changed"
+                )
+            subscriptions.delete_host(conn, name)
+
+    def replace_filter(self, ref: int | str, filt: object) -> Subscription:
+        new = to_filter(filt)
+        with self._store.transaction(serial=True) as conn:
+            [sub] = resolve(conn, [ref])
+            subscriptions.replace_filter(conn, self._store.dialect, sub.id, new)
+            [changed] = subscriptions.list_subscriptions(conn, ids=[sub.id])
+            return changed
 
     def hosts(self) -> list[Host]:
         with self._store.transaction() as conn:

@@ -112,6 +112,18 @@ class MessageBox:
         running keep theirs until restarted. Bad settings change nothing."""
         return self.catalog.configure_host(name, options)
 
+    def remove_host(self, name: str) -> None:
+        """Remove a host that nothing refers to any more: no subscription, no queued or
+        suspended entry, no registered instance (else :class:`~messagebox.errors.Conflict`
+        saying what is left, and nothing changes)."""
+        self.catalog.remove_host(name)
+
+    def set_filter(self, ref: int | str, filter: object) -> Subscription:
+        """Give a subscription (by id or name) a new filter, in place: it keeps its id,
+        name, settings and the entries waiting on its queue (routed by the old filter);
+        every publish after the change routes by the new one. Returns it as it now is."""
+        return self.catalog.replace_filter(ref, filter)
+
     def hosts(self) -> list[Host]:
         """Every host, by name."""
         return self.catalog.hosts()

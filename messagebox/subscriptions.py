@@ -8,7 +8,7 @@ predicate rows (what routing joins against). All of it in one transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -114,8 +114,9 @@ def subscribe(
     """Store subscriptions; predicates equal to stored ones are shared, not stored again."""
     dialect.lock_subscriptions(conn)
     _check_hosts(conn, specs)
-    prop_ids = _intern_properties(conn, dialect, specs)
-    pred_ids = _intern_predicates(conn, dialect, specs, prop_ids)
+    filters = [spec.filter for spec in specs]
+    prop_ids = _intern_properties(conn, dialect, filters)
+    pred_ids = _intern_predicates(conn, dialect, filters, prop_ids)
     subs, groups, links, made = _subscription_rows(conn, specs, pred_ids, now)
     _check_names(conn, [s["name"] for s in subs])
     insert_rows(conn, dialect, schema.subscription, subs)
@@ -174,10 +175,10 @@ def _check_hosts(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> None
 
 
 def _intern_properties(
-    conn: sa.Connection, dialect: Dialect, specs: Sequence[SubscriptionSpec]
+    conn: sa.Connection, dialect: Dialect, filters: Sequence[Filter]
 ) -> dict[str, int]:
     """The id of each property the filters name, storing the new ones."""
-    names = sorted({p for s in specs for p in s.filter.properties})
+    names = sorted({p for f in filters for p in f.properties})
     prop_ids = _lookup(conn, schema.prop.c.name, schema.prop.c.id, names)
     new_names = [n for n in names if n not in prop_ids]
     if new_names:
@@ -195,12 +196,12 @@ def _intern_properties(
 def _intern_predicates(
     conn: sa.Connection,
     dialect: Dialect,
-    specs: Sequence[SubscriptionSpec],
+    filters: Sequence[Filter],
     prop_ids: Mapping[str, int],
 ) -> dict[str, int]:
     """The id of each predicate the filters hold, by key: a stored equal predicate's,
     or a new one's, stored with its typed rows."""
-    preds = {p.key(): p for s in specs for g in s.filter.groups for p in g.predicates}
+    preds = {p.key(): p for f in filters for g in f.groups for p in g.predicates}
     keys = sorted(preds)
     pred_ids = _lookup(conn, schema.predicate.c.key, schema.predicate.c.id, keys)
     new_keys = [k for k in keys if k not in pred_ids]
@@ -255,15 +256,65 @@ def _subscription_rows(
                 "correlation": json.dumps(list(spec.correlation)) if spec.correlation else None,
             }
         )
-        for group in spec.filter.groups:
-            group_id = next(group_ids)
-            anchors = [(anchor_rank(p), i) for i, p in enumerate(group.predicates)]
-            ranked = sorted((r, i) for r, i in anchors if r is not None)
-            anchor = pred_ids[group.predicates[ranked[0][1]].key()] if ranked else None
-            groups.append({"id": group_id, "sub": sub_id, "n_pos": len(ranked), "anchor": anchor})
-            links.extend({"grp": group_id, "pred": pred_ids[p.key()]} for p in group.predicates)
+        _group_rows(spec.filter, sub_id, group_ids, pred_ids, groups, links)
         made.append(_subscription(subs[-1], spec.filter))
     return subs, groups, links, made
+
+
+def _group_rows(
+    filt: Filter,
+    sub_id: int,
+    group_ids: Iterator[int],
+    pred_ids: Mapping[str, int],
+    groups: list[dict[str, Any]],
+    links: list[dict[str, Any]],
+) -> None:
+    """Add the rows of a filter's groups (and their predicate links) to ``groups`` and
+    ``links``: each group anchored on its most selective positive predicate."""
+    for group in filt.groups:
+        group_id = next(group_ids)
+        anchors = [(anchor_rank(p), i) for i, p in enumerate(group.predicates)]
+        ranked = sorted((r, i) for r, i in anchors if r is not None)
+        anchor = pred_ids[group.predicates[ranked[0][1]].key()] if ranked else None
+        groups.append({"id": group_id, "sub": sub_id, "n_pos": len(ranked), "anchor": anchor})
+        links.extend({"grp": group_id, "pred": pred_ids[p.key()]} for p in group.predicates)
+
+
+def replace_filter(conn: sa.Connection, dialect: Dialect, sub_id: int, filt: Filter) -> None:
+    """Give a subscription a new filter in place: same id, same waiting entries (routed
+    by the old filter), new groups; predicates no group uses any more are removed."""
+    dialect.lock_subscriptions(conn)
+    old_preds = _drop_groups(conn, [sub_id])
+    prop_ids = _intern_properties(conn, dialect, [filt])
+    pred_ids = _intern_predicates(conn, dialect, [filt], prop_ids)
+    groups: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    _group_rows(filt, sub_id, iter(allocate(conn, len(filt.groups))), pred_ids, groups, links)
+    insert_rows(conn, dialect, schema.group, groups)
+    insert_rows(conn, dialect, schema.group_pred, links)
+    s = schema.subscription
+    conn.execute(s.update().where(s.c.id == sub_id).values(filter=filt.to_json()))
+    _drop_unused_predicates(conn, old_preds)
+    changed(conn, dialect, [sub_id])
+
+
+def host_usage(conn: sa.Connection, name: str) -> dict[str, int]:
+    """What still refers to a host: queued and suspended entries, registered instances."""
+    counted = (
+        ("queued entries", schema.queue, schema.queue.c.host),
+        ("suspended entries", schema.suspended, schema.suspended.c.host),
+        ("registered host instances", schema.instance, schema.instance.c.host),
+    )
+    return {
+        what: int(
+            conn.execute(sa.select(sa.func.count()).select_from(t).where(col == name)).scalar_one()
+        )
+        for what, t, col in counted
+    }
+
+
+def delete_host(conn: sa.Connection, name: str) -> int:
+    return int(conn.execute(schema.host.delete().where(schema.host.c.name == name)).rowcount)
 
 
 def _check_names(conn: sa.Connection, names_given: Sequence[str]) -> None:
@@ -318,7 +369,17 @@ def list_subscriptions(
 def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -> int:
     """Remove subscriptions, their groups, and predicates no other group uses."""
     dialect.lock_subscriptions(conn)
-    s, g, gp = schema.subscription, schema.group, schema.group_pred
+    s = schema.subscription
+    preds = _drop_groups(conn, sub_ids)
+    removed = conn.execute(s.delete().where(s.c.id.in_(list(sub_ids)))).rowcount
+    _drop_unused_predicates(conn, preds)
+    changed(conn, dialect, sub_ids)
+    return int(removed)
+
+
+def _drop_groups(conn: sa.Connection, sub_ids: Sequence[int]) -> list[int]:
+    """Delete the subscriptions' groups and links; the predicates they used."""
+    g, gp = schema.group, schema.group_pred
     groups = [r for (r,) in conn.execute(sa.select(g.c.id).where(g.c.sub.in_(list(sub_ids))))]
     preds = (
         sorted({r for (r,) in conn.execute(sa.select(gp.c.pred).where(gp.c.grp.in_(groups)))})
@@ -327,15 +388,20 @@ def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -
     )
     conn.execute(gp.delete().where(gp.c.grp.in_(groups)))
     conn.execute(g.delete().where(g.c.id.in_(groups)))
-    removed = conn.execute(s.delete().where(s.c.id.in_(list(sub_ids)))).rowcount
-    if preds:
-        still_used = {
-            r for (r,) in conn.execute(sa.select(gp.c.pred).where(gp.c.pred.in_(preds)).distinct())
-        }
-        orphans = [p for p in preds if p not in still_used]
-        if orphans:
-            for table in (*_TABLES.values(),):
-                conn.execute(table.delete().where(table.c.pred.in_(orphans)))
-            conn.execute(schema.predicate.delete().where(schema.predicate.c.id.in_(orphans)))
-    changed(conn, dialect, sub_ids)
-    return int(removed)
+    return preds
+
+
+def _drop_unused_predicates(conn: sa.Connection, preds: Sequence[int]) -> None:
+    """Delete those of ``preds`` that no group uses (with their typed rows)."""
+    if not preds:
+        return
+    gp = schema.group_pred
+    still_used = {
+        r
+        for (r,) in conn.execute(sa.select(gp.c.pred).where(gp.c.pred.in_(list(preds))).distinct())
+    }
+    orphans = [p for p in preds if p not in still_used]
+    if orphans:
+        for table in (*_TABLES.values(),):
+            conn.execute(table.delete().where(table.c.pred.in_(orphans)))
+        conn.execute(schema.predicate.delete().where(schema.predicate.c.id.in_(orphans)))

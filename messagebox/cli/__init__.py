@@ -10,11 +10,14 @@
     subscriptions add NAME --host H --filter EXPR|JSON|@FILE [--service S] [--priority N]
             [--ordered] [--on-failure suspend|stop] [--state started|stopped]
     subscriptions remove REF ...           by id or name; waiting entries are suspended
+    subscriptions set-filter REF --filter EXPR|JSON|@FILE
+                                           a new filter in place (id, waiting entries kept)
     route explain [MESSAGE_ID | JSON] [-p ...] [--properties-json ...] [--subscription REF]
                                            per subscription: routes or not, and why not
     services start | stop | unenlist SERVICE
                                            every subscription of a service
     hosts list | hosts add NAME [--set KEY=VALUE ...] | hosts set NAME --set KEY=VALUE ...
+    hosts remove NAME                      a host nothing refers to any more
     messages show ID [--part NAME]         a stored message's body (--json: its context)
     queues [--host H]                      depth per host and subscription, oldest entry
     instances [--host H]                   running host instances and their heartbeats

@@ -35,11 +35,13 @@ from messagebox.cli.routing import route_explain
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
+    hosts_remove,
     hosts_set,
     services_state,
     subscriptions_add,
     subscriptions_list,
     subscriptions_remove,
+    subscriptions_set_filter,
 )
 from messagebox.cli.terminal import Terminal
 
@@ -50,6 +52,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("subscriptions", "list"): subscriptions_list,
     ("subscriptions", "add"): subscriptions_add,
     ("subscriptions", "remove"): subscriptions_remove,
+    ("subscriptions", "set-filter"): subscriptions_set_filter,
     ("route", "explain"): route_explain,
     ("services", "start"): services_state,
     ("services", "stop"): services_state,
@@ -58,6 +61,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("hosts", "list"): hosts_list,
     ("hosts", "add"): hosts_add,
     ("hosts", "set"): hosts_set,
+    ("hosts", "remove"): hosts_remove,
     ("messages", "show"): message_show,
     ("queues", ""): queues,
     ("instances", ""): instances,

@@ -115,7 +115,7 @@ def build() -> argparse.ArgumentParser:
         help="files per transaction (default 1000): each batch is stored whole or not at all",
     )
 
-    subs = command(sub, "subscriptions", "list, add and remove subscriptions")
+    subs = command(sub, "subscriptions", "list, add, change and remove subscriptions")
     subs_sub = subs.add_subparsers(dest="action", metavar="ACTION")
     listing = command(subs_sub, "list", "list subscriptions with their filters")
     listing.add_argument("--host", help="only this host's")
@@ -154,6 +154,13 @@ def build() -> argparse.ArgumentParser:
         "remove subscriptions (by id or name); their waiting entries are suspended",
     )
     remove.add_argument("refs", nargs="+", metavar="REF", help="a subscription id or name")
+    set_filter = command(
+        subs_sub,
+        "set-filter",
+        "give a subscription a new filter in place (same id, waiting entries kept)",
+    )
+    set_filter.add_argument("ref", metavar="REF", help="a subscription id or name")
+    set_filter.add_argument("--filter", required=True, help="the filter: text, JSON or @FILE")
 
     route = command(sub, "route", "explain routing")
     route_sub = route.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -180,7 +187,7 @@ def build() -> argparse.ArgumentParser:
         state = command(services_sub, action, f"every subscription of a service: {text}")
         state.add_argument("service", help="the service (a subscription's --service)")
 
-    hosts = command(sub, "hosts", "list, add and configure hosts")
+    hosts = command(sub, "hosts", "list, add, configure and remove hosts")
     hosts_sub = hosts.add_subparsers(dest="action", metavar="ACTION")
     command(hosts_sub, "list", "hosts, their instances, queue depths and suspended entries")
     host_add = command(hosts_sub, "add", "create a host")
@@ -189,6 +196,12 @@ def build() -> argparse.ArgumentParser:
         "set",
         "change a host's settings (running instances keep theirs until restarted)",
     )
+    host_remove = command(
+        hosts_sub,
+        "remove",
+        "remove a host nothing refers to (no subscription, entry or running instance)",
+    )
+    host_remove.add_argument("name", help="the host's name")
     for host_command in (host_add, host_set):
         host_command.add_argument("name", help="the host's name")
         host_command.add_argument(

@@ -88,6 +88,32 @@ def subscriptions_remove(args: argparse.Namespace, out: Terminal) -> None:
         )
 
 
+def subscriptions_set_filter(args: argparse.Namespace, out: Terminal) -> None:
+    """Give a subscription a new filter in place."""
+    from predicates import format_filter
+
+    filt = inputs.filter_arg(args.filter)
+    with open_box(args) as box:
+        sub = box.set_filter(inputs.ref(args.ref), filt)
+    if out.json:
+        out.emit({"id": sub.id, "name": sub.name, "filter": format_filter(sub.filter)})
+    else:
+        out.say(
+            f"subscription {sub.id} {sub.name!r}: {format_filter(sub.filter)} (its waiting "
+            "entries stay; publishes route by the new filter)"
+        )
+
+
+def hosts_remove(args: argparse.Namespace, out: Terminal) -> None:
+    """Remove a host nothing refers to."""
+    with open_box(args) as box:
+        box.remove_host(args.name)
+    if out.json:
+        out.emit({"removed": args.name})
+    else:
+        out.say(f"removed host {args.name!r}")
+
+
 _STATE_OF_ACTION = {"start": "started", "stop": "stopped", "unenlist": "unenlisted"}
 
 _STATE_EFFECT = {

@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messagebox.console import api, auth, incidents, pages, state
+from messagebox.console import api, auth, incidents, lifecycle, pages, state
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.errors import MessageBoxError
 from messagebox.models import REROUTABLE
@@ -40,6 +40,14 @@ ROUTES: list[BaseRoute] = [
     Route("/login", auth.login, methods=["GET", "POST"], name="login"),
     Route("/logout", auth.logout, methods=["POST"], name="logout"),
     Route("/subscriptions", pages.subscriptions, name="subscriptions"),
+    Route("/subscriptions/{sub}/filter", lifecycle.set_filter, methods=["POST"], name="set_filter"),
+    Route(
+        "/services/{action}",
+        lifecycle.service_state,
+        methods=["POST"],
+        name="service_state",
+    ),
+    Route("/hosts/remove", lifecycle.remove_host, methods=["POST"], name="remove_host"),
     Route("/suspended", pages.suspended, name="suspended"),
     Route("/suspended/bulk", incidents.bulk, methods=["POST"], name="bulk"),
     Route("/failures", incidents.failures, name="failures"),

@@ -259,14 +259,20 @@ def overview(request: Request) -> Response:
         queues=box.queue_stats(),
         tracking=box.tracking(),
         throughput=box.throughput(),
+        notice=(request.query_params.get("changed") or "")[:300] or None,
     )
 
 
 def subscriptions(request: Request) -> Response:
     """Every subscription with its filter in the text form."""
     c = _console(request)
+    changed = request.query_params.get("changed")
     return c.render(
-        request, "subscriptions.html", title="Subscriptions", subscriptions=c.box.subscriptions()
+        request,
+        "subscriptions.html",
+        title="Subscriptions",
+        subscriptions=c.box.subscriptions(),
+        notice=changed[:300] if changed else None,
     )
 
 

@@ -1,0 +1,85 @@
+"""The console's lifecycle actions: a subscription's filter edited in place, a service
+started, stopped or unenlisted, an empty host removed. Each is a POST that needs an
+operator (:func:`messagebox.console.auth.operator`), is checked before anything changes,
+and is recorded in the audit log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from messagebox.console import auth
+from messagebox.errors import FilterValidationError, ValidationError
+
+if TYPE_CHECKING:
+    from messagebox.console.state import Console
+
+SERVICE_STATES = {"start": "started", "stop": "stopped", "unenlist": "unenlisted"}
+
+
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def _back(request: Request, route: str, notice: str) -> Response:
+    from urllib.parse import quote
+
+    root = str(request.scope.get("root_path", ""))
+    path = root + request.app.url_path_for(route)
+    return RedirectResponse(f"{path}?changed={quote(notice)}", status_code=303)
+
+
+async def set_filter(request: Request) -> Response:
+    """A subscription's new filter, in its text or JSON form."""
+    c = _console(request)
+    async with request.form() as form:
+        caller = auth.operator(request, form)
+        text = form.get("filter")
+    if not isinstance(text, str) or not text.strip():
+        raise HTTPException(400, "give the new filter (its text form); nothing was changed")
+    from predicates import format_filter, parse_filter
+
+    ref = request.path_params["sub"]
+    sub_ref: int | str = int(ref) if ref.isascii() and ref.isdigit() else ref
+    try:
+        filt = parse_filter(text.strip())
+    except (FilterValidationError, ValueError) as exc:
+        raise ValidationError(f"the filter: {exc}; nothing was changed") from exc
+    sub = await run_in_threadpool(c.box.set_filter, sub_ref, filt)
+    shown = format_filter(sub.filter)
+    await run_in_threadpool(c.audit, caller, "subscriptions set-filter", f"{sub.name}: {shown}", 1)
+    return _back(request, "subscriptions", f"{sub.name}: filter is now {shown}")
+
+
+async def service_state(request: Request) -> Response:
+    """Start, stop or unenlist every subscription of a service."""
+    c = _console(request)
+    async with request.form() as form:
+        caller = auth.operator(request, form)
+        service = form.get("service")
+    action = request.path_params["action"]
+    if action not in SERVICE_STATES:
+        raise HTTPException(404, f"no service action {action!r}")
+    if not isinstance(service, str) or not service:
+        raise HTTPException(400, "name the service (the form field service)")
+    n = await run_in_threadpool(c.box.set_service_state, service, SERVICE_STATES[action])
+    await run_in_threadpool(c.audit, caller, f"services {action}", service, n)
+    return _back(request, "subscriptions", f"service {service} {SERVICE_STATES[action]}")
+
+
+async def remove_host(request: Request) -> Response:
+    """Remove a host nothing refers to (else 409, saying what is left)."""
+    c = _console(request)
+    async with request.form() as form:
+        caller = auth.operator(request, form)
+        name = form.get("host")
+    if not isinstance(name, str) or not name:
+        raise HTTPException(400, "name the host (the form field host)")
+    await run_in_threadpool(c.box.remove_host, name)
+    await run_in_threadpool(c.audit, caller, "hosts remove", name, None)
+    return _back(request, "overview", f"host {name} removed")
