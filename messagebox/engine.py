@@ -144,6 +144,9 @@ class MessageBox:
         correlation: Sequence[str] = (),
     ) -> Subscription:
         """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
+        The subscription's ``name`` (unique) defaults to the service's, or, when that
+        is taken, the service's with ``-2``, ``-3`` … (as ``messagebox subscriptions add
+        SERVICE`` names it).
 
         ``filter`` is a DSL expression such as ``(P("a.B") == 1) | P("a.C").exists()``
         or a :class:`~predicates.Filter`. Instance subscriptions need ``instance_id``.

@@ -231,14 +231,14 @@ def _subscription_rows(
     """The rows of the subscriptions, their groups and the groups' predicate links, with
     the subscriptions they make (ids allocated)."""
     sub_ids = allocate(conn, len(specs))
+    names = _default_names(conn, specs)
     n_groups = sum(len(s.filter.groups) for s in specs)
     group_ids = iter(allocate(conn, n_groups))
     subs: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     links: list[dict[str, Any]] = []
     made: list[Subscription] = []
-    for spec, sub_id in zip(specs, sub_ids, strict=True):
-        name = spec.name or f"{spec.service}#{sub_id}"
+    for spec, sub_id, name in zip(specs, sub_ids, names, strict=True):
         subs.append(
             {
                 "id": sub_id,
@@ -259,6 +259,32 @@ def _subscription_rows(
         _group_rows(spec.filter, sub_id, group_ids, pred_ids, groups, links)
         made.append(_subscription(subs[-1], spec.filter))
     return subs, groups, links, made
+
+
+def _default_names(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> list[str]:
+    """Each spec's name: the one given, else its service's when free, else the service's
+    with the first free ``-2``, ``-3`` … (taken names: stored ones and this batch's)."""
+    s = schema.subscription
+    taken = {spec.name for spec in specs if spec.name}
+    for service in sorted({spec.service for spec in specs if not spec.name}):
+        taken.update(
+            conn.execute(
+                sa.select(s.c.name).where(
+                    sa.or_(s.c.name == service, s.c.name.startswith(f"{service}-", autoescape=True))
+                )
+            ).scalars()
+        )
+    names: list[str] = []
+    for spec in specs:
+        name = spec.name
+        if not name:
+            name, n = spec.service, 1
+            while name in taken:
+                n += 1
+                name = f"{spec.service}-{n}"
+            taken.add(name)
+        names.append(name)
+    return names
 
 
 def _group_rows(

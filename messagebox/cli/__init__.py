@@ -7,7 +7,7 @@
             [--policy suspend|drop|raise] [--batch N]
                                            publish each file (or stdin) as one message
     subscriptions list [--host H] [--service S]
-    subscriptions add NAME --host H --filter EXPR|JSON|@FILE [--service S] [--priority N]
+    subscriptions add SERVICE --host H --filter EXPR|JSON|@FILE [--name N] [--priority N]
             [--ordered] [--on-failure suspend|stop] [--state started|stopped]
     subscriptions remove REF ...           by id or name; waiting entries are suspended
     subscriptions set-filter REF --filter EXPR|JSON|@FILE

@@ -130,9 +130,17 @@ def build() -> argparse.ArgumentParser:
         'parentheses; values: "strings", numbers, true, false, datetime("ISO")), its '
         "JSON form, or @FILE holding either.",
     )
-    add.add_argument("name", help="the subscription's name (unique)")
+    add.add_argument("service", metavar="SERVICE", help="the service that handles them")
     add.add_argument("--host", required=True, help="the host whose queue gets the messages")
-    add.add_argument("--service", help="the service that handles them (default: NAME)")
+    add.add_argument(
+        "--name",
+        help="the subscription's name, unique (default: SERVICE, or SERVICE-2, -3 … when taken)",
+    )
+    add.add_argument(
+        "--service",
+        dest="old_service",
+        help=argparse.SUPPRESS,  # deprecated: `add NAME --service S` is `add S --name NAME`
+    )
     add.add_argument("--filter", required=True, help="the filter: text, JSON or @FILE")
     add.add_argument("--priority", type=int, default=0, help="-1000..1000 (default 0)")
     add.add_argument("--ordered", action="store_true", help="deliver in publish order")

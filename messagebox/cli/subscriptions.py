@@ -53,15 +53,26 @@ def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
 
 
 def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
-    """Subscribe a service (by default the subscription's name) on a known host."""
+    """Subscribe a service on a known host (the subscription named as ``--name``, else
+    after the service). The spelling of earlier versions, ``add NAME --service S``,
+    still works, with a deprecation note."""
     filt = inputs.filter_arg(args.filter)
+    service, name = args.service, args.name
+    if args.old_service is not None:
+        if name is not None:
+            raise inputs.UsageError("give --name (and SERVICE first), not --service")
+        service, name = args.old_service, args.service
+        out.note(
+            f"note: `subscriptions add {name} --service {service}` is deprecated; "
+            f"write `subscriptions add {service} --name {name}` (SERVICE first, as in Python)"
+        )
     with open_box(args) as box:
         inputs.known_host(box, args.host)
         sub = box.subscribe(
-            args.service or args.name,
+            service,
             host=args.host,
             filter=filt,
-            name=args.name,
+            name=name,
             priority=args.priority,
             ordered=args.ordered,
             on_failure=args.on_failure,

@@ -165,14 +165,14 @@ def test_hosts_and_subscriptions_are_added_and_listed(url: str) -> None:
     added = ok(cli("subscriptions", "add", "audit-big", "--host", "audit", "--filter", text,
                    "--priority", "5", "--json", env=env))  # fmt: skip
     filt = Filter.of(P("orders.At") > datetime.fromisoformat("2024-01-01T00:00:00+00:00"))
-    as_json = ok(cli("subscriptions", "add", "audit-late", "--host", "audit", "--service",
-                     "audit", "--filter", filt.to_json(), "--json", env=env))  # fmt: skip
+    as_json = ok(cli("subscriptions", "add", "audit", "--host", "audit", "--name",
+                     "audit-late", "--filter", filt.to_json(), "--json", env=env))  # fmt: skip
     # Then the list shows both filters in the text form, which reads back to the same filter
     listed = {s["name"]: s for s in ok(cli("subscriptions", "list", "--json", env=env))}
     assert listed["audit-big"]["filter"] == (
         '(orders.Region in ["EU", "UK"] and orders.Total >= 1000) or orders.Audit exists'
     )
-    assert listed["audit-big"]["service"] == "audit-big"  # the service defaults to the name
+    assert listed["audit-big"]["service"] == "audit-big"  # named after the service
     assert (listed["audit-big"]["priority"], listed["audit-big"]["id"]) == (5, added["id"])
     assert listed["audit-late"]["filter"] == 'orders.At > datetime("2024-01-01T00:00:00+00:00")'
     assert Filter.from_json(json.dumps(listed["audit-late"]["filter_json"])) == filt
@@ -182,6 +182,36 @@ def test_hosts_and_subscriptions_are_added_and_listed(url: str) -> None:
             P("orders.Region").in_(["EU", "UK"]) & (P("orders.Total") >= 1000)
             | P("orders.Audit").exists()
         )
+
+
+def test_one_naming_the_service_first_and_a_default_name_after_it(backend_url: str) -> None:
+    # The command line and Python name a subscription alike: SERVICE first, the name
+    # after the service by default, then SERVICE-2, -3 … when it is taken
+    url = backend_url
+    with MessageBox(url):
+        pass
+    assert run_cli(["--url", url, "hosts", "add", "h"]).returncode == 0
+    first = run_cli(["--url", url, "--json", "subscriptions", "add", "bill", "--host", "h",
+                     "--filter", "a.B == 1"])  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    with MessageBox(url) as box:
+        second = box.subscribe("bill", host="h", filter=P("a.B") == 2)
+        third = box.subscribe("bill", host="h", filter=P("a.B") == 3)
+    assert (json.loads(first.stdout)["name"], second.name, third.name) == (
+        "bill",
+        "bill-2",
+        "bill-3",
+    )
+    # The spelling of earlier versions still works, with a deprecation note
+    old = run_cli(["--url", url, "--json", "subscriptions", "add", "bill-old", "--host", "h",
+                   "--service", "bill", "--filter", "a.B == 4"])  # fmt: skip
+    assert old.returncode == 0, old.stderr
+    made = json.loads(old.stdout)
+    assert (made["name"], made["service"]) == ("bill-old", "bill")
+    assert "is deprecated; write `subscriptions add bill --name bill-old`" in old.stderr
+    both = run_cli(["--url", url, "subscriptions", "add", "x", "--host", "h", "--service",
+                    "bill", "--name", "y", "--filter", "a.B == 5"])  # fmt: skip
+    assert both.returncode == 2
 
 
 def test_hosts_list_is_an_aligned_table(url: str) -> None:
