@@ -6,14 +6,14 @@
     send_adapter("https://partner.example/orders", timeout=10)  # adapters.http.HttpSend
 
 Each adapter module's docstring is its spec (URL form, options). Register your own with
-:func:`register` (see :mod:`adapters.base` for the contract).
+:func:`register` (see :mod:`messagebox.adapters.base` for the contract).
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from adapters.base import Inbound, Outbound, ReceiveAdapter, SendAdapter, Sink, Submitted
+from messagebox.adapters.base import Inbound, Outbound, ReceiveAdapter, SendAdapter, Sink, Submitted
 from messagebox.errors import UnknownAdapter
 
 _receive: dict[str, type[ReceiveAdapter]] = {}
@@ -34,8 +34,8 @@ def register(
 def _builtins() -> None:
     global _loaded
     if not _loaded:
-        from adapters.file import FileReceive, FileSend
-        from adapters.http import HttpReceive, HttpSend
+        from messagebox.adapters.file import FileReceive, FileSend
+        from messagebox.adapters.http import HttpReceive, HttpSend
 
         register(FileReceive, FileSend)
         register(HttpReceive, HttpSend)

@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, ClassVar
 from urllib.parse import unquote, urlsplit
 
-from adapters.base import (
+from messagebox import clock
+from messagebox.adapters.base import (
     Inbound,
     Outbound,
     ReceiveAdapter,
@@ -59,7 +60,6 @@ from adapters.base import (
     Submitted,
     parse_options,
 )
-from messagebox import clock
 from messagebox.errors import ValidationError
 
 if TYPE_CHECKING:

@@ -34,7 +34,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from adapters.base import Inbound, Outbound, ReceiveAdapter, SendAdapter, Sink, parse_options
+from messagebox.adapters.base import (
+    Inbound,
+    Outbound,
+    ReceiveAdapter,
+    SendAdapter,
+    Sink,
+    parse_options,
+)
 from messagebox.errors import AlreadyReceived, MessageBoxError, Throttled, ValidationError
 
 if TYPE_CHECKING:

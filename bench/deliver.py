@@ -25,7 +25,7 @@ What it measures
       PgQueuer means k queue managers (k connections) on one asyncio loop; "processes"
       means one queue manager per process. A job counts once its completion is written
       (PgQueuer buffers those and deletes the jobs in batches).
-    - ``messagebox``: a :class:`~hosts.instance.HostInstance` with ``dequeue_threads=k``
+    - ``messagebox``: a :class:`~messagebox.hosts.instance.HostInstance` with ``dequeue_threads=k``
       and ``claim_batch=b`` (threads), or one single-threaded instance per process
       (processes, each with its own MessageBox on the same URL).
 

@@ -30,9 +30,9 @@ from bench.deliver_mb import mb_open, mb_settings
 from bench.deliver_pgqueuer import pgq_connect, pgq_install, pgq_manager, pgq_queries
 from bench.deliver_raw import raw_duckdb_body, raw_fill_duckdb, raw_fill_pg, raw_pg_body
 from bench.deliver_stores import Env, PgStore
-from hosts.instance import HostInstance
-from hosts.service import Delivery
 from messagebox.engine import MessageBox
+from messagebox.hosts.instance import HostInstance
+from messagebox.hosts.service import Delivery
 from messagebox.message import Message
 
 

@@ -1,5 +1,5 @@
 """messagebox in ``bench.deliver``: the bench host and subscription, the backlog, and a
-:class:`~hosts.instance.HostInstance` as a consumer.
+:class:`~messagebox.hosts.instance.HostInstance` as a consumer.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from bench.deliver_common import (
     EventLike,
     noop,
 )
-from hosts.instance import HostInstance
-from hosts.service import Delivery
 from messagebox.engine import MessageBox
+from messagebox.hosts.instance import HostInstance
+from messagebox.hosts.service import Delivery
 from messagebox.message import Message
-from predicates import P
+from messagebox.predicates import P
 
 
 def mb_settings(threads: int, batch: int) -> dict[str, Any]:

@@ -33,10 +33,10 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
-from predicates import P
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.predicates import P
 
 PG_URL = os.environ.get(
     "MESSAGEBOX_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -8,8 +8,8 @@ What it measures
     them; the clock stops when the N-th confirmation reaches a counting service in the
     same host. The figure is conversation messages handled per second (2N / time).
 
-    - ``orchestration``: :class:`~hosts.orchestration.Orchestration` with persisted state,
-      one message at a time per instance, each step committed atomically with its
+    - ``orchestration``: :class:`~messagebox.hosts.orchestration.Orchestration` with
+      persisted state, one message at a time per instance, each step committed atomically with its
       publication.
     - ``stateless``: plain services with the same filters, no state, no correlation;
       the payment handler publishes the confirmation with ``Delivery.publish`` (its own
@@ -43,9 +43,9 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from hosts import Delivery, HostApp, Orchestration, activate, receive
 from messagebox import Message, MessageBox
-from predicates import P
+from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive
+from messagebox.predicates import P
 
 PG_URL = os.environ.get(
     "MESSAGEBOX_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

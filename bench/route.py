@@ -9,7 +9,7 @@ What it measures
     transaction per batch). Messages are built before the clock starts.
 
     The baseline is the naive approach in the same run: for each message, normalise its
-    properties once, then loop over every subscription's :class:`~predicates.Filter`
+    properties once, then loop over every subscription's :class:`~messagebox.predicates.Filter`
     with the reference evaluator (``filter_matches``, what ``filt.matches`` runs). For
     large N only a sample of messages is evaluated (about three seconds' worth) and
     msgs/s is extrapolated. The sampled messages' naive matches are also compared with

@@ -21,7 +21,7 @@ from bench.route_workload import BATCH, HOSTS, Workload
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.models import Routed
-from predicates import filter_matches, normalize_properties
+from messagebox.predicates import filter_matches, normalize_properties
 
 NAIVE_MIN_MESSAGES = 3
 

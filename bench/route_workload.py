@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from messagebox.message import Message
-from predicates import Filter, P, Predicate, to_filter
+from messagebox.predicates import Filter, P, Predicate, to_filter
 
 BATCH = 1_000
 SEED = 20_240_601

@@ -52,8 +52,8 @@ from bench.route_workload import (
     make_workload,
 )
 from messagebox import MessageBox, router
-from pipelines.spark import Target, route_dataframe, session
-from predicates import filter_matches, normalize_properties
+from messagebox.pipelines.spark import Target, route_dataframe, session
+from messagebox.predicates import filter_matches, normalize_properties
 
 SEED = 20_240_601
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -114,7 +114,7 @@ def as_python(df: Any) -> Any:
     """``df`` with the timestamp column as epoch microseconds."""
     from pyspark.sql import functions as F
 
-    from pipelines.spark import column
+    from messagebox.pipelines.spark import column
 
     return df.withColumn(PLACED, F.unix_micros(column(PLACED)))
 
@@ -140,7 +140,7 @@ def timed_udf(spark: Any, df: Any, targets: list[Target], sample: int) -> tuple[
         props = normalize_properties(properties(dict(zip(names, values, strict=True))))
         return [sid for sid, f in filters if filter_matches(f, props)]
 
-    from pipelines.spark import column
+    from messagebox.pipelines.spark import column
 
     part = as_python(df).where(F.col("key") < sample)
     out = part.select("key", F.explode(route_row(*[column(n) for n in names])).alias("sub"))

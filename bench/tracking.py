@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from predicates import P
+from messagebox.predicates import P
 
 PG_URL = os.environ.get(
     "MESSAGEBOX_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

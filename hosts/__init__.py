@@ -1,21 +1,21 @@
 """Host instances: dequeuing threads that claim queue entries under a lease and hand
 them to services (docs/concepts.md: Hosts), and the ports that move messages in and out.
 
-- :class:`~hosts.instance.HostInstance` runs one instance of a host;
-- :class:`~hosts.app.HostApp` declares a host's services, subscriptions and ports in a
+- :class:`~messagebox.hosts.instance.HostInstance` runs one instance of a host;
+- :class:`~messagebox.hosts.app.HostApp` declares a host's services, subscriptions and ports in a
   module, for ``messagebox host run module:app``;
-- :class:`~hosts.service.Delivery` is what a service receives;
-- :class:`~hosts.orchestration.Orchestration`: long-running services with persisted
+- :class:`~messagebox.hosts.service.Delivery` is what a service receives;
+- :class:`~messagebox.hosts.orchestration.Orchestration`: long-running services with persisted
   state, correlation, convoys and timeouts;
-- :mod:`hosts.ports`: receive ports and locations, send ports and send port groups.
+- :mod:`messagebox.hosts.ports`: receive ports and locations, send ports and send port groups.
 """
 
-from hosts.app import HostApp
-from hosts.dispatch import InstanceStats
-from hosts.instance import HostInstance
-from hosts.orchestration import Orchestration, activate, receive, timeout
-from hosts.ports import ReceiveLocation, ReceivePort, SendPort, SendPortGroup, Transport
-from hosts.service import Delivery
+from messagebox.hosts.app import HostApp
+from messagebox.hosts.dispatch import InstanceStats
+from messagebox.hosts.instance import HostInstance
+from messagebox.hosts.orchestration import Orchestration, activate, receive, timeout
+from messagebox.hosts.ports import ReceiveLocation, ReceivePort, SendPort, SendPortGroup, Transport
+from messagebox.hosts.service import Delivery
 
 __all__ = [
     "Delivery",

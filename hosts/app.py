@@ -8,7 +8,7 @@ Python module, for ``messagebox host run module:app``.
 
     app.subscribe("ship-eu", filter=P("orders.Region") == "EU", name="ship-eu")
 
-Ports are declared the same way (see :mod:`hosts.ports`):
+Ports are declared the same way (see :mod:`messagebox.hosts.ports`):
 
     orders_in = app.receive_port("orders-in", route_failed=True)
     orders_in.location("drop", "file:///data/in?mask=*.xml", pipeline=XmlReceive([schema]))
@@ -17,7 +17,7 @@ Ports are declared the same way (see :mod:`hosts.ports`):
                   retry_interval=60, backup="file:///data/out/backup/%MessageID%.xml")
     app.send_port_group("all-large", filter=P("orders.Total") >= 10_000, ports=["eu", "us"])
 
-Orchestrations (see :mod:`hosts.orchestration`) with ``app.orchestration(Fulfilment)``.
+Orchestrations (see :mod:`messagebox.hosts.orchestration`) with ``app.orchestration(Fulfilment)``.
 
 A host instance of the app runs its receive locations beside its dequeue threads; each
 send port is a service with a subscription named after the port.
@@ -37,13 +37,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from hosts.instance import HostInstance
-from hosts.orchestration import Orchestration, OrchestrationService
-from hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
+from messagebox.hosts.instance import HostInstance
+from messagebox.hosts.orchestration import Orchestration, OrchestrationService
+from messagebox.hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
 from messagebox.models import HostSettings
-from predicates import to_filter
+from messagebox.predicates import to_filter
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -86,7 +86,7 @@ class HostApp:
         self.declared.append({"service": service, "filter": filter, "name": name, **options})
 
     def orchestration(self, cls: type[Orchestration[Any]]) -> type[Orchestration[Any]]:
-        """Run an orchestration class (see :mod:`hosts.orchestration`) in this host: a
+        """Run an orchestration class (see :mod:`messagebox.hosts.orchestration`) in this host: a
         service named ``cls.name`` with an activation subscription per ``@activate``
         receive and an instance subscription per ``@receive``, named
         ``<name>.<receive>``. Usable as a class decorator."""
@@ -104,7 +104,7 @@ class HostApp:
         return port
 
     def send_port(self, name: str, **options: Any) -> SendPort:
-        """Declare a send port (options of :class:`~hosts.ports.SendPort`); it runs as
+        """Declare a send port (options of :class:`~messagebox.hosts.ports.SendPort`); it runs as
         the service ``name`` with a subscription of the same name."""
         port = SendPort(name, **options)
         self.add_service(name, port)

@@ -15,19 +15,19 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hosts.dispatch import (
-    InstanceStats,
-    Pending,
-    Permits,
-    Run,
-)
-from hosts.service import Delivery, Handler, as_handler
 from messagebox import clock
 from messagebox.consumer import Outcomes, Recorded
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import (
     MessageBoxError,
 )
+from messagebox.hosts.dispatch import (
+    InstanceStats,
+    Pending,
+    Permits,
+    Run,
+)
+from messagebox.hosts.service import Delivery, Handler, as_handler
 from messagebox.leases import Claim, Failure
 from messagebox.models import (
     HostSettings,

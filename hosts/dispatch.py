@@ -1,4 +1,4 @@
-"""What a host instance's threads share while they deliver (see :mod:`hosts.instance`):
+"""What a host instance's threads share while they deliver (see :mod:`messagebox.hosts.instance`):
 the claimed batch in hand (:class:`Run`, which the supervisor takes over when a handler
 times out), the per-process slot for interrupted entries, permits, and counters.
 """

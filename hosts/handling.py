@@ -9,18 +9,6 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from hosts.core import InstanceCore
-from hosts.dispatch import (
-    ALONE,
-    ALONE_WAIT_SECONDS,
-    DONE,
-    SETTLED,
-    Abandoned,
-    Done,
-    Run,
-    Settled,
-)
-from hosts.service import Delivery, MessageBatch
 from messagebox import leases
 from messagebox.consumer import Outcomes
 from messagebox.errors import (
@@ -30,6 +18,18 @@ from messagebox.errors import (
     PermanentFailure,
     RetryLater,
 )
+from messagebox.hosts.core import InstanceCore
+from messagebox.hosts.dispatch import (
+    ALONE,
+    ALONE_WAIT_SECONDS,
+    DONE,
+    SETTLED,
+    Abandoned,
+    Done,
+    Run,
+    Settled,
+)
+from messagebox.hosts.service import Delivery, MessageBatch
 from messagebox.leases import Claim, Failure
 from messagebox.models import (
     CRASHED_HOST,

@@ -27,9 +27,10 @@ and entries that were merely claimed alongside it are not charged. A store failu
 a message is read is the engine's: retried without using up an attempt.
 - on PostgreSQL, a listener on its own connection.
 
-The parts, each a class the next extends: :mod:`hosts.core` (state, wake-ups, outcome
-recording), :mod:`hosts.handling` (handing batches to services), :mod:`hosts.supervision`
-(the dequeue loop and the service threads), and this module (start, stop, run).
+The parts, each a class the next extends: :mod:`messagebox.hosts.core` (state, wake-ups,
+outcome recording), :mod:`messagebox.hosts.handling` (handing batches to services),
+:mod:`messagebox.hosts.supervision` (the dequeue loop and the service threads), and this
+module (start, stop, run).
 
 Stopping is graceful: workers stop claiming, in-flight handlers get ``timeout`` seconds
 to finish, claimed entries never handed to a service are given back (their attempt not
@@ -44,11 +45,11 @@ import threading
 import time
 from typing import Any
 
-from hosts.core import Receiver
-from hosts.supervision import Supervision
 from messagebox.errors import (
     MessageBoxError,
 )
+from messagebox.hosts.core import Receiver
+from messagebox.hosts.supervision import Supervision
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -60,7 +61,7 @@ class HostInstance(Supervision):
     of the same host (PostgreSQL); each queue entry is handled by exactly one of them.
 
     ``services`` maps service names (as subscriptions name them) to handlers; see
-    :mod:`hosts.service`. ``settings`` overrides the host's stored settings for this
+    :mod:`messagebox.hosts.service`. ``settings`` overrides the host's stored settings for this
     instance only (e.g. ``{"dequeue_threads": 2}``). ``close_box`` closes the box on
     stop (the default when the instance opened it from a URL).
     """

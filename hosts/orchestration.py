@@ -81,7 +81,6 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from hosts.service import Delivery
 from messagebox import clock, service_instances
 from messagebox.errors import (
     Conflict,
@@ -90,10 +89,11 @@ from messagebox.errors import (
     MessageValidationError,
     ValidationError,
 )
+from messagebox.hosts.service import Delivery
 from messagebox.message import Message
 from messagebox.models import InstanceState, Kind
+from messagebox.predicates import Filter, P, to_filter
 from messagebox.properties import Value, canonical_name
-from predicates import Filter, P, to_filter
 
 log = logging.getLogger("messagebox.orchestration")
 

@@ -25,9 +25,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from adapters import Inbound, Outbound, Submitted, receive_adapter, send_adapter
-from hosts.dispatch import Counters
 from messagebox import clock
+from messagebox.adapters import Inbound, Outbound, Submitted, receive_adapter, send_adapter
 from messagebox.errors import (
     MessageValidationError,
     PermanentFailure,
@@ -35,10 +34,10 @@ from messagebox.errors import (
     RetryLater,
     ValidationError,
 )
+from messagebox.hosts.dispatch import Counters
 from messagebox.message import Message
 from messagebox.models import RECEIVE_FAILURE, RoutingPolicy
-from messagebox.router import Suspension
-from pipelines import (
+from messagebox.pipelines import (
     MESSAGE_TYPE,
     PASS_THRU_RECEIVE,
     PASS_THRU_SEND,
@@ -47,12 +46,13 @@ from pipelines import (
     ReceivePipeline,
     SendPipeline,
 )
-from predicates import to_filter
-from predicates.model import Filter
+from messagebox.predicates import to_filter
+from messagebox.predicates.model import Filter
+from messagebox.router import Suspension
 
 if TYPE_CHECKING:
-    from hosts.service import Delivery
     from messagebox.engine import MessageBox
+    from messagebox.hosts.service import Delivery
 
 log = logging.getLogger("messagebox.ports")
 

@@ -10,12 +10,12 @@ import logging
 import threading
 import time
 
-from hosts.handling import Handling
 from messagebox import metrics, rollup
 from messagebox.consumer import Outcomes
 from messagebox.errors import (
     MessageBoxError,
 )
+from messagebox.hosts.handling import Handling
 from messagebox.leases import Claim, Failure
 
 log = logging.getLogger("messagebox.hosts")

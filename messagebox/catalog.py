@@ -20,9 +20,9 @@ from messagebox.models import (
     State,
     Subscription,
 )
+from messagebox.predicates import to_filter
 from messagebox.properties import canonical_name, check_text
 from messagebox.store import Store
-from predicates import to_filter
 
 SPEC_FIELDS = frozenset(
     {

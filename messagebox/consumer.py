@@ -1,5 +1,5 @@
 """What a host instance does to the store, one transaction a call: the storage side of
-:mod:`hosts` (procrastinate's manager over its connector is the model).
+:mod:`messagebox.hosts` (procrastinate's manager over its connector is the model).
 
 Hosts call this and nothing below it: the queries live in :mod:`messagebox.leases`
 and :mod:`messagebox.service_instances`; this module decides which transactions take the

@@ -149,7 +149,7 @@ class MessageBox:
         SERVICE`` names it).
 
         ``filter`` is a DSL expression such as ``(P("a.B") == 1) | P("a.C").exists()``
-        or a :class:`~predicates.Filter`. Instance subscriptions need ``instance_id``.
+        or a :class:`~messagebox.predicates.Filter`. Instance subscriptions need ``instance_id``.
         ``ordered`` delivers strictly in publish order, one at a time; ``on_failure``
         says what an ordered subscription does with a message that exhausts its retries.
         ``correlation`` (long-running services) routes every message with the same
@@ -517,7 +517,7 @@ class MessageBox:
 
     def consumer(self, host: str, owner: str) -> Consumer:
         """The store as the host instance ``owner`` of ``host`` uses it (for
-        :mod:`hosts`)."""
+        :mod:`messagebox.hosts`)."""
         return Consumer(self.store, host, owner)
 
     def host(self, name: str) -> Host:

@@ -13,8 +13,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from messagebox.errors import ValidationError
+from messagebox.predicates import Filter, FilterExplanation
 from messagebox.properties import Value
-from predicates import Filter, FilterExplanation
 
 
 class Kind(StrEnum):

@@ -30,12 +30,12 @@ from messagebox.models import (
     Subscription,
     SubscriptionExplanation,
 )
+from messagebox.predicates import normalize_properties
+from messagebox.predicates.explain import explain as explain_filter
 from messagebox.properties import Value, decode_context
 from messagebox.receipts import Receipt
 from messagebox.store import Store
 from messagebox.throttle import Throttle
-from predicates import normalize_properties
-from predicates.explain import explain as explain_filter
 
 PUBLISH_CONFLICT_RETRIES = 20
 

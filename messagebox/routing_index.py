@@ -5,7 +5,7 @@ version (``mb_routing_change``, see :func:`messagebox.subscriptions.changed`), a
 publish first reads, inside its own transaction, the versions after the one this index
 holds, then reloads the subscriptions they name. A publish therefore routes against one
 committed set of subscriptions, never a mix, and never one older than its transaction
-can see. The matching itself is :class:`predicates.index.FilterIndex`; the SQL router
+can see. The matching itself is :class:`messagebox.predicates.index.FilterIndex`; the SQL router
 (``Dialect.route``) stays as the other way to route the same rows
 (``MessageBox(router="sql")``), and the two are held equal by the routing tests.
 """
@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from messagebox import schema
 from messagebox.dialects import Target
 from messagebox.models import State
+from messagebox.predicates.index import FilterIndex
+from messagebox.predicates.model import Filter
 from messagebox.properties import Value
-from predicates.index import FilterIndex
-from predicates.model import Filter
 
 _KEY = "mb_routing_index"
 """``conn.info`` key: the store's :class:`RoutingIndex` (set by ``Store.transaction``)."""

@@ -27,8 +27,8 @@ from messagebox.models import (
     State,
     Subscription,
 )
-from predicates import Filter
-from predicates.sql import anchor_rank, typed_rows
+from messagebox.predicates import Filter
+from messagebox.predicates.sql import anchor_rank, typed_rows
 
 _CHUNK = 1000
 

@@ -4,7 +4,7 @@ A receive pipeline turns the bytes a receive location took in into messages to p
 disassemble (parse, set ``messagebox.MessageType``, split envelopes and batches),
 validate (XSD, JSON Schema) and promote (property schemas). A send pipeline turns a
 routed message into the bytes a send port transmits (assemble, optionally in an
-envelope). See :mod:`pipelines.component` for the contract a component follows.
+envelope). See :mod:`messagebox.pipelines.component` for the contract a component follows.
 
     receive = XmlReceive(schemas=[orders], envelopes={"urn:orders#Batch": None})
     send = SendPipeline([XmlAssembler(envelope="urn:out#Orders")])
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipelines.component import (
+from messagebox.pipelines.component import (
     MESSAGE_TYPE,
     PASS_THRU_RECEIVE,
     PASS_THRU_SEND,
@@ -27,9 +27,9 @@ from pipelines.component import (
     ReceivePipeline,
     SendPipeline,
 )
-from pipelines.json import JsonAssembler, JsonDisassembler, JsonValidator
-from pipelines.schema import Field, Promote, PropertySchema
-from pipelines.xml import XmlAssembler, XmlDisassembler, XmlValidator
+from messagebox.pipelines.json import JsonAssembler, JsonDisassembler, JsonValidator
+from messagebox.pipelines.schema import Field, Promote, PropertySchema
+from messagebox.pipelines.xml import XmlAssembler, XmlDisassembler, XmlValidator
 
 
 def XmlReceive(

@@ -13,8 +13,8 @@ from typing import Any
 import jsonschema
 
 from messagebox.errors import ValidationError
-from pipelines.component import MESSAGE_TYPE, Component, PipelineContext, PipelineMessage
-from pipelines.jsonpath import JsonPath
+from messagebox.pipelines.component import MESSAGE_TYPE, Component, PipelineContext, PipelineMessage
+from messagebox.pipelines.jsonpath import JsonPath
 
 
 def parse(body: bytes, component: Component) -> Any:

@@ -12,7 +12,7 @@
     )
 
 A path is an XPath for XML message types and a JSONPath (the subset of
-:mod:`pipelines.jsonpath`) for JSON ones: the parsed document decides which. A path must
+:mod:`messagebox.pipelines.jsonpath`) for JSON ones: the parsed document decides which. A path must
 select exactly one value. Types: ``str``, ``int``, ``float``, ``Decimal``, ``bool``
 (``true``/``false``/``1``/``0``) and ``datetime`` (ISO 8601 with a timezone). The
 :class:`Promote` component applies the schemas to each message by its message type.
@@ -29,10 +29,10 @@ from decimal import Decimal, InvalidOperation
 from lxml import etree
 
 from messagebox.errors import ValidationError
+from messagebox.pipelines.component import Component, PipelineContext, PipelineMessage
+from messagebox.pipelines.jsonpath import JsonPath
+from messagebox.pipelines.xml import compile_xpath, xml_parser
 from messagebox.properties import canonical_name, is_reserved, normalize_value
-from pipelines.component import Component, PipelineContext, PipelineMessage
-from pipelines.jsonpath import JsonPath
-from pipelines.xml import compile_xpath, xml_parser
 
 TYPES: dict[type, str] = {
     str: "str",

@@ -1,6 +1,6 @@
 """Batch routing on Spark (docs/howto-spark.md): the same filters over a DataFrame of messages.
 
-    from pipelines.spark import route_dataframe, session
+    from messagebox.pipelines.spark import route_dataframe, session
 
     spark = session()                                   # local[*]; session("spark://…")
     orders = spark.read.parquet("orders/")              # key + one column per property
@@ -10,7 +10,7 @@
 The result has one row per (message, matching subscription): the key column, then
 ``subscription`` (id), ``name``, ``service``, ``host``. It is identical to what the SQL
 router finds for the same messages (``MessageBox.would_route``): the algorithm is the
-counting algorithm as one broadcast join (see :mod:`predicates.spark`), with no Python
+counting algorithm as one broadcast join (see :mod:`messagebox.predicates.spark`), with no Python
 UDF on the path.
 
 Messages come in one of two layouts:
@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from messagebox.errors import ValidationError
 from messagebox.models import State, Subscription
+from messagebox.predicates.model import Filter
+from messagebox.predicates.spark import PredicateTable, TypedValue, base_probe, probes
 from messagebox.properties import (
     INT64_MAX,
     INT64_MIN,
@@ -56,8 +58,6 @@ from messagebox.properties import (
     Family,
     canonical_name,
 )
-from predicates.model import Filter
-from predicates.spark import PredicateTable, TypedValue, base_probe, probes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -339,7 +339,7 @@ def route_dataframe(
     if probe_rows is None:
         empty = df.select(column(key)).limit(0).crossJoin(info.limit(0))
         return empty.select(column(key), *OUTPUT_COLUMNS)
-    from predicates.spark import route_probes
+    from messagebox.predicates.spark import route_probes
 
     pairs = route_probes(probe_rows, table, spark)
     routed = pairs.join(F.broadcast(info), pairs["_sub"] == info["subscription"])
@@ -407,7 +407,7 @@ def _checked_key(key: str) -> Column:
 
 def _probe_rows(staged: DataFrame, pids: Iterable[int], table: PredicateTable) -> DataFrame | None:
     """``(_key, _vals, _probe)`` rows from ``staged``: ``_key`` and a value struct
-    ``_p<pid>`` per tested property it has (see :class:`predicates.spark.TypedValue`)."""
+    ``_p<pid>`` per tested property it has (see :class:`messagebox.predicates.spark.TypedValue`)."""
     from pyspark.sql import functions as F
 
     have = set(pids)

@@ -1,5 +1,6 @@
 """``messagebox spark route`` and ``messagebox spark what-if``: the command-line side of
-:mod:`pipelines.spark` and :mod:`pipelines.whatif` (arguments in :mod:`messagebox.cli.parser`).
+:mod:`messagebox.pipelines.spark` and :mod:`messagebox.pipelines.whatif` (arguments in
+:mod:`messagebox.cli.parser`).
 
 Progress goes to standard error: each step with its elapsed time, and Spark's own
 progress bar while a job runs. Exit codes: 0 success, 1 a messagebox or Spark error
@@ -84,7 +85,7 @@ def _spark_error(exc: Exception) -> str:
 
 
 def _session(args: argparse.Namespace) -> Any:
-    from pipelines.spark import session
+    from messagebox.pipelines.spark import session
 
     conf = {"spark.ui.showConsoleProgress": "true"}
     for item in args.conf:
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 def _route(args: argparse.Namespace, step: _Steps) -> int:
     from pyspark.sql import functions as F
 
-    from pipelines.spark import load_subscriptions, route_dataframe, write_routes
+    from messagebox.pipelines.spark import load_subscriptions, route_dataframe, write_routes
 
     source = args.subscriptions or args.explicit_url
     if not source:
@@ -167,7 +168,7 @@ def _route(args: argparse.Namespace, step: _Steps) -> int:
 
 def _what_if(args: argparse.Namespace, step: _Steps) -> int:
     from messagebox.engine import MessageBox
-    from pipelines.whatif import export_messages, what_if
+    from messagebox.pipelines.whatif import export_messages, what_if
 
     spark = _session(args)
     with MessageBox(args.url) as box:

@@ -1,6 +1,6 @@
 """Bulk publish from Spark into the MessageBox, idempotently (docs/howto-spark.md).
 
-    from pipelines.spark_publish import publish_dataframe
+    from messagebox.pipelines.spark_publish import publish_dataframe
 
     orders = spark.read.parquet("orders/2026-11-24/")   # a key + one column per property
     report = publish_dataframe(
@@ -11,7 +11,7 @@
 
 Every row of the frame becomes one message, published and routed exactly as
 :meth:`MessageBox.publish <messagebox.engine.MessageBox.publish>` publishes it. The frame
-is in the *wide* layout of :mod:`pipelines.spark`: a key column, one column per
+is in the *wide* layout of :mod:`messagebox.pipelines.spark`: a key column, one column per
 promoted property named ``namespace.Name`` (or picked and renamed with
 ``properties={"column": "ns.Name"}``; by default every column but the key and the body),
 a null being an absent property. Property columns may be strings, integers, floats,
@@ -92,8 +92,8 @@ from messagebox.errors import (
 )
 from messagebox.message import Message
 from messagebox.models import Outcome, Routed, RoutingPolicy
+from messagebox.pipelines.spark import column, property_columns, typed_value
 from messagebox.properties import is_reserved
-from pipelines.spark import column, property_columns, typed_value
 
 if TYPE_CHECKING:
     from pyspark import RDD

@@ -1,19 +1,19 @@
 """What-if routing: which stored messages would change destination under proposed
 subscriptions (docs/howto-spark.md).
 
-    from pipelines.whatif import what_if
+    from messagebox.pipelines.whatif import what_if
 
     report = what_if(box, {"ship-eu": P("orders.Region").in_(["EU", "UK"])}, spark=spark)
     report.changes.show()        # message_id, before, after, added, removed
     print(report.summary)        # messages evaluated, changed, gained/lost per service
 
 The stored messages are exported from the spool (their promoted properties, in the long
-layout of :mod:`pipelines.spark`) and routed once, in one Spark job, against the current
+layout of :mod:`messagebox.pipelines.spark`) and routed once, in one Spark job, against the current
 subscriptions and the proposed ones together. A destination is a *service*: by default
 the proposed subscriptions replace the current ones of the services they name (a
 service with no proposed subscription keeps its own); with ``replace_all=True`` the
 proposed set is the whole new set. Proposals are given as for
-:func:`~pipelines.spark.load_subscriptions`: a mapping of service to filter, a JSON file,
+:func:`~messagebox.pipelines.spark.load_subscriptions`: a mapping of service to filter, a JSON file,
 another MessageBox's URL, or subscriptions. Nothing is stored or changed.
 
 A message with no promoted property has no rows in the export and is not evaluated.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.spark import Target, load_subscriptions, route_dataframe
+from messagebox.pipelines.spark import Target, load_subscriptions, route_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

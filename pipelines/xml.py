@@ -15,7 +15,7 @@ from pathlib import Path
 from lxml import etree
 
 from messagebox.errors import ValidationError
-from pipelines.component import MESSAGE_TYPE, Component, PipelineContext, PipelineMessage
+from messagebox.pipelines.component import MESSAGE_TYPE, Component, PipelineContext, PipelineMessage
 
 
 def xml_parser() -> etree.XMLParser:

@@ -1,10 +1,15 @@
 """The filter language: ``P`` references, predicates, DNF filters, their evaluators, their
 text form and explanations."""
 
-from predicates.dsl import And, Or, P, to_filter
-from predicates.evaluate import filter_matches, normalize_properties, predicate_holds
-from predicates.explain import FilterExplanation, GroupExplanation, PredicateCheck, explain
-from predicates.model import (
+from messagebox.predicates.dsl import And, Or, P, to_filter
+from messagebox.predicates.evaluate import filter_matches, normalize_properties, predicate_holds
+from messagebox.predicates.explain import (
+    FilterExplanation,
+    GroupExplanation,
+    PredicateCheck,
+    explain,
+)
+from messagebox.predicates.model import (
     MAX_GROUPS,
     MAX_IN_VALUES,
     MAX_NESTING,
@@ -14,7 +19,7 @@ from predicates.model import (
     Op,
     Predicate,
 )
-from predicates.text import format_filter, parse_filter
+from messagebox.predicates.text import format_filter, parse_filter
 
 __all__ = [
     "MAX_GROUPS",

@@ -3,12 +3,12 @@
     (P("BTS.MessageType") == "PO") & (P("orders.Total") > 1000) | P("orders.Rush").exists()
 
 ``P(name)`` names a promoted property; its comparison operators and methods build
-:class:`~predicates.model.Predicate` objects, which combine with ``&`` and ``|`` into an
+:class:`~messagebox.predicates.model.Predicate` objects, which combine with ``&`` and ``|`` into an
 expression tree of any depth. :func:`to_filter` normalises that tree to disjunctive normal
 form (an OR of AND-groups), refusing one that expands past ``MAX_GROUPS`` groups, or
 nests more than ``MAX_NESTING`` levels deep, before building it. As in Python, ``&``
 binds tighter than ``|``: parenthesise comparisons. The ``&``/``|`` nodes and
-:func:`to_filter` live in :mod:`predicates.model` (predicates combine with them).
+:func:`to_filter` live in :mod:`messagebox.predicates.model` (predicates combine with them).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from messagebox.errors import FilterValidationError
-from predicates.model import And, Expr, Op, Or, Predicate, to_filter
+from messagebox.predicates.model import And, Expr, Op, Or, Predicate, to_filter
 
 __all__ = ["And", "Expr", "Or", "P", "to_filter"]
 

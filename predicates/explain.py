@@ -1,6 +1,6 @@
 """Why a filter matches a message or not, by the reference semantics.
 
-:func:`explain` evaluates every group of a filter with :func:`~predicates.evaluate.
+:func:`explain` evaluates every group of a filter with :func:`~messagebox.predicates.evaluate.
 predicate_holds` (so it agrees with :meth:`Filter.matches <predicates.Filter.matches>`
 by construction) and, for each group that fails, names the first predicate that fails,
 the property's actual value and why it fails: absent, of another family, or a
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from messagebox.predicates.evaluate import predicate_holds
+from messagebox.predicates.model import Filter, Op, Predicate
+from messagebox.predicates.text import format_value
 from messagebox.properties import Family, Value, family
-from predicates.evaluate import predicate_holds
-from predicates.model import Filter, Op, Predicate
-from predicates.text import format_value
 
 FAMILY_NAMES = {
     Family.STR: "a str",
@@ -109,7 +109,7 @@ def check(pred: Predicate, properties: Mapping[str, Value]) -> PredicateCheck:
 
 def explain(filt: Filter, properties: Mapping[str, Value]) -> FilterExplanation:
     """Explain a filter against normalised properties (see
-    :func:`~predicates.evaluate.normalize_properties`)."""
+    :func:`~messagebox.predicates.evaluate.normalize_properties`)."""
     groups = []
     for group in filt.groups:
         failed = None

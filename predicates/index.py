@@ -16,7 +16,7 @@ value, every anchor that holds without looking at the others:
 
 A message's candidate groups are the ones whose anchor holds; each is then verified by
 its remaining predicates, compiled to small closures with the reference semantics
-(:func:`predicates.evaluate.predicate_holds`): an absent property satisfies only
+(:func:`messagebox.predicates.evaluate.predicate_holds`): an absent property satisfies only
 ``not_exists``, values of different families never meet, numbers compare exactly,
 strings by code point. The cost follows the anchors that hold, not the number of
 filters.
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from messagebox.predicates.model import COMPARISONS, Filter, Op, Predicate
+from messagebox.predicates.sql import anchor_rank
 from messagebox.properties import Family, Value, family
-from predicates.model import COMPARISONS, Filter, Op, Predicate
-from predicates.sql import anchor_rank
 
 K = TypeVar("K", bound=Hashable)
 

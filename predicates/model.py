@@ -4,7 +4,8 @@ A :class:`Filter` is what subscriptions store and every evaluator (Python, SQL, 
 reads. It serialises to JSON with typed values, so ``1``, ``1.0``, ``"1"`` and a
 datetime stay distinct after a round trip. The ``&``/``|`` expression algebra that
 builds filters and the reference evaluator are here too, so that the model imports
-nothing above it (:mod:`predicates.dsl` and :mod:`predicates.evaluate` name them).
+nothing above it (:mod:`messagebox.predicates.dsl` and
+:mod:`messagebox.predicates.evaluate` name them).
 
 Limits (checked when a filter is built):
 

@@ -5,7 +5,7 @@ one DataFrame plan with no Python UDF and, for wide frames, no shuffle but the f
 deduplication:
 
 1. **compile**, in the driver: each group of each subscription gets an *anchor*, its
-   most selective predicate (:func:`predicates.sql.anchor_rank`: equality first, then
+   most selective predicate (:func:`messagebox.predicates.sql.anchor_rank`: equality first, then
    ``in``, prefix, range, mask, exists, ``!=``), stored as rows of the *anchor table*;
    the group's other predicates ride along on the anchor row, as small structs;
 2. **probe**: each message row carries its tested values as one array ``_vals``
@@ -41,9 +41,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from messagebox.predicates.model import Filter, Op, Predicate
+from messagebox.predicates.sql import anchor_rank
 from messagebox.properties import Family, family, sql_key
-from predicates.model import Filter, Op, Predicate
-from predicates.sql import anchor_rank
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from messagebox.predicates.model import Op, Predicate
 from messagebox.properties import Family, family, sql_key
-from predicates.model import Op, Predicate
 
 STR, NUM, MASK, EXISTS = "mb_pred_str", "mb_pred_num", "mb_pred_mask", "mb_pred_exists"
 

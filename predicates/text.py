@@ -20,9 +20,9 @@ Grammar (``and`` binds tighter than ``or``; keywords are case-insensitive)::
   (``100.0``, ``1e3``): they compare equal, as everywhere, but keep their types;
 - ``datetime("2024-05-01T10:00:00+02:00")`` is an aware datetime (an offset or ``Z`` is
   required);
-- parentheses nest at most :data:`~predicates.model.MAX_NESTING` levels deep.
+- parentheses nest at most :data:`~messagebox.predicates.model.MAX_NESTING` levels deep.
 
-:func:`format_filter` writes a :class:`~predicates.Filter` in this form, and
+:func:`format_filter` writes a :class:`~messagebox.predicates.Filter` in this form, and
 ``parse_filter(format_filter(f)) == f`` for every filter. Errors are
 :class:`~messagebox.errors.FilterValidationError` naming the column.
 """
@@ -34,9 +34,9 @@ import re
 from datetime import datetime
 
 from messagebox.errors import FilterValidationError
+from messagebox.predicates.dsl import And, Or, to_filter
+from messagebox.predicates.model import MAX_NESTING, Filter, Op, Predicate
 from messagebox.properties import Value
-from predicates.dsl import And, Or, to_filter
-from predicates.model import MAX_NESTING, Filter, Op, Predicate
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")

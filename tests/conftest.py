@@ -162,7 +162,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def spark() -> Iterator[Any]:
     """One local[2] Spark session for the whole run, or for the one xdist worker that
     runs the Spark tests (starting one costs about 5 s)."""
-    from pipelines.spark import session
+    from messagebox.pipelines.spark import session
 
     s = session("local[2]", "messagebox-tests", **{"spark.sql.shuffle.partitions": "4"})
     s.sparkContext.setLogLevel("OFF")

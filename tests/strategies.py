@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from predicates import Filter, P, Predicate, to_filter
+from messagebox.predicates import Filter, P, Predicate, to_filter
 
 NAMES = ["t.a", "t.b", "t.c", "BTS.kind"]
 ZONES = [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]

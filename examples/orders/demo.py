@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import routing
 
-from hosts import HostApp
-from hosts.ports import port_filter
 from messagebox import MessageBox
+from messagebox.hosts import HostApp
+from messagebox.hosts.ports import port_filter
 
 REGIONS = ["EU", "US", "APAC", "LATAM"]
 CUSTOMERS = ["Contoso", "Fabrikam", "Northwind", "Tailspin", "Woodgrove", "Litware"]

@@ -25,9 +25,9 @@ import os
 
 from pydantic import BaseModel
 
-from hosts import Delivery, Orchestration, activate, timeout
 from messagebox import Message
-from predicates import P
+from messagebox.hosts import Delivery, Orchestration, activate, timeout
+from messagebox.predicates import P
 
 PAYMENT_TIMEOUT = float(os.environ.get("ORDERS_PAYMENT_TIMEOUT", "3"))
 """Seconds an order waits for the rest of its payment (short, so the demo shows it)."""

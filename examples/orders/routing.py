@@ -24,9 +24,9 @@ from pathlib import Path
 
 from fulfilment import Fulfilment
 
-from hosts import HostApp, Transport
-from pipelines import Field, JsonReceive, PropertySchema, XmlReceive
-from predicates import P
+from messagebox.hosts import HostApp, Transport
+from messagebox.pipelines import Field, JsonReceive, PropertySchema, XmlReceive
+from messagebox.predicates import P
 
 NS = {"o": "urn:orders"}
 

@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if served is not None:  # a running process holds the store: it runs the command
         return remote.forward(served, arguments, args)
     if args.command == "spark":
-        from pipelines.spark_cli import run as spark
+        from messagebox.pipelines.spark_cli import run as spark
 
         return spark(args)
     if args.command == "console":

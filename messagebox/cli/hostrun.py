@@ -26,7 +26,7 @@ from messagebox.errors import MessageBoxError
 from messagebox.store import DEFAULT_URL
 
 if TYPE_CHECKING:
-    from hosts.instance import HostInstance
+    from messagebox.hosts.instance import HostInstance
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -46,9 +46,9 @@ def console_address(text: str) -> tuple[str, int] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the instances; the exit code."""
-    from hosts.app import load_app
     from messagebox import logs
     from messagebox.cli.remote import duckdb_file
+    from messagebox.hosts.app import load_app
 
     try:
         logs.configure(args.log_level, args.log_format)

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     from messagebox.cli.terminal import Terminal
     from messagebox.engine import MessageBox
+    from messagebox.predicates import Filter
     from messagebox.properties import Value
-    from predicates import Filter
 
 
 class UsageError(Exception):
@@ -163,7 +163,7 @@ def inferred(items: Sequence[str]) -> dict[str, str]:
 
 
 def filter_arg(text: str) -> Filter:
-    from predicates import Filter, parse_filter
+    from messagebox.predicates import Filter, parse_filter
 
     source = read_arg(text, "--filter")
     try:

@@ -261,7 +261,7 @@ def suspended_list(args: argparse.Namespace, out: Terminal) -> None:
 def suspended_show(args: argparse.Namespace, out: Terminal) -> None:
     """One suspended entry: its error and report, its message's parts and properties."""
     from messagebox.errors import UnknownMessage
-    from predicates.text import format_value
+    from messagebox.predicates.text import format_value
 
     with open_box(args) as box:
         entry = box.suspended_entry(args.id)
@@ -385,8 +385,8 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
     """Warnings for ``-p`` values whose guessed type no subscription compares the
     property with (``orders.Zip=12345`` is an int; ``orders.Zip == "12345"`` compares a
     string and never matches it)."""
+    from messagebox.predicates.model import Op
     from messagebox.properties import family
-    from predicates.model import Op
 
     if not guessed:
         return []

@@ -14,8 +14,8 @@ from messagebox.cli.terminal import Terminal
 
 if TYPE_CHECKING:
     from messagebox.models import RouteExplanation, SubscriptionExplanation
+    from messagebox.predicates.explain import PredicateCheck
     from messagebox.properties import Value
-    from predicates.explain import PredicateCheck
 
 
 def route_explain(args: argparse.Namespace, out: Terminal) -> None:
@@ -68,7 +68,7 @@ def _explanation_json(
 
 
 def _subscription_json(e: SubscriptionExplanation) -> dict[str, Any]:
-    from predicates import format_filter
+    from messagebox.predicates import format_filter
 
     return {
         "id": e.subscription.id,
@@ -86,7 +86,7 @@ def _subscription_json(e: SubscriptionExplanation) -> dict[str, Any]:
 
 
 def _failed_json(failed: PredicateCheck | None) -> dict[str, Any] | None:
-    from predicates.text import format_predicate
+    from messagebox.predicates.text import format_predicate
 
     if failed is None:
         return None
@@ -105,7 +105,7 @@ def _say_explanation(
 ) -> None:
     """The output for people: the message, where it routes, and a table of the
     subscriptions with each failing group's first failing predicate."""
-    from predicates.text import format_value
+    from messagebox.predicates.text import format_value
 
     what = f"message {found.message_id}" if found.message_id else "a message"
     props = ", ".join(f"{k}={format_value(v)}" for k, v in sorted(found.properties.items()))
@@ -125,7 +125,7 @@ def _say_explanation(
 def _explanation_rows(e: SubscriptionExplanation) -> list[list[Any]]:
     """One subscription's table rows: one when its filter matches, else one per group
     that fails (the subscription's columns on the first only)."""
-    from predicates.text import format_predicate
+    from messagebox.predicates.text import format_predicate
 
     s = e.subscription
     head = [s.id, s.name, s.service, s.host, s.state.value, "yes" if e.routes else "no"]

@@ -14,7 +14,7 @@ from messagebox.cli.terminal import Terminal
 
 def _subscription_json(sub: Any) -> dict[str, Any]:
     """A subscription as JSON, its filter in text and in JSON."""
-    from predicates import format_filter
+    from messagebox.predicates import format_filter
 
     return {
         "id": sub.id,
@@ -43,7 +43,7 @@ def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
     if out.json:
         out.emit([_subscription_json(s) for s in subs])
         return
-    from predicates import format_filter
+    from messagebox.predicates import format_filter
 
     out.table(
         ["id", "name", "service", "host", "state", "filter"],
@@ -101,7 +101,7 @@ def subscriptions_remove(args: argparse.Namespace, out: Terminal) -> None:
 
 def subscriptions_set_filter(args: argparse.Namespace, out: Terminal) -> None:
     """Give a subscription a new filter in place."""
-    from predicates import format_filter
+    from messagebox.predicates import format_filter
 
     filt = inputs.filter_arg(args.filter)
     with open_box(args) as box:

@@ -42,7 +42,7 @@ async def set_filter(request: Request) -> Response:
         text = form.get("filter")
     if not isinstance(text, str) or not text.strip():
         raise HTTPException(400, "give the new filter (its text form); nothing was changed")
-    from predicates import format_filter, parse_filter
+    from messagebox.predicates import format_filter, parse_filter
 
     ref = request.path_params["sub"]
     sub_ref: int | str = int(ref) if ref.isascii() and ref.isdigit() else ref

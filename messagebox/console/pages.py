@@ -38,13 +38,13 @@ from messagebox.errors import (
     ValidationError,
 )
 from messagebox.models import REROUTABLE, SUSPENDED_REASONS
+from messagebox.predicates import format_filter
+from messagebox.predicates.text import format_predicate, format_value
 from messagebox.properties import (
     Value,
     parse_assignment,
     properties_from_json,
 )
-from predicates import format_filter
-from predicates.text import format_predicate, format_value
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox

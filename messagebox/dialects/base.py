@@ -14,8 +14,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, overload
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert  # DuckDB speaks it too
 
-import sql
-from messagebox import notify
+from messagebox import notify, sql
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
 
 T = TypeVar("T")

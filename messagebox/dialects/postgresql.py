@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 import psycopg
 import sqlalchemy as sa
 
-import sql
-from messagebox import clock, notify, schema
+from messagebox import clock, notify, schema, sql
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import Dialect, Prelude, RouteRow, Same, StagedBatch, route_rows
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError

@@ -29,7 +29,7 @@ import pytest
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED, InstanceInfo
-from predicates import Filter, P
+from messagebox.predicates import Filter, P
 from tests.cli_support import PROCESS_TIMEOUT, ROOT, process_env, run_cli, run_process
 from tests.conftest import table_counts
 

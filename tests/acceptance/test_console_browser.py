@@ -26,11 +26,11 @@ import httpx
 import pytest
 import uvicorn
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox, rollup
 from messagebox.console import create_app
 from messagebox.console.cli import TOKEN_ENV
-from predicates import P
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.predicates import P
 from tests.conftest import IN_CI, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -81,7 +81,7 @@ def test_the_demo_routes_a_day_of_orders_to_the_predicted_ports_on_a_busy_machin
 def test_cli_route_explain_and_its_exit_codes(tmp_path: Path):
     url = f"duckdb:///{tmp_path / 'cli.duckdb'}"
     from messagebox import MessageBox
-    from predicates import P
+    from messagebox.predicates import P
 
     with MessageBox(url) as box:
         box.create_host("h")

@@ -15,7 +15,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import Message, MessageBox
-from predicates import P
+from messagebox.predicates import P
 from tests.cli_support import ROOT, process_env, run_cli
 from tests.conftest import free_port
 

@@ -10,7 +10,7 @@ import pytest
 
 from messagebox import Message, MessageBox
 from messagebox.cli import main
-from predicates import Filter, P
+from messagebox.predicates import Filter, P
 from tests.cli_support import run_cli
 
 CSV = """key,orders.Region,orders.Total,orders.At

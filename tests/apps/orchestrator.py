@@ -25,10 +25,10 @@ import time
 
 from pydantic import BaseModel
 
-from hosts import Delivery, HostApp, Orchestration, activate, receive
 from messagebox import Message, MessageBox
+from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive
 from messagebox.models import Outcome
-from predicates import P
+from messagebox.predicates import P
 
 app = HostApp(
     "orchestrator",

@@ -4,8 +4,8 @@ tests.apps.pair:beta``): alpha completes every delivery of ``t.N >= 0``; beta fa
 
 from __future__ import annotations
 
-from hosts import Delivery, HostApp
-from predicates import P
+from messagebox.hosts import Delivery, HostApp
+from messagebox.predicates import P
 
 alpha = HostApp("alpha", poll_max_seconds=0.1)
 alpha.subscribe("svc-a", filter=P("t.N") >= 0, name="a-all")

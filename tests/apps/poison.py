@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hosts import Delivery, HostApp
-from predicates import P
+from messagebox.hosts import Delivery, HostApp
+from messagebox.predicates import P
 
 app = HostApp(
     "poisoned",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 
-from adapters import Inbound, Submitted
-from hosts import HostApp, Transport
-from pipelines import Field, PropertySchema, XmlReceive
-from predicates import P
+from messagebox.adapters import Inbound, Submitted
+from messagebox.hosts import HostApp, Transport
+from messagebox.pipelines import Field, PropertySchema, XmlReceive
+from messagebox.predicates import P
 
 app = HostApp(
     "receiver",

@@ -12,8 +12,8 @@ import os
 import time
 from pathlib import Path
 
-from hosts import Delivery, HostApp
-from predicates import P
+from messagebox.hosts import Delivery, HostApp
+from messagebox.predicates import P
 
 app = HostApp("workers", dequeue_threads=2, claim_batch=20, cleanup_interval_seconds=0)
 app.subscribe("record", filter=P("t.N") >= 0, name="record-all")

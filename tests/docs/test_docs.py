@@ -53,7 +53,7 @@ and, anywhere in a document, once:
   fails (``tests/conftest.py``).
 - ``<!-- doc-test: requires spark -->``: the document uses the test session's Spark
   (the ``spark`` fixture); ``SparkSession.builder.getOrCreate()``, and so
-  :func:`pipelines.spark.session`, return it. Runtime settings a sample changes are
+  :func:`messagebox.pipelines.spark.session`, return it. Runtime settings a sample changes are
   restored afterwards.
 """
 
@@ -454,8 +454,8 @@ class Runner:
 
     def close(self) -> None:
         """Stop host instances and close stores the samples left open."""
-        from hosts import HostInstance
         from messagebox import MessageBox
+        from messagebox.hosts import HostInstance
 
         for value in list(vars(self.module).values()):
             with contextlib.suppress(Exception):
@@ -468,7 +468,7 @@ class Runner:
 @contextlib.contextmanager
 def _adapters_restored() -> Iterator[None]:
     """Leave the process's adapter registry as it was (howto-adapter.md adds mem://)."""
-    import adapters
+    from messagebox import adapters
 
     adapters._builtins()
     saved: tuple[dict[str, Any], ...] = dict(adapters._receive), dict(adapters._send)

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hosts import HostApp, HostInstance
 from messagebox import MessageBox
+from messagebox.hosts import HostApp, HostInstance
 from tests.conftest import scratch_url
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hosts import Delivery, HostApp, Orchestration
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
-from predicates import P
+from messagebox.hosts import Delivery, HostApp, Orchestration
+from messagebox.predicates import P
 
 FAST = {
     "poll_min_seconds": 0.01,

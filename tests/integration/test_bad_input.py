@@ -17,7 +17,7 @@ from messagebox import (
 )
 from messagebox import receipts as mb_receipts
 from messagebox.errors import AlreadyReceived
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import table_counts
 
 SQLISH = "a.b'; DROP TABLE mb_spool; --"

@@ -13,16 +13,16 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from hosts import Delivery, HostInstance
-from hosts.dispatch import Permits
 from messagebox import Message, MessageBox
 from messagebox import leases as mb_leases
 from messagebox import schema as mb_schema
 from messagebox.consumer import Consumer, Outcomes
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.errors import BackendUnavailable, StorageError
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.hosts.dispatch import Permits
 from messagebox.models import HostSettings
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import wait_for
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox
-from predicates import P
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.predicates import P
 from tests.conftest import table_counts
 
 SETTINGS: dict[str, Any] = {

@@ -13,11 +13,11 @@ import pytest
 from markupsafe import escape
 from starlette.exceptions import StarletteDeprecationWarning
 
-from hosts import HostInstance
 from messagebox import Message, MessageBox
 from messagebox.console import create_app
+from messagebox.hosts import HostInstance
 from messagebox.models import SERVICE_UNENLISTED
-from predicates import P, format_filter
+from messagebox.predicates import P, format_filter
 from tests.conftest import table_counts
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2, and warns with httpx

@@ -17,7 +17,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 
 from messagebox import Message, MessageBox
 from messagebox.console import create_app
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import table_counts
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2, and warns with httpx

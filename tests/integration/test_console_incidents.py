@@ -17,7 +17,7 @@ from messagebox.console import create_app, pages
 from messagebox.console.auth import COOKIE
 from messagebox.failures import normalise
 from messagebox.models import HostSettings
-from predicates import P
+from messagebox.predicates import P
 from tests.cli_support import run_cli
 from tests.conftest import claim
 

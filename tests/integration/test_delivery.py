@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox, State, Throttled
 from messagebox import schema as mb_schema
 from messagebox.errors import (
@@ -24,12 +23,13 @@ from messagebox.errors import (
     UnknownSuspendedEntry,
     ValidationError,
 )
+from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import (
     DELIVERY_FAILURE,
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
 )
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import claim, fail_for_good, table_counts, wait_for
 
 FAST: dict[str, Any] = {

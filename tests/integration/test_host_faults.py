@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox
 from messagebox import leases as mb_leases
 from messagebox import registry as mb_registry
 from messagebox import schema as mb_schema
 from messagebox.errors import BackendUnavailable
+from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE, InstanceInfo
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import claim, wait_for
 from tests.integration.test_delivery import FAST, msgs
 

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from messagebox import Message, MessageBox
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import IN_CI, free_port
 from tests.integration.test_processes import errors, records, start_workers, stop
 

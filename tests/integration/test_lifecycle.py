@@ -11,7 +11,7 @@ import pytest
 
 from messagebox import Message, MessageBox
 from messagebox.errors import Conflict, FilterValidationError, UnknownHost, UnknownSubscription
-from predicates import P, format_filter
+from messagebox.predicates import P, format_filter
 from tests.cli_support import run_cli
 from tests.conftest import table_counts
 

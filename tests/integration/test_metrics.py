@@ -13,12 +13,12 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox, leases
 from messagebox.errors import RoutingFailure
+from messagebox.hosts import Delivery, HostInstance
 from messagebox.metrics import exposition
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import FAST_FAILING as FAST
 from tests.conftest import claim, fail_for_good, wait_for
 

@@ -21,7 +21,7 @@ from messagebox.errors import (
     ValidationError,
 )
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED
-from predicates import Filter, P
+from messagebox.predicates import Filter, P
 from tests.conftest import claim, table_counts
 from tests.strategies import filters, messages
 

@@ -16,12 +16,12 @@ import pytest
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
+from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE, Kind
-from predicates import P
+from messagebox.predicates import P
 from tests.integration.orchestration_support import (
     instance_rows,
     make_app,

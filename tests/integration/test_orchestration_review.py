@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 from pydantic import BaseModel
 
-from hosts import Delivery, Orchestration, activate, receive, timeout
 from messagebox import Message, MessageBox, leases, service_instances
 from messagebox.errors import BackendUnavailable
+from messagebox.hosts import Delivery, Orchestration, activate, receive, timeout
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE
-from predicates import P
+from messagebox.predicates import P
 from tests.integration.orchestration_support import eventually as wait_until
 from tests.integration.orchestration_support import instance_rows, make_app, msg
 

@@ -22,14 +22,14 @@ import httpx
 import pytest
 from lxml import etree
 
-from adapters import Inbound
-from adapters.file import FileReceive
-from adapters.http import HttpReceive
-from hosts import HostApp, HostInstance, SendPort
 from messagebox import Message, MessageBox
+from messagebox.adapters import Inbound
+from messagebox.adapters.file import FileReceive
+from messagebox.adapters.http import HttpReceive
 from messagebox.errors import UnknownAdapter
+from messagebox.hosts import HostApp, HostInstance, SendPort
 from messagebox.models import DELIVERY_FAILURE, RECEIVE_FAILURE
-from pipelines import (
+from messagebox.pipelines import (
     Component,
     Field,
     JsonReceive,
@@ -41,7 +41,7 @@ from pipelines import (
     XmlDisassembler,
     XmlReceive,
 )
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import table_counts, wait_for
 
 FAST: dict[str, Any] = {

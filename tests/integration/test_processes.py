@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from messagebox import Message, MessageBox
-from predicates import P
+from messagebox.predicates import P
 
 ROOT = Path(__file__).resolve().parents[2]
 

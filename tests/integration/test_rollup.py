@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox, clock, rollup, schema
 from messagebox.console import create_app
-from predicates import P
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.predicates import P
 from tests.conftest import wait_for
 
 with warnings.catch_warnings():

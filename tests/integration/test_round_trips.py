@@ -14,7 +14,7 @@ from messagebox import Message, MessageBox, rollup, service_instances
 from messagebox.consumer import Outcomes
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import HostSettings
-from predicates import P
+from messagebox.predicates import P
 
 pytestmark = pytest.mark.postgres
 

@@ -20,8 +20,8 @@ from messagebox import (
     schema,
 )
 from messagebox.models import ROUTING_FAILURE
+from messagebox.predicates import P
 from messagebox.spool import FRAGMENT_SIZE
-from predicates import P
 from tests.conftest import table_counts
 
 

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, subscriptions
 from messagebox.errors import ValidationError
+from messagebox.predicates import P
 from messagebox.routing_index import RoutingIndex
-from predicates import P
 
 
 def _index(box: MessageBox) -> RoutingIndex:

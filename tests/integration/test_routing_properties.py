@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox
-from predicates import Filter
+from messagebox.predicates import Filter
 from tests.conftest import scratch_url
 from tests.strategies import filters, messages
 

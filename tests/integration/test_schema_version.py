@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.errors import StorageError
-from predicates import P
+from messagebox.predicates import P
 from tests.conftest import claim
 
 

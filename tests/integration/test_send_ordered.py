@@ -10,11 +10,10 @@ from typing import ClassVar
 
 import pytest
 
-import adapters
-from adapters import Outbound, SendAdapter, register
-from hosts import HostApp
-from messagebox import Message, MessageBox
-from predicates import P
+from messagebox import Message, MessageBox, adapters
+from messagebox.adapters import Outbound, SendAdapter, register
+from messagebox.hosts import HostApp
+from messagebox.predicates import P
 
 
 class Recording(SendAdapter):

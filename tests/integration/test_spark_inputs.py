@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from messagebox.errors import ValidationError
-from pipelines.spark import route_dataframe
-from predicates import Filter, P, normalize_properties
+from messagebox.pipelines.spark import route_dataframe
+from messagebox.predicates import Filter, P, normalize_properties
 
 
 def routed(

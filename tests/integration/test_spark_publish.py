@@ -24,8 +24,8 @@ from messagebox.errors import (
 )
 from messagebox.message import StoredMessage
 from messagebox.models import ROUTING_FAILURE
-from pipelines.spark_publish import NAMESPACE, location, message_id, publish_dataframe
-from predicates import Filter, P, normalize_properties
+from messagebox.pipelines.spark_publish import NAMESPACE, location, message_id, publish_dataframe
+from messagebox.predicates import Filter, P, normalize_properties
 from tests.conftest import table_counts
 
 SCHEMA = (

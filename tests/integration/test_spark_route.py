@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from messagebox import MessageBox, router
+from messagebox.pipelines.spark import Target, route_dataframe
+from messagebox.predicates import Filter, normalize_properties
 from messagebox.properties import canonical_name
-from pipelines.spark import Target, route_dataframe
-from predicates import Filter, normalize_properties
 from tests.conftest import scratch_url
 from tests.strategies import bools, dates, filters, ints, messages, strs
 
@@ -187,7 +187,7 @@ def test_canonical_names_in_both_layouts(spark: Any) -> None:
 def test_datetime_instants_compare_across_zones(spark: Any) -> None:
     from datetime import timedelta, timezone
 
-    from predicates import P
+    from messagebox.predicates import P
 
     at = datetime(2024, 3, 10, 12, 0, tzinfo=UTC)
     india = at.astimezone(timezone(timedelta(hours=5, minutes=30)))

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from messagebox import Message, MessageBox
-from pipelines.whatif import export_messages, what_if
-from predicates import Filter, P
+from messagebox.pipelines.whatif import export_messages, what_if
+from messagebox.predicates import Filter, P
 from tests.conftest import table_counts
 
 REGIONS = ["EU", "US", "APAC", "UK"]

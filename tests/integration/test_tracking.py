@@ -11,13 +11,13 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import REGISTRY
 
-from hosts import Delivery, HostInstance
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.errors import RoutingFailure, ValidationError
+from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
+from messagebox.predicates import P
 from messagebox.tracking import EVENTS, TrackingSettings
-from predicates import P
 from tests.conftest import FAST_FAILING as FAST
 from tests.conftest import wait_for
 

@@ -21,7 +21,7 @@ from messagebox import (
     ValidationError,
 )
 from messagebox.cli import EXIT_USAGE
-from predicates import MAX_NESTING, P, parse_filter, to_filter
+from messagebox.predicates import MAX_NESTING, P, parse_filter, to_filter
 from tests.conftest import table_counts
 
 ROOT = Path(__file__).resolve().parents[2]

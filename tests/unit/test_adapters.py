@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters import receive_adapter, schemes, send_adapter
-from adapters.base import Outbound, SendAdapter, parse_options
-from adapters.file import FileReceive, FileSend
-from adapters.http import HttpReceive, HttpSend
+from messagebox.adapters import receive_adapter, schemes, send_adapter
+from messagebox.adapters.base import Outbound, SendAdapter, parse_options
+from messagebox.adapters.file import FileReceive, FileSend
+from messagebox.adapters.http import HttpReceive, HttpSend
 from messagebox.errors import UnknownAdapter, ValidationError
 from tests.conftest import wait_for
 

@@ -12,9 +12,18 @@ from decimal import Decimal
 
 import pytest
 
-import predicates.model as model
+import messagebox.predicates.model as model
 from messagebox.errors import FilterValidationError
-from predicates import MAX_GROUPS, MAX_PREDICATES_PER_GROUP, And, Filter, Op, Or, P, Predicate
+from messagebox.predicates import (
+    MAX_GROUPS,
+    MAX_PREDICATES_PER_GROUP,
+    And,
+    Filter,
+    Op,
+    Or,
+    P,
+    Predicate,
+)
 
 
 def groups_of(filt: Filter) -> set[frozenset[str]]:

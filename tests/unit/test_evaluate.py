@@ -9,7 +9,14 @@ from decimal import Decimal
 
 import pytest
 
-from predicates import Filter, P, Predicate, filter_matches, normalize_properties, predicate_holds
+from messagebox.predicates import (
+    Filter,
+    P,
+    Predicate,
+    filter_matches,
+    normalize_properties,
+    predicate_holds,
+)
 
 prop = P("t.X")
 NOON_UTC = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)

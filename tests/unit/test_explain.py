@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 
-from predicates import (
+from messagebox.predicates import (
     Filter,
     P,
     Predicate,
@@ -19,7 +19,7 @@ from predicates import (
     normalize_properties,
     predicate_holds,
 )
-from predicates.explain import check
+from messagebox.predicates.explain import check
 from tests.strategies import filters, messages
 
 X = P("t.X")

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predicates import Filter, P, filter_matches, normalize_properties
-from predicates.index import FilterIndex
+from messagebox.predicates import Filter, P, filter_matches, normalize_properties
+from messagebox.predicates.index import FilterIndex
 from tests.strategies import filters, messages
 
 

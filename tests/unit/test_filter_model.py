@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import pytest
 
 from messagebox.errors import FilterValidationError, MessageBoxError, ValidationError
-from predicates import MAX_GROUPS, MAX_IN_VALUES, Filter, Group, Op, P, Predicate
+from messagebox.predicates import MAX_GROUPS, MAX_IN_VALUES, Filter, Group, Op, P, Predicate
 
 total = P("orders.Total")
 PLUS_0530 = timezone(timedelta(hours=5, minutes=30))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 
 from messagebox.errors import FilterValidationError
-from predicates import Filter, P, format_filter, parse_filter
+from messagebox.predicates import Filter, P, format_filter, parse_filter
 from tests.strategies import filters
 
 

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from messagebox.errors import PipelineError, ValidationError
-from messagebox.properties import decode_context, encode_context
-from pipelines import (
+from messagebox.pipelines import (
     MESSAGE_TYPE,
     Component,
     Field,
@@ -34,8 +33,9 @@ from pipelines import (
     XmlDisassembler,
     XmlValidator,
 )
-from pipelines.jsonpath import JsonPath
-from pipelines.schema import ConversionError, convert
+from messagebox.pipelines.jsonpath import JsonPath
+from messagebox.pipelines.schema import ConversionError, convert
+from messagebox.properties import decode_context, encode_context
 
 CTX = PipelineContext(port="in", location="test")
 
