@@ -3,13 +3,20 @@ side of :class:`~messagebox.engine.MessageBox`'s host and subscription methods).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema, subscriptions, suspension
-from messagebox.errors import Conflict, UnknownHost, UnknownSubscription, ValidationError
+from messagebox import clock, schema, subscriptions, suspension, typecheck
+from messagebox.errors import (
+    Conflict,
+    MessageBoxError,
+    UnknownHost,
+    UnknownSubscription,
+    ValidationError,
+)
 from messagebox.models import (
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
@@ -20,9 +27,11 @@ from messagebox.models import (
     State,
     Subscription,
 )
-from messagebox.predicates import to_filter
+from messagebox.predicates import Filter, to_filter
 from messagebox.properties import canonical_name, check_text
 from messagebox.store import Store
+
+log = logging.getLogger("messagebox.typecheck")
 
 SPEC_FIELDS = frozenset(
     {
@@ -216,7 +225,8 @@ class Catalog:
             [sub] = resolve(conn, [ref])
             subscriptions.replace_filter(conn, self._store.dialect, sub.id, new)
             [changed] = subscriptions.list_subscriptions(conn, ids=[sub.id])
-            return changed
+        self._warn_traps([(changed.name, changed.filter)])
+        return changed
 
     def hosts(self) -> list[Host]:
         with self._store.transaction() as conn:
@@ -233,7 +243,23 @@ class Catalog:
         if not checked:
             return []
         with self._store.transaction(serial=True) as conn:
-            return subscriptions.subscribe(conn, self._store.dialect, checked, clock.now(conn))
+            made = subscriptions.subscribe(conn, self._store.dialect, checked, clock.now(conn))
+        self._warn_traps([(s.name, s.filter) for s in made])
+        return made
+
+    def type_traps(self, filters: Sequence[tuple[str, Filter]]) -> list[str]:
+        with self._store.transaction() as conn:
+            return typecheck.traps(conn, filters)
+
+    def _warn_traps(self, filters: Sequence[tuple[str, Filter]]) -> None:
+        """Log each typing trap of new filters (a subscription that never matches the
+        stored messages for the type they carry); a failure to check is not one."""
+        try:
+            found = self.type_traps(filters)
+        except MessageBoxError:
+            return
+        for warning in found:
+            log.warning("%s", warning, extra={"event": "subscription-type-trap"})
 
     def subscriptions(
         self, *, service: str | None, host: str | None, instance_id: str | None

@@ -112,6 +112,15 @@ class MessageBox:
         running keep theirs until restarted. Bad settings change nothing."""
         return self.catalog.configure_host(name, options)
 
+    def type_traps(self, filters: Mapping[str, object]) -> list[str]:
+        """For filters by subscription name: a warning for each predicate that compares
+        its property with a type (text, number, boolean, time) the newest stored
+        messages never carry for it, so it never matches them. :meth:`subscribe` logs
+        these for the subscriptions it makes."""
+        from messagebox.predicates import to_filter
+
+        return self.catalog.type_traps([(k, to_filter(v)) for k, v in filters.items()])
+
     def remove_host(self, name: str) -> None:
         """Remove a host that nothing refers to any more: no subscription, no queued or
         suspended entry, no registered instance (else :class:`~messagebox.errors.Conflict`

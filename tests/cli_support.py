@@ -12,7 +12,8 @@ happens:
   (so ``.buffer`` works for binary input and output, and ``isatty()`` is False, as on
   a pipe);
 - the environment (``env`` is applied, and whatever the command set is undone);
-- the root logger's handlers and level (``--log-format`` replaces them);
+- the root logger's handlers and level (``--log-format`` replaces them), and the
+  ``messagebox.typecheck`` logger's (the CLI quiets it: it says those warnings itself);
 
 ``SystemExit`` (argparse's usage errors, ``--help``) becomes its exit code; any other
 exception propagates, with its traceback, where a subprocess would print it and exit 1.
@@ -144,6 +145,8 @@ def _root_logging() -> Iterator[None]:
     among them), and any handler the command installed closed."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    typecheck = logging.getLogger("messagebox.typecheck")  # the CLI quiets it
+    typecheck_state = typecheck.handlers[:], typecheck.propagate
     try:
         yield
     finally:
@@ -152,6 +155,7 @@ def _root_logging() -> Iterator[None]:
                 handler.close()
         root.handlers[:] = handlers
         root.setLevel(level)
+        typecheck.handlers[:], typecheck.propagate = typecheck_state
 
 
 def _duckdb_files() -> set[str]:

@@ -109,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _host_run(args)
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
     args.url = args.explicit_url or DEFAULT_URL
+    if not _confirmed(args):
+        print("messagebox: nothing was terminated", file=sys.stderr)
+        return EXIT_ERROR
     from messagebox.cli import remote
 
     served = remote.endpoint_for(args.url)
@@ -123,9 +126,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve(args)
 
+    import logging
+
     from messagebox.cli.terminal import Terminal
 
+    # the commands say the library's typing warnings themselves, as notes
+    quiet = logging.getLogger("messagebox.typecheck")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
     return run(args, Terminal(json_output=args.json, progress=args.progress))
+
+
+def _confirmed(args: argparse.Namespace) -> bool:
+    """Ask at a terminal before ``suspended terminate --all-matching`` (not with
+    ``--yes`` or ``--dry-run``, nor when standard input is not a terminal: a script)."""
+    if not (
+        args.command == "suspended"
+        and getattr(args, "action", None) == "terminate"
+        and args.all_matching
+        and not args.dry_run
+        and not args.yes
+        and sys.stdin.isatty()
+    ):
+        return True
+    print(
+        "This deletes every suspended entry matching the filters, with no way back "
+        "(--dry-run lists them). Terminate them? [y/N] ",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _host_run(args: argparse.Namespace) -> int:

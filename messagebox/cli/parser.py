@@ -267,6 +267,12 @@ def build() -> argparse.ArgumentParser:
             action="store_true",
             help=f"only list the entries it would {action}, changing nothing",
         )
+        if action == "terminate":
+            act.add_argument(
+                "--yes",
+                action="store_true",
+                help="with --all-matching at a terminal: do not ask to confirm",
+            )
         _suspended_filters(act)
     reroute = command(
         sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
@@ -364,6 +370,7 @@ def build() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-bind",
+        "--metrics-addr",
         default="127.0.0.1",
         metavar="ADDR",
         help="the address --metrics-port listens on (default 127.0.0.1, this machine "

@@ -78,6 +78,9 @@ def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
             on_failure=args.on_failure,
             state=args.state,
         )
+        traps = box.type_traps({sub.name: sub.filter})
+    for trap in traps:
+        out.note(f"warning: {trap}")
     if out.json:
         out.emit(_subscription_json(sub))
     else:
@@ -106,6 +109,8 @@ def subscriptions_set_filter(args: argparse.Namespace, out: Terminal) -> None:
     filt = inputs.filter_arg(args.filter)
     with open_box(args) as box:
         sub = box.set_filter(inputs.ref(args.ref), filt)
+        for trap in box.type_traps({sub.name: sub.filter}):
+            out.note(f"warning: {trap}")
     if out.json:
         out.emit({"id": sub.id, "name": sub.name, "filter": format_filter(sub.filter)})
     else:

@@ -670,3 +670,32 @@ def test_hosts_set_changes_a_setting(backend_url: str) -> None:
         cli("hosts", "set", "nowhere", "--set", "max_attempts=2", url=backend_url).returncode == 3
     )
     assert cli("hosts", "set", "h", url=backend_url).returncode == 2
+
+
+def test_process_bulk_terminate_asks_at_a_terminal(url: str) -> None:
+    import os
+    import pty
+
+    with MessageBox(url) as box:
+        box.create_host("h")
+        box.publish([Message(b"x", promoted={"a.B": i}) for i in range(3)])  # routing failures
+        failures = box.count_suspended(reason="routing-failure")
+    assert failures >= 3
+    argv = [sys.executable, "-m", "messagebox.cli", "--url", url, "suspended", "terminate",
+            "--all-matching", "--reason", "routing-failure"]  # fmt: skip
+    for answer, code, left in ((b"n\n", 1, failures), (b"y\n", 0, 0)):
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=ROOT, env=process_env(),
+            )  # fmt: skip
+            os.write(leader, answer)
+            _, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert proc.returncode == code, err
+        assert b"Terminate them? [y/N]" in err
+        with MessageBox(url) as box:
+            assert box.count_suspended(reason="routing-failure") == left
