@@ -51,6 +51,7 @@ from messagebox.tracking import TrackedEvent, TrackingSettings
 
 if TYPE_CHECKING:
     from messagebox.audit import AuditEntry
+    from messagebox.browse import FoundMessage, QueueEntry, ServiceInstanceView
     from messagebox.cleanup import CleanupReport
     from messagebox.failures import FailureGroup
     from messagebox.rollup import Rates
@@ -352,6 +353,36 @@ class MessageBox:
             before=before,
         )
         return self.operations.suspended(query, limit, offset=offset, newest_first=newest_first)
+
+    def peek_queue(
+        self, host: str, *, state: str | None = None, limit: int = 100
+    ) -> list[QueueEntry]:
+        """The first ``limit`` entries of a host's queue in claim order, optionally of
+        one state (``ready``, ``held``, ``leased``), changing nothing."""
+        from messagebox.browse import QUEUE_STATES
+
+        if state is not None and state not in QUEUE_STATES:
+            raise ValidationError(f"queue state {state!r} is not one of {', '.join(QUEUE_STATES)}")
+        return self.operations.peek_queue(host, state, limit)
+
+    def find_messages(self, name: str, value: Value, *, limit: int = 100) -> list[FoundMessage]:
+        """Stored messages whose promoted property ``name`` has ``value`` (of that type),
+        newest first. Reads every stored context: an operator's search, not a hot path."""
+        from messagebox.properties import canonical_name, normalize_value
+
+        try:
+            canon, normal = canonical_name(name), normalize_value(value, promoted=True)
+        except ValueError as exc:
+            raise ValidationError(f"property {name!r}: {exc}") from exc
+        return self.operations.find_messages(canon, normal, limit)
+
+    def service_instances(
+        self, *, service: str | None = None, state: str | None = None, limit: int = 200
+    ) -> list[ServiceInstanceView]:
+        """Instances of long-running services (orchestrations), newest first, each with
+        the names of the instance subscriptions it waits on, its pending timers and its
+        queued entries."""
+        return self.operations.service_instances(service, state, limit)
 
     def count_suspended(
         self, *, reason: str | None = None, host: str | None = None, service: str | None = None

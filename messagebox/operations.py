@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 
 from messagebox import audit as audits
-from messagebox import clock, registry, rollup, router, schema, suspension, tracking
+from messagebox import browse, clock, registry, rollup, router, schema, suspension, tracking
 from messagebox import stats as box_stats
 from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
@@ -223,6 +223,21 @@ class Operations:
     def rates(self, minutes: int) -> rollup.Rates:
         with self._store.transaction() as conn:
             return rollup.read(conn, minutes)
+
+    def peek_queue(self, host: str, state: str | None, limit: int) -> list[browse.QueueEntry]:
+        with self._store.transaction() as conn:
+            check_host(conn, host)
+            return browse.peek_queue(conn, host, state, limit)
+
+    def find_messages(self, name: str, value: Any, limit: int) -> list[browse.FoundMessage]:
+        with self._store.transaction() as conn:
+            return browse.find_by_property(conn, name, value, limit)
+
+    def service_instances(
+        self, service: str | None, state: str | None, limit: int
+    ) -> list[browse.ServiceInstanceView]:
+        with self._store.transaction() as conn:
+            return browse.service_instances(conn, service=service, state=state, limit=limit)
 
     def count_suspended(self, query: SuspendedQuery) -> int:
         s = schema.suspended

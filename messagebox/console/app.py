@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messagebox.console import api, auth, incidents, lifecycle, pages, state
+from messagebox.console import api, auth, browsing, incidents, lifecycle, pages, state
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.errors import MessageBoxError
 from messagebox.models import REROUTABLE
@@ -57,6 +57,9 @@ ROUTES: list[BaseRoute] = [
     Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
     Route("/messages/{message_id}", pages.message, methods=["GET", "POST"], name="message"),
     Route("/explain", pages.explain, name="explain"),
+    Route("/queue", browsing.queue, name="queue"),
+    Route("/search", browsing.search, name="search"),
+    Route("/instances", browsing.instances, name="instances"),
     Route("/tracking", pages.tracking, name="tracking"),
     Route("/metrics", pages.metrics, name="metrics"),
     *api.ROUTES,
@@ -69,6 +72,8 @@ NAV: list[tuple[str, str]] = [
     ("subscriptions", "Subscriptions"),
     ("suspended", "Suspended"),
     ("failures", "Failures"),
+    ("instances", "Instances"),
+    ("search", "Search"),
     ("explain", "Explain"),
     ("tracking", "Tracking"),
     ("audit", "Audit"),

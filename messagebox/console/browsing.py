@@ -1,0 +1,97 @@
+"""The console's pages for looking around: a host's queue (peek at ready, held and leased
+entries, changing nothing), search (a message id, or a promoted property's value), and
+the instances of long-running services with what each waits for."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from messagebox.browse import QUEUE_STATES
+from messagebox.errors import ValidationError
+from messagebox.properties import parse_assignment
+
+if TYPE_CHECKING:
+    from messagebox.console.state import Console
+
+PEEK = 200
+FOUND = 100
+INSTANCE_STATES = ("running", "suspended", "completed")
+
+
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def queue(request: Request) -> Response:
+    """The first entries of a host's queue, in claim order."""
+    c = _console(request)
+    host = request.query_params.get("host") or ""
+    state = request.query_params.get("state") or None
+    if not host:
+        raise HTTPException(400, "name the host: /queue?host=NAME")
+    if state is not None and state not in QUEUE_STATES:
+        raise HTTPException(400, f"unknown state {state!r}; one of: {', '.join(QUEUE_STATES)}")
+    entries = c.box.peek_queue(host, state=state, limit=PEEK)
+    return c.render(
+        request,
+        "queue.html",
+        title=f"Queue of {host}",
+        host=host,
+        state=state,
+        states=QUEUE_STATES,
+        entries=entries,
+        names={s.id: s for s in c.box.subscriptions(host=host)},
+        limit=PEEK,
+    )
+
+
+def search(request: Request) -> Response:
+    """A message id goes to its page; ``NAME=VALUE`` (typed as on the command line,
+    ``NAME:TYPE=VALUE``) lists the stored messages whose promoted property has it."""
+    c = _console(request)
+    q = (request.query_params.get("q") or "").strip()
+    found = None
+    if q:
+        try:
+            msg_id = uuid.UUID(q)
+        except ValueError:
+            msg_id = None
+        if msg_id is not None:
+            root = str(request.scope.get("root_path", ""))
+            path = root + request.app.url_path_for("message", message_id=str(msg_id))
+            return RedirectResponse(path, status_code=303)
+        try:
+            name, value = parse_assignment(q)
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(
+                f"search for a message id, or NAME=VALUE (NAME:TYPE=VALUE): {exc}"
+            ) from exc
+        found = c.box.find_messages(name, value, limit=FOUND)
+    return c.render(request, "search.html", title="Search", q=q, found=found, limit=FOUND)
+
+
+def instances(request: Request) -> Response:
+    """Instances of long-running services: state, what each waits for, its timers."""
+    c = _console(request)
+    service = request.query_params.get("service") or None
+    state = request.query_params.get("state") or None
+    if state is not None and state not in INSTANCE_STATES:
+        raise HTTPException(400, f"unknown state {state!r}; one of: {', '.join(INSTANCE_STATES)}")
+    rows = c.box.service_instances(service=service, state=state)
+    zombies = c.box.count_suspended(reason="completed-with-discarded-messages")
+    return c.render(
+        request,
+        "instances.html",
+        title="Service instances",
+        rows=rows,
+        service=service,
+        state=state,
+        states=INSTANCE_STATES,
+        zombies=zombies,
+    )
