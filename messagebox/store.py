@@ -13,7 +13,17 @@ from contextlib import contextmanager, nullcontext, suppress
 
 import sqlalchemy as sa
 
-from messagebox import clock, ids, metrics, notify, rollup, routing_index, schema, tracking
+from messagebox import (
+    clock,
+    defaults,
+    ids,
+    metrics,
+    notify,
+    rollup,
+    routing_index,
+    schema,
+    tracking,
+)
 from messagebox.dialects import Dialect, dialect_for
 from messagebox.errors import (
     BackendUnavailable,
@@ -25,7 +35,7 @@ from messagebox.errors import (
 
 log = logging.getLogger("messagebox.store")
 
-DEFAULT_URL = "duckdb:///messagebox.duckdb"
+DEFAULT_URL = defaults.DEFAULT_URL
 
 ROUTERS = ("index", "sql")
 """How a publish finds its subscriptions: ``index``, the in-memory routing index (the

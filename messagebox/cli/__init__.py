@@ -95,7 +95,7 @@ from messagebox.cli.running import (
     run,
     shown_argv,
 )
-from messagebox.store import DEFAULT_URL
+from messagebox.defaults import DEFAULT_URL
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "main"]
 

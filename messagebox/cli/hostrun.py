@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from messagebox.errors import MessageBoxError
-from messagebox.store import DEFAULT_URL
+from messagebox.defaults import DEFAULT_URL
 
 if TYPE_CHECKING:
     from messagebox.hosts.instance import HostInstance

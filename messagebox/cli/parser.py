@@ -7,7 +7,7 @@ import argparse
 import textwrap
 from typing import Any
 
-from messagebox.store import DEFAULT_URL
+from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
     "exit codes: 0 success; 1 a messagebox error (the message names the culprit); 2 bad "
