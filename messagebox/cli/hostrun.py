@@ -22,8 +22,8 @@ import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
-from messagebox.errors import MessageBoxError
 from messagebox.defaults import DEFAULT_URL
+from messagebox.errors import MessageBoxError
 
 if TYPE_CHECKING:
     from messagebox.hosts.instance import HostInstance
