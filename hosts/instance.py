@@ -45,11 +45,10 @@ import threading
 import time
 from typing import Any
 
-from messagebox.errors import (
-    MessageBoxError,
-)
+from messagebox.errors import Conflict, MessageBoxError
 from messagebox.hosts.core import Receiver
 from messagebox.hosts.supervision import Supervision
+from messagebox.models import State
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -72,6 +71,8 @@ class HostInstance(Supervision):
             raise MessageBoxError(f"host instance {self.id} is started already")
         self._started = True
         self._refresh_subscriptions()
+        if self.settings.unserved == "refuse":
+            self._refuse_unserved()
         for warning in self.queue.register(self._info()):
             log.warning(
                 "host instance %s: %s",
@@ -117,6 +118,26 @@ class HostInstance(Supervision):
             extra={"event": "instance-started", "host_instance": self.id, "host": self.host},
         )
         return self
+
+    def _refuse_unserved(self) -> None:
+        """Raise (unstarted) when a subscription of the host names a service this
+        instance does not run (the host's ``unserved="refuse"``)."""
+        with self._subs_lock:
+            missing = [
+                s
+                for s in self._subs.values()
+                if s.service not in self.handlers and s.state is not State.UNENLISTED
+            ]
+        if missing:
+            self._started = False
+            raise Conflict(
+                f"host instance of {self.host!r} refuses to start (unserved='refuse'): "
+                + "; ".join(
+                    f"subscription {s.name!r} routes to service {s.service!r}, which it does "
+                    f"not run ({self.unserved_hint(s.service)})"
+                    for s in missing
+                )
+            )
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop gracefully: no new claims, in-flight work gets ``timeout`` seconds, then

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -119,6 +119,10 @@ class HostSettings(BaseModel):
     """Publishing to this host waits (or raises Throttled) while its queue is deeper."""
     cleanup_interval_seconds: float = Field(60.0, ge=0)
     """How often an instance runs the cleanup job in-process (0: never)."""
+    unserved: Literal["warn", "refuse"] = "warn"
+    """A subscription of the host whose service an instance does not run (a misspelt
+    name, say): ``warn`` logs it (``event: unserved-subscription``) and its messages fail
+    and are suspended; ``refuse`` also makes the instance refuse to start."""
 
     @model_validator(mode="after")
     def _consistent(self) -> HostSettings:

@@ -48,6 +48,7 @@ ROUTES: list[BaseRoute] = [
         name="service_state",
     ),
     Route("/hosts/remove", lifecycle.remove_host, methods=["POST"], name="remove_host"),
+    Route("/hosts/settings", lifecycle.host_settings, methods=["POST"], name="host_settings"),
     Route("/suspended", pages.suspended, name="suspended"),
     Route("/suspended/bulk", incidents.bulk, methods=["POST"], name="bulk"),
     Route("/failures", incidents.failures, name="failures"),

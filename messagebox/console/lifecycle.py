@@ -72,6 +72,49 @@ async def service_state(request: Request) -> Response:
     return _back(request, "subscriptions", f"service {service} {SERVICE_STATES[action]}")
 
 
+def _setting_lines(text: str) -> dict[str, object]:
+    """``SETTING=VALUE`` lines (each value read as JSON, else as text); blank lines skip."""
+    import json
+
+    found: dict[str, object] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, sep, raw = line.partition("=")
+        if not sep or not key.strip():
+            raise ValidationError(f"settings line {n}: expected SETTING=VALUE, not {line!r}")
+        try:
+            found[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            found[key.strip()] = raw.strip()
+    return found
+
+
+async def host_settings(request: Request) -> Response:
+    """Change some of a host's settings (``SETTING=VALUE`` lines); running instances
+    keep theirs until restarted. Bad settings change nothing (400, naming them)."""
+    c = _console(request)
+    async with request.form() as form:
+        caller = auth.operator(request, form)
+        name = form.get("host")
+        text = form.get("settings")
+    if not isinstance(name, str) or not name or not isinstance(text, str):
+        raise HTTPException(400, "name the host and give SETTING=VALUE lines")
+    current = {h.name: h for h in await run_in_threadpool(c.box.hosts)}.get(name)
+    if current is None:
+        raise HTTPException(404, f"no host named {name!r}")
+    old = current.settings.model_dump()
+    changes = {k: v for k, v in _setting_lines(text).items() if old.get(k, object()) != v}
+    if not changes:
+        return _back(request, "overview", f"host {name}: no setting changed")
+    await run_in_threadpool(lambda: c.box.configure_host(name, **changes))
+    shown = ", ".join(f"{k}={v}" for k, v in changes.items())
+    await run_in_threadpool(c.audit, caller, "hosts set", f"{name}: {shown}", None)
+    return _back(
+        request, "overview", f"host {name}: {shown} (running instances keep theirs until restarted)"
+    )
+
+
 async def remove_host(request: Request) -> Response:
     """Remove a host nothing refers to (else 409, saying what is left)."""
     c = _console(request)

@@ -21,7 +21,7 @@ from messagebox import Message, MessageBox
 from messagebox import leases as mb_leases
 from messagebox import registry as mb_registry
 from messagebox import schema as mb_schema
-from messagebox.errors import BackendUnavailable
+from messagebox.errors import BackendUnavailable, Conflict, ValidationError
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE, InstanceInfo
 from messagebox.predicates import P
@@ -551,3 +551,23 @@ def test_a_mistyped_service_name_is_logged_at_start_and_named_in_the_suspension(
         len([r for r in caplog.records if getattr(r, "event", None) == "unserved-subscription"])
         == 1
     )
+
+
+def test_a_host_set_to_refuse_does_not_start_an_instance_missing_a_service(
+    box: MessageBox,
+) -> None:
+    box.create_host("h", **{**FAST, "unserved": "refuse"})
+    box.subscribe("bill-large", host="h", filter=P("t.N") >= 0, name="large")
+    inst = HostInstance(box, "h", {"bill_large": lambda d: None})
+    with pytest.raises(Conflict, match="refuses to start") as refused:
+        inst.start()
+    assert "Did you mean 'bill_large'?" in str(refused.value)
+    assert box.instances() == []  # it never registered
+    box.set_service_state("bill-large", "unenlisted")  # nothing routes there any more
+    inst.start()  # the same instance starts once nothing is left unserved
+    try:
+        assert [i.id for i in box.instances()] == [inst.id]
+    finally:
+        inst.stop(5.0)
+    with pytest.raises(ValidationError, match="unserved"):
+        box.configure_host("h", unserved="ignore")

@@ -148,5 +148,22 @@ def test_the_console_changes_filters_services_and_removes_hosts(shop: MessageBox
     assert 'id="remove-spare"' in b.get("/").text
     assert b.post("/hosts/remove", data={"host": "spare", "token": TOKEN}).status_code == 303
     assert [h.name for h in shop.hosts()] == ["shipping"]
+    page = b.get("/").text
+    assert 'id="settings-shipping"' in page
+    assert "claim_batch=10" in page  # the current settings, one per line
+    changed = b.post(
+        "/hosts/settings",
+        data={"host": "shipping", "settings": "claim_batch=25\nunserved=refuse\n", "token": TOKEN},
+    )
+    assert changed.status_code == 303, changed.text
+    settings = shop.host("shipping").settings
+    assert (settings.claim_batch, settings.unserved) == (25, "refuse")
+    bad = b.post(
+        "/hosts/settings",
+        data={"host": "shipping", "settings": "claim_batch=0\nnope=1", "token": TOKEN},
+    )
+    assert bad.status_code == 400
+    assert "claim_batch" in bad.text
+    assert shop.host("shipping").settings.claim_batch == 25  # nothing changed
     actions = [r.action for r in shop.audit_log()]
-    assert actions[:3] == ["hosts remove", "services stop", "subscriptions set-filter"]
+    assert actions[:4] == ["hosts set", "hosts remove", "services stop", "subscriptions set-filter"]
