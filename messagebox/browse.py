@@ -4,6 +4,7 @@ instances of long-running services with what each waits for."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -116,19 +117,25 @@ def find_by_property(
     s = schema.spool
     pattern = f"%{_like_escaped(fragment)}%"
     rows = conn.execute(
-        sa.select(s.c.id, s.c.published_at, s.c.publisher)
+        sa.select(s.c.id, s.c.published_at, s.c.publisher, s.c.context)
         .where(s.c.context.like(pattern, escape="\\"))
         .order_by(s.c.published_at.desc(), s.c.id.desc())
-        .limit(limit)
     )
-    return [
-        FoundMessage(
-            r.id if isinstance(r.id, uuid.UUID) else uuid.UUID(str(r.id)),
-            r.published_at,
-            r.publisher,
+    wanted = json.loads(encoded)["promoted"][name]
+    found: list[FoundMessage] = []
+    for r in rows:  # the text also matches a written property of that name: look closer
+        if json.loads(r.context)["promoted"].get(name) != wanted:
+            continue
+        found.append(
+            FoundMessage(
+                r.id if isinstance(r.id, uuid.UUID) else uuid.UUID(str(r.id)),
+                r.published_at,
+                r.publisher,
+            )
         )
-        for r in rows
-    ]
+        if len(found) >= limit:
+            break
+    return found
 
 
 def service_instances(

@@ -200,6 +200,8 @@ class Catalog:
 
     def remove_host(self, name: str) -> None:
         with self._store.transaction(serial=True) as conn:
+            # the subscription lock: a subscribe naming this host cannot commit meanwhile
+            self._store.dialect.lock_subscriptions(conn)
             if name not in {h.name for h in subscriptions.list_hosts(conn)}:
                 raise UnknownHost(f"no host named {name!r}")
             subs = subscriptions.list_subscriptions(conn, host=name)

@@ -213,7 +213,7 @@ class Store:
         try:
             with self.transaction() as conn:
                 rollup.write(conn, self.tally.source, taken)
-        except MessageBoxError as exc:
+        except Exception as exc:  # the caller's own transaction has committed: never fail it
             self.tally.put_back(taken)
             log.debug("per-minute counts not written: %s", exc)
 

@@ -325,17 +325,19 @@ def replace_filter(conn: sa.Connection, dialect: Dialect, sub_id: int, filt: Fil
 
 
 def host_usage(conn: sa.Connection, name: str) -> dict[str, int]:
-    """What still refers to a host: queued and suspended entries, registered instances."""
+    """What still refers to a host: queued and suspended entries, registered host
+    instances, service instances that have not completed, pending timers."""
+    si = schema.service_instance
     counted = (
-        ("queued entries", schema.queue, schema.queue.c.host),
-        ("suspended entries", schema.suspended, schema.suspended.c.host),
-        ("registered host instances", schema.instance, schema.instance.c.host),
+        ("queued entries", schema.queue, schema.queue.c.host == name),
+        ("suspended entries", schema.suspended, schema.suspended.c.host == name),
+        ("registered host instances", schema.instance, schema.instance.c.host == name),
+        ("service instances not completed", si, (si.c.host == name) & (si.c.state != "completed")),
+        ("pending timers", schema.timer, schema.timer.c.host == name),
     )
     return {
-        what: int(
-            conn.execute(sa.select(sa.func.count()).select_from(t).where(col == name)).scalar_one()
-        )
-        for what, t, col in counted
+        what: int(conn.execute(sa.select(sa.func.count()).select_from(t).where(cond)).scalar_one())
+        for what, t, cond in counted
     }
 
 

@@ -96,6 +96,7 @@ from messagebox.cli.running import (
     shown_argv,
 )
 from messagebox.defaults import DEFAULT_URL
+from messagebox.errors import MessageBoxError
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -114,7 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     from messagebox.cli import remote
 
-    served = remote.endpoint_for(args.url)
+    try:
+        served = remote.endpoint_for(args.url)
+    except MessageBoxError as exc:
+        print(f"messagebox: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     if served is not None:  # a running process holds the store: it runs the command
         return remote.forward(served, arguments, args)
     if args.command == "spark":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,26 +38,39 @@ AUDITED = frozenset(
 def open_box(args: argparse.Namespace, *, create: bool = False) -> Iterator[MessageBox]:
     """The MessageBox at the command's URL; only ``init`` creates one. A command that
     a running process serves uses that process's MessageBox (``args.served_box``), left
-    open. A command in :data:`AUDITED` that ends without an error is audited, with the
-    number of entries it changed when it says (``args.audit_count``)."""
+    open. A command in :data:`AUDITED` is audited when it ends (with the number of
+    entries it changed when it says, ``args.audit_count``), and when it fails, with the
+    error: a bulk change commits batch by batch, so a failure may follow changes."""
     from messagebox.engine import MessageBox
     from messagebox.errors import NoSchema
 
     served: MessageBox | None = getattr(args, "served_box", None)
     if served is not None:
-        yield served
-        _audit(served, args)
+        with _audited(served, args):
+            yield served
         return
     try:
         box = MessageBox(args.url, create=create)
     except NoSchema as exc:
         raise NoSchema(f"{exc}; `messagebox init` creates it (or upgrades it)") from exc
-    with box:
+    with box, _audited(box, args):
         yield box
-        _audit(box, args)
 
 
-def _audit(box: MessageBox, args: argparse.Namespace) -> None:
+@contextmanager
+def _audited(box: MessageBox, args: argparse.Namespace) -> Iterator[None]:
+    """Audit the command after it ends: done, or failed part-way (a bulk change commits
+    batch by batch, so a failure may follow changes), with the error."""
+    try:
+        yield
+    except BaseException as exc:
+        with suppress(Exception):  # the command's own error is the one to report
+            _audit(box, args, failed=f"{type(exc).__name__}: {exc}")
+        raise
+    _audit(box, args)
+
+
+def _audit(box: MessageBox, args: argparse.Namespace, failed: str | None = None) -> None:
     from messagebox import audit
 
     action = getattr(args, "action", None) or ""
@@ -65,11 +78,14 @@ def _audit(box: MessageBox, args: argparse.Namespace) -> None:
         return
     served_for = getattr(args, "served_for", None)
     argv = getattr(args, "argv", None)
+    detail = None if argv is None else " ".join(argv)
+    if failed is not None:
+        detail = f"{detail or ''} — failed: {failed}"
     box.audit(
-        f"{args.command} {action}".strip(),
+        f"{args.command} {action}".strip() + (" (failed)" if failed else ""),
         who=served_for or audit.local_user(),
         role="token" if served_for else "local",
         via=audit.SERVED if served_for else audit.CLI,
         count=getattr(args, "audit_count", None),
-        detail=None if argv is None else " ".join(argv),
+        detail=detail,
     )

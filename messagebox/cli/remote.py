@@ -30,6 +30,7 @@ import os
 import re
 import secrets
 import sys
+import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -50,6 +51,8 @@ NOT_SERVED = ("host", "console", "spark")
 
 STDIN_NOTE = "reading the message body from standard input (end it with Ctrl-D)"
 TIMEOUT_SECONDS = 3600.0
+CHECK_SECONDS = 5.0
+"""How long the command line waits for a serving process to say it is there."""
 """How long the command line waits for a served command (a bulk resume may be long)."""
 
 _DUCKDB_URL = re.compile(r"^duckdb(?:\+\w+)?:///(?P<path>[^?]*)")
@@ -93,7 +96,9 @@ def _alive(pid: int) -> bool:
 def endpoint_for(url: str) -> Endpoint | None:
     """Where commands on ``url`` are served: the endpoint itself for an ``http(s)://``
     URL; for a DuckDB file, the process named in its endpoint file while that process
-    lives (a file left by a crash is ignored); else None (open the store here)."""
+    answers as that process (a file left by a crash is ignored, with a note); else None
+    (open the store here). An endpoint file that another user owns, or that others may
+    write, is refused: it would send this user's commands and files elsewhere."""
     if url.startswith(("http://", "https://")):
         token = os.environ.get(TOKEN_ENV)
         return Endpoint(url.rstrip("/"), token.strip() if token else None)
@@ -101,27 +106,55 @@ def endpoint_for(url: str) -> Endpoint | None:
     if database is None:
         return None
     path = endpoint_file(database)
+    from messagebox.errors import MessageBoxError
+
     try:
+        info = path.stat()
         data = json.loads(path.read_text(encoding="utf-8"))
         pid = int(data["pid"])
         served = Endpoint(str(data["url"]).rstrip("/"), data.get("token"), pid, path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        from messagebox.errors import MessageBoxError
-
         raise MessageBoxError(f"unreadable endpoint file {str(path)!r}: {exc}") from exc
-    return served if _alive(pid) else None
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise MessageBoxError(
+            f"the endpoint file {str(path)!r} is another user's or writable by others: "
+            "not trusted (remove it if no process of yours serves this store)"
+        )
+    if not _alive(pid) or not _answers(served):
+        print(
+            f"messagebox: note: ignoring {str(path)!r}: process {pid} does not answer "
+            "(it ended without removing it)",
+            file=sys.stderr,
+        )
+        return None
+    return served
+
+
+def _answers(endpoint: Endpoint) -> bool:
+    """Whether the endpoint answers as the process its file names."""
+    try:
+        status = _request(endpoint, "/api/v1/status", None, timeout=CHECK_SECONDS)
+    except (OSError, ValueError):
+        return False
+    return isinstance(status, dict) and status.get("pid") == endpoint.pid
 
 
 def advertise(database: Path, url: str, token: str) -> Path:
-    """Write the endpoint file of ``database`` (owner-only: it holds the token)."""
+    """Write the endpoint file of ``database``, readable by its owner only (it holds the
+    token): written to a new private file, then renamed into place."""
     path = endpoint_file(database)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({"url": url, "pid": os.getpid(), "token": token}, f)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"url": url, "pid": os.getpid(), "token": token}, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 
@@ -139,26 +172,35 @@ def new_token() -> str:
 # --- the command line's side ---
 
 
+FILE_OPTIONS = ("filter", "properties_json")
+"""The options that take ``@FILE`` (read by :func:`messagebox.cli.inputs.read_arg`)."""
+
+
 def _named_files(args: argparse.Namespace) -> list[str]:
-    """The files a command reads: ``@FILE`` values and ``publish``'s files."""
-    names: list[str] = []
-    for key, value in vars(args).items():
-        values = value if isinstance(value, list) else [value]
-        for v in values:
-            if isinstance(v, str) and v.startswith("@") and len(v) > 1:
-                names.append(v[1:])
-        if key == "files" and args.command == "publish":
-            names.extend(v for v in values if isinstance(v, str) and v != "-")
+    """The files a command reads: ``@FILE`` values of :data:`FILE_OPTIONS` and
+    ``publish``'s files."""
+    names = [
+        v[1:]
+        for key in FILE_OPTIONS
+        if isinstance(v := getattr(args, key, None), str) and v.startswith("@") and len(v) > 1
+    ]
+    if args.command == "publish":
+        names.extend(f for f in args.files if f != "-")
     return names
 
 
-def _request(endpoint: Endpoint, path: str, body: Mapping[str, Any] | None) -> Any:
+def _request(
+    endpoint: Endpoint,
+    path: str,
+    body: Mapping[str, Any] | None,
+    timeout: float = TIMEOUT_SECONDS,
+) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(endpoint.url + path, data=data, method="POST" if data else "GET")
     req.add_header("Content-Type", "application/json")
     if endpoint.token:
         req.add_header("Authorization", f"Bearer {endpoint.token}")
-    with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS) as resp:
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
 

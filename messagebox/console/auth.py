@@ -39,6 +39,9 @@ READER = "reader"
 COOKIE = "mb_session"
 SESSION_SECONDS = 8 * 3600
 MAX_NAME = 80
+LOGIN_ATTEMPTS = 5
+LOGIN_WINDOW = 60.0
+"""Failed logins from one address within this many seconds lock it out until they age."""
 
 
 @dataclass
@@ -51,11 +54,26 @@ class Session:
 
 
 class Sessions:
-    """Open sessions, by id, in this process's memory."""
+    """Open sessions, by id, in this process's memory; failed logins by address."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, Session] = {}
+        self._failed: dict[str, list[float]] = {}
+
+    def failed_login(self, client: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            recent = [t for t in self._failed.get(client, []) if now - t < LOGIN_WINDOW]
+            self._failed[client] = [*recent, now]
+
+    def locked_out(self, client: str) -> bool:
+        """Whether ``client`` failed :data:`LOGIN_ATTEMPTS` logins in the last minute."""
+        now = time.monotonic()
+        with self._lock:
+            recent = [t for t in self._failed.get(client, []) if now - t < LOGIN_WINDOW]
+            self._failed[client] = recent
+            return len(recent) >= LOGIN_ATTEMPTS
 
     def open(self, role: str, who: str) -> Session:
         session = Session(
@@ -194,12 +212,17 @@ async def login(request: Request) -> Response:
         token = form.get("token")
         name = form.get("name")
         target = form.get("next")
+    client = _client(request)
+    if console.sessions.locked_out(client):
+        raise HTTPException(429, f"too many failed logins from {client}: try again in a minute")
     given = token.encode() if isinstance(token, str) else b""
     role = _role_of(console, given) if given else None
     if role is None:
+        console.sessions.failed_login(client)
+        console.log_event("console-login-failed", client=client)
         raise HTTPException(403, "wrong token: not logged in")
     who = name.strip()[:MAX_NAME] if isinstance(name, str) and name.strip() else role
-    session = console.sessions.open(role, f"{who} at {_client(request)}")
+    session = console.sessions.open(role, f"{who} at {client}")
     console.log_event("console-login", who=session.who, role=role)
     response = RedirectResponse(
         _safe_next(target if isinstance(target, str) else None, root), status_code=303

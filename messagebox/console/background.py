@@ -50,7 +50,9 @@ class BackgroundServer:
         host = f"[{self.bind}]" if ":" in self.bind else self.bind
         return f"http://{host}:{port}"
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking requests; wait (``timeout`` seconds at most) for those in flight
+        (a bulk action) to finish."""
         self._server.should_exit = True
         if self._thread.is_alive():
             self._thread.join(timeout)

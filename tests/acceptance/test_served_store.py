@@ -217,11 +217,17 @@ def test_an_endpoint_file_left_by_a_dead_process_is_ignored(tmp_path: Path) -> N
         text=True,
         check=True,
     )
-    endpoint_file(tmp_path / "store.duckdb").write_text(
-        json.dumps({"url": "http://127.0.0.1:9", "pid": int(dead.stdout), "token": "t"})
-    )
-    done = run_cli(["--url", url, "stats"])
-    assert done.returncode == 0, done.stderr
+    endpoint = endpoint_file(tmp_path / "store.duckdb")
+    for pid in (int(dead.stdout), os.getpid()):  # ended; alive but not serving there
+        endpoint.write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": pid, "token": "t"}))
+        endpoint.chmod(0o600)
+        done = run_cli(["--url", url, "stats"])
+        assert done.returncode == 0, done.stderr
+        assert f"ignoring {str(endpoint)!r}: process {pid} does not answer" in done.stderr
+    endpoint.chmod(0o666)  # others could have written it: refused, not followed
+    refused = run_cli(["--url", url, "stats"])
+    assert refused.returncode == 1
+    assert "not trusted" in refused.stderr
 
 
 def test_the_console_process_serves_commands_too(tmp_path: Path) -> None:

@@ -62,6 +62,8 @@ def test_search_by_message_id_and_by_a_property_value(box: MessageBox) -> None:
     assert box.find_messages("orders.Id", 42)[0].id == later.message_id  # newest first
     assert [m.id for m in box.find_messages("orders.Zip", "01234")] == [first.message_id]
     assert box.find_messages("orders.Id", "42") == []  # a text 42 is another value
+    box.publish([Message(b"w", promoted={"orders.Id": 1}, written={"orders.Zip": "01234"})])
+    assert [m.id for m in box.find_messages("orders.Zip", "01234")] == [first.message_id]
     b = browser(box)
     went = b.get(f"/search?q={first.message_id}")
     assert went.status_code == 303

@@ -252,3 +252,25 @@ def test_error_messages_are_normalised_for_grouping(
     line: str, expected: tuple[str | None, str]
 ) -> None:
     assert normalise(line) == expected
+
+
+def test_repeated_wrong_logins_lock_the_address_out_for_a_minute(incident: MessageBox) -> None:
+    b = browser(incident)
+    for _ in range(5):
+        assert b.post("/login", data={"token": "guess"}).status_code == 403
+    locked = b.post("/login", data={"token": TOKEN})
+    assert locked.status_code == 429
+    assert "too many failed logins" in locked.text
+    assert COOKIE not in b.cookies
+
+
+def test_a_command_that_fails_is_audited_with_its_error(backend_url: str) -> None:
+    with MessageBox(backend_url) as box:
+        box.create_host("busy")
+        box.subscribe("s", host="busy", filter=P("a.B") == 1)
+    refused = run_cli(["--url", backend_url, "hosts", "remove", "busy"])
+    assert refused.returncode == 1
+    with MessageBox(backend_url) as box:
+        [row] = box.audit_log()
+    assert row.action == "hosts remove (failed)"
+    assert "Conflict: host 'busy' has 1 subscription" in (row.detail or "")
