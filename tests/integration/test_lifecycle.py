@@ -167,3 +167,34 @@ def test_the_console_changes_filters_services_and_removes_hosts(shop: MessageBox
     assert shop.host("shipping").settings.claim_batch == 25  # nothing changed
     actions = [r.action for r in shop.audit_log()]
     assert actions[:4] == ["hosts set", "hosts remove", "services stop", "subscriptions set-filter"]
+
+
+def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -> None:
+    import threading
+
+    from messagebox import clock, subscriptions
+    from messagebox.catalog import check_spec
+
+    box.create_host("h2")
+    spec = check_spec(0, {"service": "svc", "host": "h2", "filter": P("a.B") == 1})
+    outcome: list[BaseException | None] = []
+    with box.store.transaction(serial=box.one_process) as conn:  # a subscribe, not committed
+        subscriptions.subscribe(conn, box.store.dialect, [spec], clock.now(conn))
+
+        def remove() -> None:
+            try:
+                box.remove_host("h2")
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        remover = threading.Thread(target=remove)
+        remover.start()
+        remover.join(1.0)
+        assert remover.is_alive()  # it waits for the subscribe's lock
+    remover.join(30)
+    [result] = outcome
+    assert isinstance(result, Conflict)  # it sees the subscription that committed
+    assert [h.name for h in box.hosts()] == ["h2", "shipping"] or "h2" in [
+        h.name for h in box.hosts()
+    ]
