@@ -17,7 +17,6 @@ from messagebox import (
     clock,
     defaults,
     ids,
-    metrics,
     notify,
     rollup,
     routing_index,
@@ -46,24 +45,17 @@ StoreURL = str | sa.URL
 """Where a store is: a URL string (``duckdb:///path``, ``postgresql://…``) or a parsed URL."""
 
 
-def _driver_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [sa.exc.SQLAlchemyError]
-    try:
-        import duckdb
-
-        errors.append(duckdb.Error)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import psycopg
-
-        errors.append(psycopg.Error)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(errors)
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (sa.exc.SQLAlchemyError,)
+"""What a failing statement raises: SQLAlchemy's errors, and the driver errors of every
+dialect a store of this process uses (added as each opens; a DuckDB store imports no
+PostgreSQL driver)."""
 
 
-DRIVER_ERRORS = _driver_errors()
+def _driver_errors_of(dialect: Dialect) -> None:
+    global DRIVER_ERRORS
+    missing = tuple(e for e in dialect.driver_errors if e not in DRIVER_ERRORS)
+    if missing:
+        DRIVER_ERRORS = (*DRIVER_ERRORS, *missing)
 
 
 class Store:
@@ -84,6 +76,7 @@ class Store:
         except sa.exc.ArgumentError as exc:
             raise BackendUnavailable(f"not a database URL: {url!r}") from exc
         self.dialect: Dialect = dialect_for(self.url)
+        _driver_errors_of(self.dialect)
         shown = self.url.render_as_string(hide_password=True)
         if not create and not self.dialect.database_exists(self.url):
             raise NoSchema(f"no database at {shown}")
@@ -197,6 +190,8 @@ class Store:
         if changed and self.dialect.one_process:
             routing_index.committed_change(self.key)
         if counts:
+            from messagebox import metrics  # on the first change: reading starts faster
+
             metrics.apply(counts)  # committed: count it
             self.tally.add(counts)
         if wakes:

@@ -123,6 +123,8 @@ class Dialect:
     """What a backend must provide."""
 
     name: ClassVar[str]
+    driver_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """The driver's own exceptions (not wrapped by SQLAlchemy), translated by the store."""
     supports_skip_locked: ClassVar[bool] = False
     has_row_locks: ClassVar[bool] = False
     """True when ``FOR UPDATE``/``FOR SHARE`` lock rows (else the store's in-process

@@ -14,10 +14,11 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
-from typing import Any, ClassVar
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import duckdb
 import duckdb_engine
-import pyarrow as pa
 import sqlalchemy as sa
 
 from messagebox import clock
@@ -36,11 +37,16 @@ class _CachingDriver(duckdb_engine.Dialect):
 
 sa.dialects.registry.register("duckdb.messagebox", __name__, "_CachingDriver")
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
 def arrow_type(column: sa.Column[Any]) -> pa.DataType:
+    import pyarrow as pa  # imported on the first insert: a command that only reads starts faster
+
     t = column.type
     if isinstance(t, sa.BigInteger):
         return pa.int64()
@@ -80,21 +86,26 @@ SMALL_INSERT = 12
 """Inserts of at most this many rows bind parameters instead of an Arrow table."""
 
 
-_STAGED_SCHEMA = pa.schema(
-    [
-        ("msg", pa.int32()),
-        ("name", pa.string()),
-        ("fam", pa.int16()),
-        ("v_str", pa.string()),
-        ("hi", pa.float64()),
-        ("lo", pa.float64()),
-        ("v_int", pa.int64()),
-    ]
-)
+@cache
+def _staged_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("msg", pa.int32()),
+            ("name", pa.string()),
+            ("fam", pa.int16()),
+            ("v_str", pa.string()),
+            ("hi", pa.float64()),
+            ("lo", pa.float64()),
+            ("v_int", pa.int64()),
+        ]
+    )
 
 
 class DuckDBDialect(Dialect):
     name: ClassVar[str] = "duckdb"
+    driver_errors: ClassVar[tuple[type[BaseException], ...]] = (duckdb.Error,)
     one_process: ClassVar[bool] = True
     claims_mixed: ClassVar[bool] = True
 
@@ -141,6 +152,8 @@ class DuckDBDialect(Dialect):
                 raw.unregister(name)
 
     def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
+        import pyarrow as pa
+
         staged = pa.table(
             [
                 pa.array(batch.msg, pa.int32()),
@@ -151,7 +164,7 @@ class DuckDBDialect(Dialect):
                 pa.array(batch.lo, pa.float64()),
                 pa.array(batch.v_int, pa.int64()),
             ],
-            schema=_STAGED_SCHEMA,
+            schema=_staged_schema(),
         )
         with self._registered(conn, staged, "mb_staged_batch"):
             rows = conn.exec_driver_sql(self.route_sql, {"n": batch.n}).fetchall()
@@ -164,6 +177,8 @@ class DuckDBDialect(Dialect):
         if rows <= SMALL_INSERT:
             self._insert_values(conn, table, columns, rows)
             return
+        import pyarrow as pa
+
         arrays = []
         exprs = []
         for col_name, values in columns.items():

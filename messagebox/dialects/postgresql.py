@@ -127,6 +127,7 @@ def _copy_columns(
 
 class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
+    driver_errors: ClassVar[tuple[type[BaseException], ...]] = (psycopg.Error,)
     supports_skip_locked: ClassVar[bool] = True
     has_row_locks: ClassVar[bool] = True
     supports_notify: ClassVar[bool] = True
