@@ -57,6 +57,7 @@ ROUTES: list[BaseRoute] = [
     Route("/suspended/{entry_id}/resume", pages.resume, methods=["POST"], name="resume"),
     Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
     Route("/messages/{message_id}", pages.message, methods=["GET", "POST"], name="message"),
+    Route("/messages/{message_id}/part", browsing.part, methods=["GET", "POST"], name="part"),
     Route("/explain", pages.explain, name="explain"),
     Route("/queue", browsing.queue, name="queue"),
     Route("/search", browsing.search, name="search"),

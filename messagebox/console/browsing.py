@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from messagebox.browse import QUEUE_STATES
 from messagebox.errors import ValidationError
@@ -94,4 +94,39 @@ def instances(request: Request) -> Response:
         state=state,
         states=INSTANCE_STATES,
         zombies=zombies,
+    )
+
+
+async def part(request: Request) -> Response:
+    """A stored message's part, as stored (a download): for whoever may see contents
+    (:meth:`Console.shows_parts`: a logged-in caller, a token, or a console without one)."""
+    c = _console(request)
+    try:
+        message_id = uuid.UUID(request.path_params["message_id"])
+    except ValueError:
+        raise HTTPException(400, "not a message id (a UUID)") from None
+    if request.method == "POST":
+        async with request.form() as form:
+            name = form.get("name")
+            allowed = c.shows_parts(request, form)
+    else:
+        name = request.query_params.get("name")
+        allowed = c.shows_parts(request)
+    if not allowed:
+        raise HTTPException(
+            403, "the contents of a message's parts need the console token (or a login)"
+        )
+    summary = c.box.message_summary(message_id)
+    part_name = name if isinstance(name, str) and name else summary.body_part
+    if part_name not in summary.part_sizes:
+        raise HTTPException(404, f"message {message_id} has no part {part_name!r}")
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in part_name)[:60]
+    return StreamingResponse(
+        c.box.iter_part(message_id, part_name),
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{message_id}-{safe}.bin"',
+            "Content-Length": str(summary.part_sizes[part_name]),
+            "Cache-Control": "no-store",
+        },
     )

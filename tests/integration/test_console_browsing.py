@@ -108,3 +108,25 @@ def test_service_instances_show_what_they_wait_for(
     assert len(re.findall(r'<tr id="instance-', html)) == 2
     assert "payment" in html
     assert browser(box).get("/instances?state=odd").status_code == 400
+
+
+def test_a_part_is_downloaded_as_stored_by_whoever_may_see_contents(box: MessageBox) -> None:
+    box.create_host("h")
+    box.subscribe("s", host="h", filter=P("a.B") >= 0)
+    body = bytes(range(256)) * 300  # binary, several fragments
+    [routed] = box.publish(
+        [Message(parts={"body": body, "note": "hi"}, body_part="body", promoted={"a.B": 1})]
+    )
+    url = f"/messages/{routed.message_id}/part"
+    open_console = browser(box).get(url)
+    assert open_console.status_code == 200
+    assert open_console.content == body
+    assert "attachment" in open_console.headers["content-disposition"]
+    assert browser(box).get(url, params={"name": "note"}).content == b"hi"
+    assert browser(box).get(url, params={"name": "nope"}).status_code == 404
+    guarded = TestClient(
+        create_app(box, token="t0ken"), base_url="http://127.0.0.1:8080", follow_redirects=False
+    )
+    assert guarded.get(url).status_code == 403
+    assert guarded.get(url, headers={"Authorization": "Bearer t0ken"}).content == body
+    assert guarded.post(url, data={"token": "t0ken", "name": "note"}).content == b"hi"
