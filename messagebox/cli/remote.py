@@ -46,8 +46,12 @@ ENDPOINT_SUFFIX = ".endpoint"
 """Beside ``store.duckdb``: ``store.duckdb.endpoint``."""
 
 TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
-NOT_SERVED = ("host", "console", "spark")
-"""Commands that need the store's file (or start a server) and are never sent."""
+NOT_SERVED = ("host", "console")
+"""Commands that start a process of their own and are never sent. (``spark`` commands
+are: the process that holds the store runs the Spark job, with this machine's paths.)"""
+SPARK_PATHS = ("input", "output", "subscriptions", "proposed")
+"""``spark`` options naming local files or folders: resolved against the command line's
+working directory, which is sent along."""
 
 STDIN_NOTE = "reading the message body from standard input (end it with Ctrl-D)"
 TIMEOUT_SECONDS = 3600.0
@@ -240,7 +244,12 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
         if sys.stdin.isatty():
             print(STDIN_NOTE, file=sys.stderr)
         stdin = sys.stdin.buffer.read()
-    body = {"argv": list(argv), "files": files, "stdin": base64.b64encode(stdin).decode()}
+    body = {
+        "argv": list(argv),
+        "files": files,
+        "stdin": base64.b64encode(stdin).decode(),
+        "cwd": os.getcwd(),
+    }
     try:
         answer = _request(endpoint, "/api/v1/cli", body)
     except urllib.error.HTTPError as exc:
@@ -297,6 +306,8 @@ def serve(box: MessageBox, body: Mapping[str, Any], client: str | None = None) -
     if args.command in NOT_SERVED:
         return _answer(EXIT_USAGE, b"", f"messagebox: `{args.command}` is not served here\n")
     args.url = args.explicit_url = box.store.url.render_as_string(hide_password=True)
+    if args.command == "spark":
+        return _serve_spark(args, body.get("cwd"))
     args.served_box = box
     args.served_for = f"token holder at {client or 'an unknown address'}"
     args.argv = shown_argv(argv)
@@ -323,3 +334,24 @@ def _answer(code: int, stdout: bytes, stderr: str, command: str | None = None) -
         "stdout": base64.b64encode(stdout).decode(),
         "stderr": base64.b64encode(stderr.encode()).decode(),
     }
+
+
+_SPARK = threading.Lock()
+
+
+def _serve_spark(args: argparse.Namespace, cwd: object) -> dict[str, Any]:
+    """Run a ``spark`` command here, in the process that holds the store: its paths taken
+    from the caller's working directory, its output captured (one at a time: the job
+    prints to this process's standard streams)."""
+    from messagebox.pipelines.spark_cli import run as spark
+
+    if isinstance(cwd, str) and cwd:
+        for key in SPARK_PATHS:
+            value = getattr(args, key, None)
+            if isinstance(value, str) and value and "://" not in value:
+                setattr(args, key, os.path.join(cwd, value))
+    out, err = io.StringIO(), io.StringIO()
+    with _SPARK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = spark(args)
+    command = f"spark {args.spark_command}"
+    return _answer(code, out.getvalue().encode(), err.getvalue(), command)

@@ -284,3 +284,28 @@ def test_host_run_serves_commands_on_postgresql_when_asked(pg_url: str) -> None:
     finally:
         stop(proc)
     assert os.environ.get("MESSAGEBOX_CONSOLE_TOKEN") != token
+
+
+def test_spark_commands_run_in_the_process_that_holds_the_store(
+    served: tuple[str, subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    url, proc = served
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "in.csv").write_text("key,t.N\n1,3\n2,7\n3,9\n")
+    # relative paths: the serving process reads and writes them in this directory
+    done = subprocess.run(
+        [sys.executable, "-m", "messagebox.cli", "--url", url, "spark", "route",
+         "--input", "in.csv", "--output", "out", "--master", "local[1]"],
+        cwd=work, env=process_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "done: 5 (message, subscription) pairs" in done.stderr  # a-all 3, b-big 2
+    counts = {
+        line.split("\t")[1]: int(line.split("\t")[3]) for line in done.stdout.splitlines()[1:]
+    }
+    assert counts == {"a-all": 3, "b-big": 2}
+    assert {p.name.split("=")[0] for p in (work / "out").iterdir() if p.is_dir()} == {
+        "subscription"
+    }
+    assert proc.poll() is None  # the hosts run on
