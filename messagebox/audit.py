@@ -1,7 +1,8 @@
 """The audit log: every operator action — who, what, when, through which door (the
 console, the command line, a command served by a running process), on how many entries
-— kept in the store (``mb_audit``), read newest first. Actions are recorded after they
-succeed; refusals are logged by whoever refused them."""
+— kept in the store (``mb_audit``), read newest first. The console records its actions
+when they succeed; the command line records its commands when they end, done or failed
+(with the error), since a bulk change commits batch by batch."""
 
 from __future__ import annotations
 

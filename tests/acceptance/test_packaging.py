@@ -6,6 +6,7 @@ distribution's ``adapters`` package without a clash. Building needs the package 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +19,8 @@ from tests.cli_support import ROOT
 from tests.conftest import IN_CI
 
 BUILD_SECONDS = 600
+
+pytestmark = pytest.mark.xdist_group("packaging")  # one worker builds the wheel once
 
 
 def run(*argv: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -50,7 +53,15 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         '[project]\nname = "adapters"\nversion = "9.9"\n'
         '[tool.setuptools]\npackages = ["adapters"]\n'
     )
-    return build_wheel(ROOT, out, "messagebox-router"), build_wheel(other, out, "adapters")
+    # pip builds a local folder in place: build a copy, not the repository
+    source = tmp_path_factory.mktemp("source") / "messagebox-router"
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__"),
+    )
+    return build_wheel(source, out, "messagebox-router"), build_wheel(other, out, "adapters")
 
 
 def test_the_wheel_holds_one_top_level_package_with_its_data(wheels: tuple[Path, Path]) -> None:

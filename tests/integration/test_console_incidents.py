@@ -181,6 +181,8 @@ def test_all_matching_a_filter_and_a_selection_reroute_and_terminate(
     done = b.post("/suspended/bulk", data={**form, "confirm": "yes", "back": "/suspended"})
     assert done.headers["location"] == "/suspended?done=rerouted&n=2"
     assert incident.count_suspended(reason="routing-failure") == 0
+    catch = incident.subscription("catch-u").id
+    assert sum(d.depth for d in incident.queue_depth() if d.subscription == catch) == 2
     picked = [e.id for e in incident.suspended()][:3]
     done = b.post(
         "/suspended/bulk",
@@ -254,7 +256,11 @@ def test_error_messages_are_normalised_for_grouping(
     assert normalise(line) == expected
 
 
-def test_repeated_wrong_logins_lock_the_address_out_for_a_minute(incident: MessageBox) -> None:
+def test_repeated_wrong_logins_lock_the_address_out_for_a_minute(
+    incident: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from messagebox.console import auth
+
     b = browser(incident)
     for _ in range(5):
         assert b.post("/login", data={"token": "guess"}).status_code == 403
@@ -262,6 +268,8 @@ def test_repeated_wrong_logins_lock_the_address_out_for_a_minute(incident: Messa
     assert locked.status_code == 429
     assert "too many failed logins" in locked.text
     assert COOKIE not in b.cookies
+    monkeypatch.setattr(auth, "LOGIN_WINDOW", 0.0)  # the minute has passed
+    assert b.post("/login", data={"token": TOKEN}).status_code == 303
 
 
 def test_a_command_that_fails_is_audited_with_its_error(backend_url: str) -> None:

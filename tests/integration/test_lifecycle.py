@@ -182,19 +182,20 @@ def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -
         subscriptions.subscribe(conn, box.store.dialect, [spec], clock.now(conn))
 
         def remove() -> None:
+            trying.set()
             try:
                 box.remove_host("h2")
                 outcome.append(None)
             except BaseException as exc:
                 outcome.append(exc)
 
+        trying = threading.Event()
         remover = threading.Thread(target=remove)
         remover.start()
+        assert trying.wait(30)
         remover.join(1.0)
         assert remover.is_alive()  # it waits for the subscribe's lock
     remover.join(30)
     [result] = outcome
     assert isinstance(result, Conflict)  # it sees the subscription that committed
-    assert [h.name for h in box.hosts()] == ["h2", "shipping"] or "h2" in [
-        h.name for h in box.hosts()
-    ]
+    assert "h2" in [h.name for h in box.hosts()]

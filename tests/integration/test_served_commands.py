@@ -56,6 +56,8 @@ def test_a_served_command_reads_what_was_sent_and_answers_as_the_cli(box: Messag
     assert box.read_message(from_stdin["message_id"]).body == b"from stdin"
     code, out, err = run(box, "messages", "show", routed["message_id"])
     assert (code, out) == (0, body), err
+    [added] = [r for r in box.audit_log() if r.action == "subscriptions add"]
+    assert (added.via, added.who) == ("served", "token holder at an unknown address")
 
 
 def test_served_errors_keep_their_exit_codes(box: MessageBox) -> None:

@@ -75,3 +75,16 @@ def test_the_command_line_says_it_as_a_note(zips: MessageBox, backend_url: str) 
     )
     assert changed.returncode == 0, changed.stderr
     assert "warning" not in changed.stderr
+    back = run_cli(
+        [
+            "--url",
+            backend_url,
+            "subscriptions",
+            "set-filter",
+            "zip",
+            "--filter",
+            'orders.Zip in ["1", "2"]',
+        ]
+    )
+    assert back.returncode == 0, back.stderr
+    assert "warning: subscription 'zip': orders.Zip is compared with text" in back.stderr
