@@ -164,3 +164,11 @@ def test_host_run_refuses_a_taken_metrics_port(tmp_path: Path) -> None:
         )
     assert done.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
+
+
+def test_host_run_refuses_a_malformed_console_address(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'box.duckdb'}"
+    done = cli("--url", url, "host", "run", "tests.apps.pair:alpha", "--console", "here:port")
+    assert done.returncode == 2
+    assert "'here:port' is not PORT, ADDR:PORT or off" in done.stderr
+    assert not (tmp_path / "box.duckdb").exists()  # refused before anything was opened

@@ -199,3 +199,28 @@ def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -
     [result] = outcome
     assert isinstance(result, Conflict)  # it sees the subscription that committed
     assert "h2" in [h.name for h in box.hosts()]
+
+
+def test_a_host_with_a_pending_timer_is_not_removed(box: MessageBox) -> None:
+    import sqlalchemy as sa
+
+    from messagebox import clock, schema
+
+    box.create_host("timed")
+    with box.store.transaction() as conn:
+        now = clock.now(conn)
+        conn.execute(
+            sa.insert(schema.timer).values(
+                id=1,
+                instance_id="i-1",
+                service="svc",
+                host="timed",
+                sub=1,
+                name="t",
+                due_at=now,
+                created_at=now,
+            )
+        )
+    with pytest.raises(Conflict, match="1 pending timers"):
+        box.remove_host("timed")
+    assert "timed" in [h.name for h in box.hosts()]

@@ -71,3 +71,28 @@ def test_served_errors_keep_their_exit_codes(box: MessageBox) -> None:
     code, _, err = run(box, "console")
     assert code == 2
     assert "not served" in err
+
+
+def test_the_api_refuses_a_malformed_request_and_runs_nothing(box: MessageBox) -> None:
+    import warnings
+
+    from messagebox.console import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    api = TestClient(create_app(box, api_token="k"), base_url="http://127.0.0.1:8080")
+    auth = {"Authorization": "Bearer k"}
+    for body in (b"not json", b"[1, 2]", b'{"argv": "hosts add h"}', b'{"argv": [1]}'):
+        refused = api.post("/api/v1/cli", content=body, headers=auth)
+        assert refused.status_code == 400, body
+        assert "malformed request" in refused.json()["error"]
+    assert box.hosts() == []
+    assert api.post("/api/v1/cli", json={"argv": ["stats"]}).status_code == 401
+    assert (
+        api.post(
+            "/api/v1/cli", json={"argv": ["stats"]}, headers={"Authorization": "Bearer x"}
+        ).status_code
+        == 403
+    )
