@@ -339,12 +339,14 @@ class MessageBox:
         limit: int = 1000,
         offset: int = 0,
         newest_first: bool = False,
+        ids: Sequence[int] | None = None,
     ) -> list[SuspendedEntry]:
         """Suspended entries, oldest first (by suspension time, then id; newest first
-        with ``newest_first``), after skipping ``offset`` of them, optionally filtered
-        (``before``: suspended before that time; an unknown ``host`` raises
-        :class:`~messagebox.errors.UnknownHost`)."""
+        with ``newest_first``), after skipping ``offset`` of them, optionally only those
+        of ``ids`` and filtered (``before``: suspended before that time; an unknown
+        ``host`` raises :class:`~messagebox.errors.UnknownHost`)."""
         query = SuspendedQuery(
+            ids=None if ids is None else tuple(ids),
             reason=reason,
             host=host,
             service=service,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -33,6 +34,10 @@ class State(StrEnum):
     """Enlisted but stopped: messages are routed and held until the service starts."""
     UNENLISTED = "unenlisted"
     """No active subscription: messages do not route to it."""
+
+
+SERVICE_ACTIONS = {"start": State.STARTED, "stop": State.STOPPED, "unenlist": State.UNENLISTED}
+"""The state each service action (command line, console) puts a service in."""
 
 
 class QueueState(StrEnum):
@@ -141,6 +146,21 @@ class HostSettings(BaseModel):
         except pydantic.ValidationError as exc:
             problems = "; ".join(_settings_problem(e) for e in exc.errors())
             raise ValidationError(f"{what}: bad settings: {problems}") from None
+
+
+def setting_values(items: Iterable[str]) -> dict[str, Any]:
+    """``SETTING=VALUE`` texts (command line ``--set``, console lines) as settings: each
+    value read as JSON, else as text. ``ValueError`` names a text without ``=``."""
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected SETTING=VALUE, not {item!r}")
+        try:
+            settings[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            settings[key.strip()] = raw.strip()
+    return settings
 
 
 def _settings_problem(error: Any) -> str:

@@ -6,14 +6,14 @@ send ``orders.Zip`` as the number 12345). Checked against the newest stored mess
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import sqlalchemy as sa
 
 from messagebox import schema
 from messagebox.predicates import Filter
 from messagebox.predicates.model import Op
-from messagebox.properties import Family, decode_value, family
+from messagebox.properties import Family, Value, decode_value, family
 
 SAMPLE = 1000
 """How many of the newest stored messages a check reads."""
@@ -31,6 +31,17 @@ _NAMES = {
     Family.BOOL: "a boolean",
     Family.DATETIME: "a time",
 }
+
+
+def compared(filt: Filter) -> Iterator[tuple[str, Value]]:
+    """(property, value) for each value a predicate of ``filt`` compares its property
+    with (each of an ``in`` list; ``exists`` and ``not_exists`` compare none)."""
+    for group in filt.groups:
+        for p in group.predicates:
+            if p.op in (Op.EXISTS, Op.NOT_EXISTS):
+                continue
+            for v in p.value if p.op is Op.IN else (p.value,):
+                yield p.property, v
 
 
 def stored_families(
@@ -58,25 +69,19 @@ def traps(conn: sa.Connection, filters: Iterable[tuple[str, Filter]]) -> list[st
     its property with a family the newest stored messages never carry for it (nothing
     when no stored message carries the property: then nothing says which type publishers
     use). One read of the stored messages for them all."""
-    compared: dict[tuple[str, str], dict[Family, str]] = {}
+    families: dict[tuple[str, str], dict[Family, str]] = {}
     for subscription, filt in filters:
-        for group in filt.groups:
-            for p in group.predicates:
-                if p.op in (Op.EXISTS, Op.NOT_EXISTS):
-                    continue
-                values = p.value if p.op is Op.IN else (p.value,)
-                for v in values:
-                    key = (subscription, p.property)
-                    compared.setdefault(key, {}).setdefault(family(v), repr(v))
-    if not compared:
+        for name, v in compared(filt):
+            families.setdefault((subscription, name), {}).setdefault(family(v), repr(v))
+    if not families:
         return []
-    n, stored = stored_families(conn, {name for _, name in compared})
+    n, stored = stored_families(conn, {name for _, name in families})
     out = []
-    for (subscription, name), families in compared.items():
+    for (subscription, name), of_it in families.items():
         have = stored.get(name)
         if not have:
             continue
-        for fam, example in sorted(families.items()):
+        for fam, example in sorted(of_it.items()):
             if fam not in have:
                 kinds = " or ".join(sorted(_NAMES[f] for f in have))
                 out.append(

@@ -385,8 +385,8 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
     """Warnings for ``-p`` values whose guessed type no subscription compares the
     property with (``orders.Zip=12345`` is an int; ``orders.Zip == "12345"`` compares a
     string and never matches it)."""
-    from messagebox.predicates.model import Op
     from messagebox.properties import family
+    from messagebox.typecheck import compared as compared_values
 
     if not guessed:
         return []
@@ -394,12 +394,9 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
     for sub in box.subscriptions():
         if sub.state == "unenlisted":  # routes nothing
             continue
-        for group in sub.filter.groups:
-            for p in group.predicates:
-                if p.property not in guessed or p.op in (Op.EXISTS, Op.NOT_EXISTS):
-                    continue
-                values = p.value if p.op is Op.IN else (p.value,)
-                compared.setdefault(p.property, set()).update(family(v).name for v in values)
+        for name, v in compared_values(sub.filter):
+            if name in guessed:
+                compared.setdefault(name, set()).add(family(v).name)
     notes = []
     for name, raw in guessed.items():
         families = compared.get(name)

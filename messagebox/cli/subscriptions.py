@@ -130,8 +130,6 @@ def hosts_remove(args: argparse.Namespace, out: Terminal) -> None:
         out.say(f"removed host {args.name!r}")
 
 
-_STATE_OF_ACTION = {"start": "started", "stop": "stopped", "unenlist": "unenlisted"}
-
 _STATE_EFFECT = {
     "started": "its held messages are released to its hosts",
     "stopped": "new messages are routed to it and held until it starts",
@@ -142,7 +140,9 @@ _STATE_EFFECT = {
 
 def services_state(args: argparse.Namespace, out: Terminal) -> None:
     """Start, stop or unenlist every subscription of a service."""
-    state = _STATE_OF_ACTION[args.action]
+    from messagebox.models import SERVICE_ACTIONS
+
+    state = SERVICE_ACTIONS[args.action].value
     with open_box(args) as box:
         changed = box.set_service_state(args.service, state)
     if out.json:
@@ -180,16 +180,12 @@ def hosts_list(args: argparse.Namespace, out: Terminal) -> None:
 
 def _settings(items: list[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` options: each value read as JSON, else as a string."""
-    settings: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise inputs.UsageError(f"--set {item!r}: expected SETTING=VALUE")
-        try:
-            settings[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            settings[key.strip()] = raw
-    return settings
+    from messagebox.models import setting_values
+
+    try:
+        return setting_values(items)
+    except ValueError as exc:
+        raise inputs.UsageError(f"--set: {exc}") from None
 
 
 def hosts_set(args: argparse.Namespace, out: Terminal) -> None:

@@ -126,7 +126,8 @@ def _console(request: Request) -> Console:
     return console
 
 
-def _role_of(console: Console, given: bytes) -> str | None:
+def role_of(console: Console, given: bytes) -> str | None:
+    """The role a secret logs in as (None: it is neither secret)."""
     if console.token is not None and hmac.compare_digest(given, console.token.encode()):
         return OPERATOR
     if console.read_token is not None and hmac.compare_digest(given, console.read_token.encode()):
@@ -150,7 +151,7 @@ def caller(request: Request) -> Caller:
         return Caller(session.role, session.who, session)
     given = bearer(request)
     if given:
-        role = _role_of(console, given)
+        role = role_of(console, given)
         if role is None:
             raise HTTPException(403, "wrong token")
         return Caller(role, f"token holder at {_client(request)}")
@@ -173,7 +174,7 @@ def operator(request: Request, form: FormData) -> Caller:
     if given or bearer(request):
         if not given:
             given = bearer(request)
-        if _role_of(console, given) != OPERATOR:
+        if role_of(console, given) != OPERATOR:
             raise HTTPException(403, "wrong token; nothing was changed")
         return Caller(OPERATOR, f"token holder at {_client(request)}")
     session = console.sessions.get(request.cookies.get(COOKIE))
@@ -216,7 +217,7 @@ async def login(request: Request) -> Response:
     if console.sessions.locked_out(client):
         raise HTTPException(429, f"too many failed logins from {client}: try again in a minute")
     given = token.encode() if isinstance(token, str) else b""
-    role = _role_of(console, given) if given else None
+    role = role_of(console, given) if given else None
     if role is None:
         console.sessions.failed_login(client)
         console.log_event("console-login-failed", client=client)

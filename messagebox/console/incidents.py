@@ -32,6 +32,7 @@ ACTIONS = ("resume", "terminate", "reroute")
 PAST = {"resume": "resumed", "terminate": "terminated", "reroute": "rerouted"}
 MAX_SELECTION = 100_000
 AUDIT_ROWS = 200
+ID_CHUNK = 1000
 
 
 def _console(request: Request) -> Console:
@@ -114,16 +115,16 @@ class _Selection:
 
     def entries(self, box: MessageBox) -> list[SuspendedEntry]:
         """The suspended entries selected now."""
-        if self.group:
-            found = [g for g in box.failure_groups() if g.id == self.group]
-            if not found:
-                return []
-            wanted = set(found[0].entry_ids)
-            return [e for e in box.suspended(limit=MAX_SELECTION) if e.id in wanted]
         if self.all:
             return box.suspended(reason=self.reason, host=self.host, limit=MAX_SELECTION)
-        wanted = set(self.ids)
-        return [e for e in box.suspended(limit=MAX_SELECTION) if e.id in wanted]
+        ids = self.ids
+        if self.group:
+            found = [g for g in box.failure_groups() if g.id == self.group]
+            ids = found[0].entry_ids if found else []
+        entries: list[SuspendedEntry] = []
+        for start in range(0, len(ids), ID_CHUNK):  # a parameter each: a bounded list
+            entries += box.suspended(ids=ids[start : start + ID_CHUNK], limit=ID_CHUNK)
+        return entries
 
 
 def _int(text: str) -> int:

@@ -14,11 +14,10 @@ from starlette.responses import RedirectResponse, Response
 
 from messagebox.console import auth
 from messagebox.errors import FilterValidationError, ValidationError
+from messagebox.models import SERVICE_ACTIONS, setting_values
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console
-
-SERVICE_STATES = {"start": "started", "stop": "stopped", "unenlist": "unenlisted"}
 
 
 def _console(request: Request) -> Console:
@@ -63,31 +62,22 @@ async def service_state(request: Request) -> Response:
         caller = auth.operator(request, form)
         service = form.get("service")
     action = request.path_params["action"]
-    if action not in SERVICE_STATES:
+    if action not in SERVICE_ACTIONS:
         raise HTTPException(404, f"no service action {action!r}")
     if not isinstance(service, str) or not service:
         raise HTTPException(400, "name the service (the form field service)")
-    n = await run_in_threadpool(c.box.set_service_state, service, SERVICE_STATES[action])
+    state = SERVICE_ACTIONS[action]
+    n = await run_in_threadpool(c.box.set_service_state, service, state)
     await run_in_threadpool(c.audit, caller, f"services {action}", service, n)
-    return _back(request, "subscriptions", f"service {service} {SERVICE_STATES[action]}")
+    return _back(request, "subscriptions", f"service {service} {state.value}")
 
 
 def _setting_lines(text: str) -> dict[str, object]:
     """``SETTING=VALUE`` lines (each value read as JSON, else as text); blank lines skip."""
-    import json
-
-    found: dict[str, object] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        key, sep, raw = line.partition("=")
-        if not sep or not key.strip():
-            raise ValidationError(f"settings line {n}: expected SETTING=VALUE, not {line!r}")
-        try:
-            found[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            found[key.strip()] = raw.strip()
-    return found
+    try:
+        return setting_values(line for line in text.splitlines() if line.strip())
+    except ValueError as exc:
+        raise ValidationError(f"settings: {exc}") from None
 
 
 async def host_settings(request: Request) -> Response:
