@@ -19,7 +19,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from messagebox import router
+from messagebox.as_code import RoutingAsCode
 from messagebox.catalog import Catalog
+from messagebox.configs import Configs
 from messagebox.consumer import Consumer
 from messagebox.errors import ValidationError
 from messagebox.message import Message, MessageSummary, StoredMessage
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     from messagebox.rollup import Rates
 
 
-class MessageBox:
+class MessageBox(RoutingAsCode):
     """A content-based publish/subscribe router over one database.
 
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
@@ -83,6 +85,7 @@ class MessageBox:
         self.catalog = Catalog(self.store)
         self.messages = Messages(self.store, publisher or f"{socket.gethostname()}:{os.getpid()}")
         self.operations = Operations(self.store)
+        self.configs = Configs(self.store)
 
     @property
     def url(self) -> URL:

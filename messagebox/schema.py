@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 
 metadata = sa.MetaData()
 
@@ -422,6 +422,21 @@ failed, suspended, by host), and sampled queue depths (``depth`` by host), kept 
 or not tracking is on (:mod:`messagebox.rollup`); cleanup trims them after a day."""
 sa.Index("mb_rollup_minute", rollup.c.minute)
 
+config_version = sa.Table(
+    "mb_config_version",
+    metadata,
+    sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("applied_at", Stamp, nullable=False),
+    sa.Column("who", sa.Text, nullable=False),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("changes", sa.Text, nullable=False),
+    sa.Column("rollback_of", sa.BigInteger),
+)
+"""Each routing configuration applied (:mod:`messagebox.routing_apply`): the routing
+file as given (``content``), the sha256 of the configuration it declares (``digest``),
+what it changed (JSON) and, for a rollback, the version it re-applied."""
+
 UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "2": ("3", ()),
     "3": (
@@ -459,6 +474,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     # the queue's fillfactor when it creates the schema)
     "8": ("9", ("DROP INDEX IF EXISTS mb_queue_lease",)),
     "9": ("10", ()),  # adds mb_audit and mb_rollup
+    "10": ("11", ()),  # adds mb_config_version
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,16 +60,18 @@ def _arrow_schema() -> Any:
 
 
 def export_messages(
-    box: MessageBox,
+    box: MessageBox | None,
     spark: SparkSession,
     path: str | Path | None = None,
     *,
     chunk: int = EXPORT_CHUNK,
     progress: Any = None,
+    pages: Iterable[Sequence[tuple[Any, Mapping[str, Any]]]] | None = None,
 ) -> DataFrame:
-    """The promoted properties of every stored message, as a long frame keyed by
-    ``message_id`` (written as Parquet to ``path``, by default a temporary folder
-    removed when the process exits). ``progress(n)`` is called with the count so far."""
+    """The promoted properties of every stored message (or of ``pages`` of (id,
+    properties)), as a long frame keyed by ``message_id`` (written as Parquet to
+    ``path``, by default a temporary folder removed when the process exits).
+    ``progress(n)`` is called with the count so far."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -78,7 +82,11 @@ def export_messages(
     out.mkdir(parents=True, exist_ok=True)
     arrow_schema = _arrow_schema()
     n = 0
-    for part, rows in enumerate(box.iter_promoted(chunk)):
+    if pages is None:
+        if box is None:
+            raise ValueError("export_messages needs a MessageBox or pages")
+        pages = box.iter_promoted(chunk)
+    for part, rows in enumerate(pages):
         cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
         for message_id, promoted in rows:
             for name, value in promoted.items():
@@ -200,4 +208,33 @@ def _per_service(changes: DataFrame, column: str) -> dict[str, int]:
     return {r["service"]: int(r["count"]) for r in rows}
 
 
-__all__ = ["Target", "WhatIf", "WhatIfSummary", "export_messages", "what_if"]
+def spark_router(spark: SparkSession) -> Any:
+    """A router for :meth:`~messagebox.engine.MessageBox.plan` that routes the window's
+    messages on Spark, both sets of subscriptions in one job, and brings back only the
+    messages whose destinations differ."""
+
+    def route(
+        pages: Iterable[Sequence[tuple[Any, Mapping[str, Any]]]],
+        before: Sequence[tuple[str, Any]],
+        after: Sequence[tuple[str, Any]],
+    ) -> Iterator[tuple[uuid.UUID, frozenset[str], frozenset[str]]]:
+        from pyspark.sql import functions as F
+
+        frame = export_messages(None, spark, pages=pages)
+        offset = len(before) + 1
+        targets = [Target(i, name, f, name=name) for i, (name, f) in enumerate(before, 1)]
+        targets += [Target(offset + i, name, f, name=name) for i, (name, f) in enumerate(after)]
+        routes = route_dataframe(frame, targets, key="message_id", layout="long", validate=False)
+        old = F.col("subscription") < offset
+        per_message = routes.groupBy("message_id").agg(
+            F.array_sort(F.collect_set(F.when(old, F.col("name")))).alias("before"),
+            F.array_sort(F.collect_set(F.when(~old, F.col("name")))).alias("after"),
+        )
+        for row in per_message.where(F.col("before") != F.col("after")).toLocalIterator():
+            yield uuid.UUID(row["message_id"]), frozenset(row["before"]), frozenset(row["after"])
+
+    route.name = "spark"  # type: ignore[attr-defined]
+    return route
+
+
+__all__ = ["Target", "WhatIf", "WhatIfSummary", "export_messages", "spark_router", "what_if"]

@@ -33,6 +33,13 @@
     tracking events [MESSAGE_ID] [--event E] [--host H] [--subscription REF] [--since AGE]
                                            a message's history, or the newest events
     metrics                                the store's gauges, in the Prometheus format
+    export [--schema]                      the live hosts and subscriptions as a routing file
+    plan FILE [--window AGE] [--no-traffic] [--spark]
+                                           the diff with what is live, which messages move
+    apply FILE [--dry-run]                 the file made live in one transaction (a version)
+    versions [N] [--limit N]               applied versions; N: that version's file
+    rollback N                             apply version N's file again
+    lint [FILE] [--window AGE]             never-matching, redundant, duplicate, dead
     host run module:app [module:app ...] [--threads N] [--duration S]
             [--log-format text|json] [--metrics-port PORT] [--metrics-bind ADDR]
             [--console [ADDR:]PORT|off] [--token-file PATH]

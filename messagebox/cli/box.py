@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 AUDITED = frozenset(
     {
         ("init", ""),
+        ("apply", ""),
+        ("rollback", ""),
         ("subscriptions", "add"),
         ("subscriptions", "remove"),
         ("subscriptions", "set-filter"),

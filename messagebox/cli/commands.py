@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from messagebox.cli.config import apply, export, lint, plan, rollback, versions
 from messagebox.cli.messages import (
     instances,
     message_show,
@@ -47,6 +48,12 @@ from messagebox.cli.terminal import Terminal
 
 COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] = {
     ("init", ""): init,
+    ("export", ""): export,
+    ("plan", ""): plan,
+    ("apply", ""): apply,
+    ("versions", ""): versions,
+    ("rollback", ""): rollback,
+    ("lint", ""): lint,
     ("publish", ""): publish,
     ("subscriptions", ""): subscriptions_list,
     ("subscriptions", "list"): subscriptions_list,

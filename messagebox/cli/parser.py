@@ -7,12 +7,14 @@ import argparse
 import textwrap
 from typing import Any
 
+from messagebox.cli.config_args import config_parser
 from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
     "exit codes: 0 success; 1 a messagebox error (the message names the culprit); 2 bad "
     "usage (options, values, properties, filters, JSON, files); 3 not found (an unknown "
-    "message, subscription, host or suspended entry).\n"
+    "message, subscription, host or suspended entry); 4 `plan`: there is a change, "
+    "`lint`: there is a finding.\n"
     "environment: MESSAGEBOX_URL, the database URL when --url is not given."
 )
 
@@ -416,6 +418,7 @@ def build() -> argparse.ArgumentParser:
         default="text",
         help="log lines as text, or as JSON objects (structured logs); default text",
     )
+    config_parser(sub, command, _positive)
     _spark_parser(sub)
     return parser
 

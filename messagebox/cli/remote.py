@@ -181,8 +181,8 @@ FILE_OPTIONS = ("filter", "properties_json")
 
 
 def _named_files(args: argparse.Namespace) -> list[str]:
-    """The files a command reads: ``@FILE`` values of :data:`FILE_OPTIONS` and
-    ``publish``'s files."""
+    """The files a command reads: ``@FILE`` values of :data:`FILE_OPTIONS`,
+    ``publish``'s files and a routing file."""
     names = [
         v[1:]
         for key in FILE_OPTIONS
@@ -190,6 +190,8 @@ def _named_files(args: argparse.Namespace) -> list[str]:
     ]
     if args.command == "publish":
         names.extend(f for f in args.files if f != "-")
+    if args.command in ("plan", "apply", "lint") and getattr(args, "file", None):
+        names.append(args.file)
     return names
 
 

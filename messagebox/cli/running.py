@@ -23,12 +23,15 @@ def run(args: argparse.Namespace, out: Terminal) -> int:
     """Run a parsed store command (not ``host``, ``spark`` or ``console``), showing its
     results and errors through ``out``; returns the exit code."""
     from messagebox.cli.commands import COMMANDS
+    from messagebox.cli.config import EXIT_CHANGES, Changes
     from messagebox.cli.inputs import UsageError
 
     action = getattr(args, "action", None)
     name = f"{args.command} {action}" if action else args.command
     try:
         COMMANDS[(args.command, action or "")](args, out)
+    except Changes:
+        return EXIT_CHANGES
     except UsageError as exc:
         print(f"messagebox {name}: error: {exc}", file=out.stderr)
         return EXIT_USAGE

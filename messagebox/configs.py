@@ -1,0 +1,165 @@
+"""Routing as code, the storage side of :class:`~messagebox.engine.MessageBox`'s
+``export_config``, ``plan``, ``apply``, ``versions``, ``rollback`` and ``lint``
+(docs/howto-routing-as-code.md)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from messagebox import clock, routing_apply, routing_lint, routing_plan, subscriptions
+from messagebox.errors import ValidationError
+from messagebox.routing_apply import ConfigDiff, ConfigVersion
+from messagebox.routing_file import RoutingConfig, dump, load
+from messagebox.routing_plan import Page, Router, TrafficEffect
+from messagebox.store import Store
+
+DEFAULT_WINDOW = timedelta(hours=24)
+PAGE = 5_000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What applying a configuration would change, and its effect on recent traffic."""
+
+    diff: ConfigDiff
+    traffic: TrafficEffect | None
+
+    @property
+    def changed(self) -> bool:
+        return self.diff.changed
+
+    def describe(self) -> list[str]:
+        return self.diff.describe() + (self.traffic.describe() if self.traffic else [])
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "changes": self.diff.as_json(),
+            "traffic": self.traffic.as_json() if self.traffic else None,
+        }
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What an apply changed, and the version it recorded (None: nothing to record)."""
+
+    diff: ConfigDiff
+    version: int | None
+
+
+def as_config(source: RoutingConfig | str | Path) -> tuple[RoutingConfig, str]:
+    """A configuration and the routing file's text, from a configuration, a file's path
+    or its text (text holds a newline or ``=``, or is blank)."""
+    if isinstance(source, RoutingConfig):
+        return source, dump(source)
+    text_like = (
+        "\n" in source or "=" in source or not source.strip() if isinstance(source, str) else False
+    )
+    if isinstance(source, Path) or not text_like:
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValidationError(
+                f"cannot read routing file {str(path)!r}: {exc.strerror}"
+            ) from None
+        return load(text, str(path)), text
+    return load(source), source
+
+
+def _window(window: timedelta | float) -> float:
+    seconds = window.total_seconds() if isinstance(window, timedelta) else float(window)
+    if not seconds > 0:
+        raise ValidationError(f"window must be positive, not {window!r}")
+    return seconds
+
+
+class Configs:
+    """Routing configurations of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def export(self) -> RoutingConfig:
+        with self._store.transaction() as conn:
+            return routing_apply.live_config(conn)
+
+    def plan(
+        self, wanted: RoutingConfig, window: timedelta | float | None, router: Router | None
+    ) -> Plan:
+        with self._store.transaction() as conn:
+            change = routing_apply.diff(routing_apply.live_config(conn), wanted)
+            live = subscriptions.list_subscriptions(conn)
+        if window is None:
+            return Plan(change, None)
+        seconds = _window(window)
+        effect = TrafficEffect(window_seconds=seconds)
+        if router is not None:
+            effect.router = getattr(router, "name", "custom")
+        pages = self._pages(seconds, effect)
+        before = routing_plan.targets(live, None)
+        after = routing_plan.targets(live, wanted)
+        for message_id, a, b in (router or routing_plan.route_in_process)(pages, before, after):
+            effect.add(message_id, a, b)
+        with self._store.transaction() as conn:
+            effect.not_stored = routing_plan.not_stored(conn, self._since(conn, seconds))
+        return Plan(change, effect)
+
+    def _since(self, conn: Any, seconds: float) -> Any:
+        return clock.now(conn) - timedelta(seconds=seconds)
+
+    def _pages(self, seconds: float, effect: TrafficEffect | None = None) -> Iterator[Page]:
+        with self._store.transaction() as conn:
+            since = self._since(conn, seconds)
+        after: uuid.UUID | None = None
+        while True:
+            with self._store.transaction() as conn:
+                page = routing_plan.window_page(conn, since, after, PAGE)
+            if not page:
+                return
+            if effect is not None:
+                effect.messages += len(page)
+            yield page
+            after = page[-1][0]
+
+    def window_count(self, window: timedelta | float) -> int:
+        seconds = _window(window)
+        with self._store.transaction() as conn:
+            return routing_plan.window_count(conn, self._since(conn, seconds))
+
+    def apply(
+        self, wanted: RoutingConfig, content: str, who: str, rollback_of: int | None = None
+    ) -> Applied:
+        with self._store.transaction(serial=True) as conn:
+            change, version = routing_apply.apply(
+                conn, self._store.dialect, wanted, content=content, who=who, rollback_of=rollback_of
+            )
+        return Applied(change, version)
+
+    def versions(self, limit: int) -> list[ConfigVersion]:
+        with self._store.transaction() as conn:
+            return routing_apply.versions(conn, limit)
+
+    def version(self, number: int) -> ConfigVersion:
+        with self._store.transaction() as conn:
+            return routing_apply.version(conn, number)
+
+    def lint(
+        self, config: RoutingConfig | None, window: timedelta | float | None
+    ) -> list[routing_lint.Finding]:
+        if config is None:
+            config = self.export()
+        subs = [(d.name, d.service, d.filter) for d in config.subscriptions.values()]
+        found = routing_lint.config_findings(subs)
+        if window is not None:
+            seconds = _window(window)
+            _, more = routing_lint.traffic_findings(
+                [(n, f) for n, _, f in subs], self._pages(seconds)
+            )
+            found += more
+        return found

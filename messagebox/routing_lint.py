@@ -1,0 +1,205 @@
+"""Findings about subscriptions: groups that can never match, groups another group of
+the same filter already covers, subscriptions of one service that match the same
+messages, and, against a window of stored traffic, subscriptions that matched nothing
+and property names no stored message carries (typos). The logic is
+:mod:`messagebox.predicates.lint` (exact); this module words the findings.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from messagebox.predicates import Filter, Group, Predicate, format_filter
+from messagebox.predicates.index import FilterIndex
+from messagebox.predicates.lint import equivalent, group_satisfiable, implies, satisfiable
+from messagebox.predicates.model import Op
+from messagebox.predicates.text import format_predicate
+from messagebox.properties import Family, Value, family
+
+NEVER = "never-matches"
+UNSATISFIABLE = "unsatisfiable-group"
+REDUNDANT = "redundant-group"
+DUPLICATE = "duplicate"
+DEAD = "dead"
+UNKNOWN_PROPERTY = "unknown-property"
+
+_FAMILY = {
+    Family.STR: "text",
+    Family.NUM: "number",
+    Family.BOOL: "boolean",
+    Family.DATETIME: "datetime",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem of one subscription."""
+
+    subscription: str
+    kind: str
+    reason: str
+    group: int | None = None
+    """The group's position in the filter (1 is the first), when it is about one."""
+    predicates: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        where = self.subscription + (f", group {self.group}" if self.group else "")
+        said = f" [{' and '.join(self.predicates)}]" if self.predicates else ""
+        return f"{where}: {self.kind}: {self.reason}{said}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "subscription": self.subscription,
+            "kind": self.kind,
+            "group": self.group,
+            "predicates": list(self.predicates),
+            "reason": self.reason,
+        }
+
+
+def filter_findings(name: str, filt: Filter) -> list[Finding]:
+    """Groups of one filter that never match or that another group covers."""
+    found: list[Finding] = []
+    live: list[tuple[int, Group]] = []
+    for i, group in enumerate(filt.groups, start=1):
+        if group_satisfiable(group):
+            live.append((i, group))
+        else:
+            preds, why = _conflict(group)
+            found.append(Finding(name, UNSATISFIABLE, why, i, preds))
+    if not live:
+        found.append(Finding(name, NEVER, "no group of its filter can match any message"))
+        return found
+    for i, group in live:
+        for j, other in live:
+            if i == j or not implies(group, other):
+                continue
+            if implies(other, group) and j > i:
+                continue  # the same group twice in other words: the later one is reported
+            found.append(
+                Finding(
+                    name,
+                    REDUNDANT,
+                    f"every message it matches also matches group {j}; it can be removed",
+                    i,
+                    tuple(format_predicate(p) for p in group.predicates),
+                )
+            )
+            break
+    return found
+
+
+def _conflict(group: Group) -> tuple[tuple[str, ...], str]:
+    """The predicates of one property that no value passes together, and why."""
+    by_property: dict[str, list[Predicate]] = {}
+    for p in group.predicates:
+        by_property.setdefault(p.property, []).append(p)
+    for prop, preds in by_property.items():
+        if satisfiable(preds):
+            continue
+        texts = tuple(format_predicate(p) for p in preds)
+        ops = {p.op for p in preds}
+        if Op.NOT_EXISTS in ops and len(ops) > 1:
+            return texts, f"{prop} must be absent and present at once"
+        families = _families(preds)
+        if families is not None and len(families) > 1:
+            named = " and ".join(sorted(_FAMILY[f] for f in families))
+            return texts, f"{prop} is compared with two families ({named}); a value has one"
+        return texts, f"no value of {prop} passes these together"
+    return tuple(format_predicate(p) for p in group.predicates), "no message passes them together"
+
+
+def _families(preds: Sequence[Predicate]) -> set[Family] | None:
+    """The families the predicates each require, when each requires exactly one."""
+    out: set[Family] = set()
+    for p in preds:
+        if p.op in (Op.EXISTS, Op.NOT_EXISTS):
+            continue
+        if p.op is Op.PREFIX:
+            out.add(Family.STR)
+        elif p.op is Op.BITWISE_AND:
+            out.add(Family.NUM)
+        elif p.op is Op.IN:
+            kinds = {family(v) for v in p.value}
+            if len(kinds) != 1:
+                return None
+            out |= kinds
+        else:
+            out.add(family(p.value))
+    return out
+
+
+def duplicates(subs: Sequence[tuple[str, str, Filter]]) -> list[Finding]:
+    """Subscriptions of one service whose filters match the same messages: (name,
+    service, filter) each; the later name is reported."""
+    found: list[Finding] = []
+    by_service: dict[str, list[tuple[str, Filter]]] = {}
+    for name, service, filt in subs:
+        by_service.setdefault(service, []).append((name, filt))
+    for service, items in by_service.items():
+        for k, (name, filt) in enumerate(items):
+            for first, other in items[:k]:
+                if equivalent(filt, other):
+                    found.append(
+                        Finding(
+                            name,
+                            DUPLICATE,
+                            f"matches exactly the messages {first!r} matches, for the same "
+                            f"service {service!r}: each message is delivered to it twice",
+                        )
+                    )
+                    break
+    return found
+
+
+def traffic_findings(
+    subs: Sequence[tuple[str, Filter]], pages: Iterable[Sequence[tuple[Any, Mapping[str, Value]]]]
+) -> tuple[int, list[Finding]]:
+    """Over stored messages: the subscriptions that match none, and the property names
+    filters test that no message carries (with the nearest name messages do carry).
+    Returns how many messages were read, and the findings (none when no message)."""
+    index: FilterIndex[str] = FilterIndex()
+    index.update(subs)
+    matched: set[str] = set()
+    seen: set[str] = set()
+    n = 0
+    for page in pages:
+        for _, props in page:
+            n += 1
+            seen.update(props)
+            matched |= index.match(props)
+    if not n:
+        return 0, []
+    found: list[Finding] = []
+    for name, filt in subs:
+        for prop in sorted(filt.properties - seen):
+            close = difflib.get_close_matches(prop, seen, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            if any(
+                p.property == prop and p.op is Op.NOT_EXISTS
+                for g in filt.groups
+                for p in g.predicates
+            ):
+                continue  # testing that it is absent is the point
+            found.append(
+                Finding(name, UNKNOWN_PROPERTY, f"no stored message carries {prop!r}{hint}")
+            )
+        if name not in matched:
+            found.append(
+                Finding(
+                    name,
+                    DEAD,
+                    f"matched none of the {n:,} stored message(s) of the window: "
+                    + format_filter(filt),
+                )
+            )
+    return n, found
+
+
+def config_findings(subs: Sequence[tuple[str, str, Filter]]) -> list[Finding]:
+    """Every finding that needs no traffic, for (name, service, filter) each."""
+    found = [f for name, _, filt in subs for f in filter_findings(name, filt)]
+    return found + duplicates(subs)
