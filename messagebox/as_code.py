@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from messagebox.audit import local_user
+from messagebox.catalog import Catalog
 from messagebox.configs import DEFAULT_WINDOW, Applied, Configs, Plan, as_config
 from messagebox.routing_apply import ConfigVersion
 from messagebox.routing_file import RoutingConfig, load
@@ -28,6 +29,7 @@ class RoutingAsCode:
     """The routing-as-code methods of a MessageBox."""
 
     configs: Configs
+    catalog: Catalog
 
     def export_config(self) -> RoutingConfig:
         """The live configuration: every host, and every subscription but the instance
@@ -70,6 +72,13 @@ class RoutingAsCode:
         assert old.content is not None
         wanted = load(old.content, f"version {number}")
         return self.configs.apply(wanted, old.content, who or local_user(), rollback_of=number)
+
+    def lint_subscriptions(self, *refs: int | str) -> list[Finding]:
+        """Findings about live subscriptions (by id or name): groups of their filters
+        that never match or that another group covers, and the other subscriptions of
+        their services that match the same messages. ``subscribe`` and ``set_filter``
+        log these (logger ``messagebox.lint``)."""
+        return self.catalog.lint([self.catalog.subscription(r) for r in refs])
 
     def window_count(self, window: timedelta | float) -> int:
         """How many stored messages were published in the last ``window``."""

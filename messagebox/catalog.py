@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema, subscriptions, suspension, typecheck
+from messagebox import clock, routing_lint, schema, subscriptions, suspension, typecheck
 from messagebox.errors import (
     Conflict,
     MessageBoxError,
@@ -32,6 +32,7 @@ from messagebox.properties import canonical_name, check_text
 from messagebox.store import Store
 
 log = logging.getLogger("messagebox.typecheck")
+lint_log = logging.getLogger("messagebox.lint")
 
 SPEC_FIELDS = frozenset(
     {
@@ -228,6 +229,7 @@ class Catalog:
             subscriptions.replace_filter(conn, self._store.dialect, sub.id, new)
             [changed] = subscriptions.list_subscriptions(conn, ids=[sub.id])
         self._warn_traps([(changed.name, changed.filter)])
+        self._warn_lint([changed])
         return changed
 
     def hosts(self) -> list[Host]:
@@ -247,6 +249,7 @@ class Catalog:
         with self._store.transaction(serial=True) as conn:
             made = subscriptions.subscribe(conn, self._store.dialect, checked, clock.now(conn))
         self._warn_traps([(s.name, s.filter) for s in made])
+        self._warn_lint(made)
         return made
 
     def type_traps(self, filters: Sequence[tuple[str, Filter]]) -> list[str]:
@@ -262,6 +265,27 @@ class Catalog:
             return
         for warning in found:
             log.warning("%s", warning, extra={"event": "subscription-type-trap"})
+
+    def lint(self, subs: Sequence[Subscription]) -> list[routing_lint.Finding]:
+        """Findings about these subscriptions (:func:`routing_lint.subscription_findings`)."""
+        others: list[Subscription] = []
+        with self._store.transaction() as conn:
+            for service in sorted({s.service for s in subs}):
+                others += subscriptions.list_subscriptions(conn, service=service)
+        return routing_lint.subscription_findings(
+            [(s.name, s.service, s.filter) for s in subs],
+            [(s.name, s.service, s.filter) for s in others if s.instance_id is None],
+        )
+
+    def _warn_lint(self, made: Sequence[Subscription]) -> None:
+        """Log each lint finding of new or changed subscriptions (as ``messagebox lint``
+        reports them); a failure to check is not one."""
+        try:
+            found = self.lint(made)
+        except MessageBoxError:
+            return
+        for finding in found:
+            lint_log.warning("%s", finding, extra={"event": "subscription-lint"})
 
     def subscriptions(
         self, *, service: str | None, host: str | None, instance_id: str | None

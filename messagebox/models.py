@@ -92,7 +92,7 @@ class Outcome(StrEnum):
 class HostSettings(BaseModel):
     """A host's settings, with the defaults a new host gets (docs/concepts.md: Hosts)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     dequeue_threads: int = Field(4, ge=1, le=256)
     """Threads per host instance that claim and handle messages."""

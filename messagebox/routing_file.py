@@ -21,7 +21,7 @@ are made at run time and are neither exported nor touched.
 
 :func:`load` refuses bad input with the file, line and key named; :func:`dump` writes the
 form :func:`load` reads back to an equal configuration. :func:`json_schema` is the schema
-published for editors (``docs/routing.schema.json``).
+published for editors (``docs/routing.schema.json``, ``messagebox export --schema``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,12 @@ from messagebox.errors import MessageBoxError, ValidationError
 from messagebox.models import Host, HostSettings, Kind, OnFailure, State, Subscription
 from messagebox.predicates import Filter, format_filter, parse_filter
 
-SCHEMA_HINT = "#:schema https://messagebox.dev/routing.schema.json"
-"""The first line :func:`dump` writes: editors (Taplo, Even Better TOML) find the schema."""
+SCHEMA_HINT = (
+    "# messagebox routing file (docs/howto-routing-as-code.md). Its JSON Schema, for\n"
+    "# editors: `messagebox export --schema > routing.schema.json`, then a first line\n"
+    "# `#:schema ./routing.schema.json` (Taplo, Even Better TOML).\n"
+)
+"""The comment :func:`dump` starts a file with."""
 
 
 class SubscriptionDecl(BaseModel):
@@ -249,10 +253,11 @@ _KEY = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
 
 def _unquote(part: str) -> str:
     part = part.strip()
-    if part[:1] == '"':
-        return str(json.loads(part))
-    if part[:1] == "'":
-        return part[1:-1]
+    if part[:1] in ("'", '"'):
+        try:
+            return str(tomllib.loads(f"k = {part}")["k"])
+        except tomllib.TOMLDecodeError:
+            return part
     return part
 
 
@@ -288,6 +293,10 @@ class _Locator:
         path = tuple(loc)
         for end in range(len(path), 0, -1):
             line = self.lines.get(path[:end])
+            if line is None:  # a table named only by its sub-tables ([hosts.a] for hosts)
+                line = min(
+                    (n for k, n in self.lines.items() if k[:end] == path[:end]), default=None
+                )
             if line is not None:
                 return f"{self.source}:{line}: {_show(path)}"
         return f"{self.source}: {_show(path)}"

@@ -199,6 +199,24 @@ def traffic_findings(
     return n, found
 
 
+def subscription_findings(
+    made: Sequence[tuple[str, str, Filter]], others: Sequence[tuple[str, str, Filter]]
+) -> list[Finding]:
+    """Findings about some subscriptions: their filters, and whether an earlier one of
+    ``others`` (every subscription of their services, in id order) matches the same
+    messages."""
+    found = [f for name, _, filt in made for f in filter_findings(name, filt)]
+    services = {service for _, service, _ in made}
+    mine = {name for name, _, _ in made}
+    # in the order given (by id: the later subscription is the duplicate)
+    known = {name for name, _, _ in others}
+    rest = [s for s in others if s[1] in services] + [m for m in made if m[0] not in known]
+    for dup in duplicates(rest):
+        if dup.subscription in mine:
+            found.append(dup)
+    return found
+
+
 def config_findings(subs: Sequence[tuple[str, str, Filter]]) -> list[Finding]:
     """Every finding that needs no traffic, for (name, service, filter) each."""
     found = [f for name, _, filt in subs for f in filter_findings(name, filt)]

@@ -143,9 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from messagebox.cli.terminal import Terminal
 
     # the commands say the library's typing warnings themselves, as notes
-    quiet = logging.getLogger("messagebox.typecheck")
-    quiet.addHandler(logging.NullHandler())
-    quiet.propagate = False
+    for said in ("messagebox.typecheck", "messagebox.lint"):
+        quiet = logging.getLogger(said)
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
     return run(args, Terminal(json_output=args.json, progress=args.progress))
 
 

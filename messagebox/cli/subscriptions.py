@@ -79,6 +79,7 @@ def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
             state=args.state,
         )
         traps = box.type_traps({sub.name: sub.filter})
+        traps += [str(f) for f in box.lint_subscriptions(sub.id)]
     for trap in traps:
         out.note(f"warning: {trap}")
     if out.json:
@@ -111,6 +112,8 @@ def subscriptions_set_filter(args: argparse.Namespace, out: Terminal) -> None:
         sub = box.set_filter(inputs.ref(args.ref), filt)
         for trap in box.type_traps({sub.name: sub.filter}):
             out.note(f"warning: {trap}")
+        for finding in box.lint_subscriptions(sub.id):
+            out.note(f"warning: {finding}")
     if out.json:
         out.emit({"id": sub.id, "name": sub.name, "filter": format_filter(sub.filter)})
     else:

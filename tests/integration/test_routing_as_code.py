@@ -383,3 +383,22 @@ def test_the_command_line_plans_applies_and_rolls_back(backend_url: str, tmp_pat
 def test_a_bad_window_is_refused(box: MessageBox) -> None:
     with pytest.raises(ValidationError, match="window must be positive"):
         box.plan(SHOP, window=0)
+
+
+def test_subscribe_warns_of_what_lint_finds(
+    box: MessageBox, caplog: pytest.LogCaptureFixture
+) -> None:
+    box.create_host("h")
+    box.subscribe("svc", host="h", filter=P("a.B") == 1, name="first")
+    with caplog.at_level("WARNING", logger="messagebox.lint"):
+        box.subscribe(
+            "svc",
+            host="h",
+            filter=(P("a.B") == 1) | ((P("a.C") > 5) & (P("a.C") < 3)),
+            name="again",
+        )
+    said = [r.getMessage() for r in caplog.records if r.name == "messagebox.lint"]
+    assert any("again, group 2: unsatisfiable-group" in s for s in said), said
+    assert any("again: duplicate: matches exactly the messages 'first' matches" in s for s in said)
+    assert {f.kind for f in box.lint_subscriptions("again")} == {"unsatisfiable-group", "duplicate"}
+    assert box.lint_subscriptions("first") == []  # the earlier one is not the duplicate
