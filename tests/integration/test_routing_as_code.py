@@ -376,7 +376,8 @@ def test_the_command_line_plans_applies_and_rolls_back(backend_url: str, tmp_pat
     rolled = run_cli(["rollback", "1"], env=env)
     assert rolled.returncode == 0
     assert "nothing to apply" in rolled.stdout
-    audit = [e.action for e in MessageBox(backend_url).audit_log()]
+    with MessageBox(backend_url) as box:
+        audit = [e.action for e in box.audit_log()]
     assert "apply" in audit
 
 
