@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messagebox.console import api, auth, browsing, incidents, lifecycle, pages, state
+from messagebox.console import api, auth, browsing, incidents, lifecycle, pages, state, versions
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.errors import MessageBoxError
 from messagebox.models import REROUTABLE
@@ -53,6 +53,8 @@ ROUTES: list[BaseRoute] = [
     Route("/suspended/bulk", incidents.bulk, methods=["POST"], name="bulk"),
     Route("/failures", incidents.failures, name="failures"),
     Route("/audit", incidents.audit_log, name="audit"),
+    Route("/versions", versions.versions, name="versions"),
+    Route("/versions/{number}", versions.version, name="version"),
     Route("/suspended/{entry_id}", pages.suspended_entry, name="suspended_entry"),
     Route("/suspended/{entry_id}/resume", pages.resume, methods=["POST"], name="resume"),
     Route("/suspended/{entry_id}/terminate", pages.terminate, methods=["POST"], name="terminate"),
@@ -78,6 +80,7 @@ NAV: list[tuple[str, str]] = [
     ("search", "Search"),
     ("explain", "Explain"),
     ("tracking", "Tracking"),
+    ("versions", "Versions"),
     ("audit", "Audit"),
 ]
 """The nav bar: (route name, label), in order."""

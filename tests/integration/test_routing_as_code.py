@@ -403,3 +403,36 @@ def test_subscribe_warns_of_what_lint_finds(
     assert any("again: duplicate: matches exactly the messages 'first' matches" in s for s in said)
     assert {f.kind for f in box.lint_subscriptions("again")} == {"unsatisfiable-group", "duplicate"}
     assert box.lint_subscriptions("first") == []  # the earlier one is not the duplicate
+
+
+def test_the_console_shows_versions_and_the_diff_of_each(box: MessageBox) -> None:
+    import warnings
+
+    from messagebox.console import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    box.apply(SHOP)
+    box.apply(
+        SHOP.replace('orders.Region == "EU"', 'orders.Region == "DE"').replace(
+            "dequeue_threads = 2", "dequeue_threads = 3"
+        )
+    )
+    app = create_app(box, token="t", read_token="r")
+    client = TestClient(app, base_url="http://127.0.0.1:8080", follow_redirects=False)
+    auth = {"Authorization": "Bearer r"}  # a reader sees them
+    listed = client.get("/versions", headers=auth)
+    assert listed.status_code == 200
+    assert 'href="/versions/2"' in listed.text
+    assert "2 change" in listed.text
+    shown = client.get("/versions/2", headers=auth)
+    assert shown.status_code == 200
+    assert "- orders.Region == &#34;EU&#34;" in shown.text
+    assert "+ orders.Region == &#34;DE&#34;" in shown.text
+    assert "dequeue_threads: 2 → 3" in shown.text
+    assert "[[subscriptions]]" in shown.text  # the file as applied
+    assert client.get("/versions/9", headers=auth).status_code == 404
+    assert client.get("/versions/x", headers=auth).status_code == 404
+    assert client.get("/versions").status_code in (302, 303)  # to the login form

@@ -96,3 +96,23 @@ def test_the_api_refuses_a_malformed_request_and_runs_nothing(box: MessageBox) -
         ).status_code
         == 403
     )
+
+
+def test_a_routing_file_goes_with_plan_and_apply(box: MessageBox) -> None:
+    from messagebox.cli.parser import build
+    from messagebox.cli.remote import _named_files
+
+    routing = b'[hosts.h]\n[[subscriptions]]\nservice = "s"\nhost = "h"\nfilter = "a.B == 1"\n'
+    for command in ("plan", "apply", "lint"):
+        assert _named_files(build().parse_args([command, "r.toml"])) == ["r.toml"]
+    code, out, err = run(box, "plan", "r.toml", files={"r.toml": routing})
+    assert code == 4, err  # a change
+    assert b"+ subscription s" in out
+    code, out, err = run(box, "apply", "r.toml", files={"r.toml": routing})
+    assert code == 0, err
+    assert [s.name for s in box.subscriptions()] == ["s"]
+    assert run(box, "plan", "r.toml", files={"r.toml": routing})[0] == 0
+    assert run(box, "apply", "other.toml")[0] == 2  # not sent
+    [applied] = [r for r in box.audit_log() if r.action == "apply"]
+    assert applied.via == "served"
+    assert box.versions()[0].who == "token holder at an unknown address"

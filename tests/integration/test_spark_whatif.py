@@ -149,3 +149,32 @@ def test_export_keeps_every_promoted_value_exactly(
     when = props["x.t"]
     assert isinstance(when, datetime)
     assert stamp["m"] == int((when - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1))
+
+
+def test_a_plan_routed_on_spark_agrees_with_one_routed_in_process(
+    spark: Any, stocked: tuple[MessageBox, list[dict[str, object]]]
+) -> None:
+    from messagebox.pipelines.whatif import spark_router
+
+    box, _ = stocked
+    config = box.export_config().text()
+    proposal = config.replace('orders.Region == "EU"', 'orders.Region in ["EU", "UK"]').replace(
+        "orders.Total >= 500", "orders.Total >= 800"
+    )
+    here = box.plan(proposal).traffic
+    there = box.plan(proposal, router=spark_router(spark)).traffic
+    assert here is not None
+    assert there is not None
+    assert there.router == "spark"
+    assert here.router == "python"
+    assert here.changed > 0
+    assert here.subscriptions["big"].lost > 0
+    assert here.subscriptions["ship-eu"].gained > 0
+    counts = {n: (e.gained, e.lost) for n, e in here.subscriptions.items()}
+    assert {n: (e.gained, e.lost) for n, e in there.subscriptions.items()} == counts
+    assert (there.messages, there.changed, there.new_failures, there.fixed_failures) == (
+        here.messages,
+        here.changed,
+        here.new_failures,
+        here.fixed_failures,
+    )
