@@ -40,6 +40,8 @@ class Finding:
 
     subscription: str
     kind: str
+    """``unsatisfiable-group``, ``never-matches``, ``redundant-group``, ``duplicate``,
+    ``dead`` or ``unknown-property``."""
     reason: str
     group: int | None = None
     """The group's position in the filter (1 is the first), when it is about one."""
