@@ -10,6 +10,7 @@ lint (docs/howto-routing-as-code.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -42,14 +43,16 @@ class RoutingAsCode:
         *,
         window: timedelta | float | None = DEFAULT_WINDOW,
         router: Router | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Plan:
         """What applying ``config`` would change (``plan.diff``), and, over the messages
         stored in the last ``window`` (None: skip it), which subscriptions would gain or
         lose which messages and which would become or stop being routing failures
         (``plan.traffic``). ``router`` routes the window elsewhere (Spark:
-        ``messagebox.pipelines.whatif.spark_router(spark)``). Changes nothing."""
+        ``messagebox.pipelines.whatif.spark_router(spark)``); ``progress(n)`` hears how
+        many messages were read so far. Changes nothing."""
         wanted, _ = as_config(config)
-        return self.configs.plan(wanted, window, router)
+        return self.configs.plan(wanted, window, router, progress)
 
     def apply(self, config: Source, *, who: str | None = None) -> Applied:
         """Make ``config`` the live configuration in one transaction (a publish routes
@@ -85,11 +88,15 @@ class RoutingAsCode:
         return self.configs.window_count(window)
 
     def lint(
-        self, config: Source | None = None, *, window: timedelta | float | None = None
+        self,
+        config: Source | None = None,
+        *,
+        window: timedelta | float | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Finding]:
         """Findings about ``config``'s subscriptions (the live ones by default): groups
         that never match, redundant groups, duplicates; with ``window``, also the
         subscriptions that matched none of the messages stored in it and property names
         none of them carries."""
         wanted = None if config is None else as_config(config)[0]
-        return self.configs.lint(wanted, window)
+        return self.configs.lint(wanted, window, progress)

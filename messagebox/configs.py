@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -90,7 +90,11 @@ class Configs:
             return routing_apply.live_config(conn)
 
     def plan(
-        self, wanted: RoutingConfig, window: timedelta | float | None, router: Router | None
+        self,
+        wanted: RoutingConfig,
+        window: timedelta | float | None,
+        router: Router | None,
+        progress: Callable[[int], None] | None = None,
     ) -> Plan:
         with self._store.transaction() as conn:
             change = routing_apply.diff(routing_apply.live_config(conn), wanted)
@@ -101,7 +105,7 @@ class Configs:
         effect = TrafficEffect(window_seconds=seconds)
         if router is not None:
             effect.router = getattr(router, "name", "custom")
-        pages = self._pages(seconds, effect)
+        pages = self._pages(seconds, effect, progress)
         before = routing_plan.targets(live, None)
         after = routing_plan.targets(live, wanted)
         for message_id, a, b in (router or routing_plan.route_in_process)(pages, before, after):
@@ -113,10 +117,18 @@ class Configs:
     def _since(self, conn: Any, seconds: float) -> Any:
         return clock.now(conn) - timedelta(seconds=seconds)
 
-    def _pages(self, seconds: float, effect: TrafficEffect | None = None) -> Iterator[Page]:
+    def _pages(
+        self,
+        seconds: float,
+        effect: TrafficEffect | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[Page]:
+        """The window's messages, a page (a transaction) at a time; ``progress(n)`` is
+        called with the count read so far."""
         with self._store.transaction() as conn:
             since = self._since(conn, seconds)
         after: uuid.UUID | None = None
+        n = 0
         while True:
             with self._store.transaction() as conn:
                 page = routing_plan.window_page(conn, since, after, PAGE)
@@ -124,6 +136,9 @@ class Configs:
                 return
             if effect is not None:
                 effect.messages += len(page)
+            n += len(page)
+            if progress is not None:
+                progress(n)
             yield page
             after = page[-1][0]
 
@@ -150,7 +165,10 @@ class Configs:
             return routing_apply.version(conn, number)
 
     def lint(
-        self, config: RoutingConfig | None, window: timedelta | float | None
+        self,
+        config: RoutingConfig | None,
+        window: timedelta | float | None,
+        progress: Callable[[int], None] | None = None,
     ) -> list[routing_lint.Finding]:
         if config is None:
             config = self.export()
@@ -159,7 +177,7 @@ class Configs:
         if window is not None:
             seconds = _window(window)
             _, more = routing_lint.traffic_findings(
-                [(n, f) for n, _, f in subs], self._pages(seconds)
+                [(n, f) for n, _, f in subs], self._pages(seconds, None, progress)
             )
             found += more
         return found

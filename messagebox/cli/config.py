@@ -78,7 +78,11 @@ def plan(args: argparse.Namespace, out: Terminal) -> None:
     window = None if args.no_traffic else inputs.duration(args.window, "--window")
     with open_box(args) as box:
         router = None if window is None else _router(args, box, window, out)
-        result = box.plan(config, window=window, router=router)
+        total = None if window is None else box.window_count(window)
+        with out.progress("routing the window's messages") as step:
+            result = box.plan(
+                config, window=window, router=router, progress=lambda n: step(n, total)
+            )
     if out.json:
         out.emit(result.as_json())
     else:
@@ -169,7 +173,9 @@ def lint(args: argparse.Namespace, out: Terminal) -> None:
     config = _config(args)[0] if args.file else None
     window = inputs.duration(args.window, "--window") if args.window else None
     with open_box(args) as box:
-        found = box.lint(config, window=window)
+        total = None if window is None else box.window_count(window)
+        with out.progress("reading the window's messages") as step:
+            found = box.lint(config, window=window, progress=lambda n: step(n, total))
     if out.json:
         out.emit([f.as_json() for f in found])
     elif not found:

@@ -436,3 +436,18 @@ def test_the_console_shows_versions_and_the_diff_of_each(box: MessageBox) -> Non
     assert client.get("/versions/9", headers=auth).status_code == 404
     assert client.get("/versions/x", headers=auth).status_code == 404
     assert client.get("/versions").status_code in (302, 303)  # to the login form
+
+
+def test_plan_counts_tracked_messages_the_spool_no_longer_holds(box: MessageBox) -> None:
+    box.apply(SHOP)
+    box.configure_tracking(True)
+    _publish(box, [{"orders.Region": "EU"}, {"orders.Region": "XX"}])  # XX matches nothing
+    [failure] = box.suspended()
+    box.terminate(failure.id)
+    box.cleanup()  # the unreferenced message is deleted; its tracked events stay
+    traffic = box.plan(SHOP).traffic
+    assert traffic is not None
+    assert (traffic.messages, traffic.not_stored) == (1, 1)
+    assert "1 tracked message(s) of the window are no longer stored" in "\n".join(
+        traffic.describe()
+    )

@@ -1,0 +1,56 @@
+"""Routing as code as a user runs it, each command its own process, on both backends:
+export, lint, plan (exit code 4 for a change), apply --dry-run, apply, versions,
+rollback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from messagebox import Message, MessageBox
+from messagebox.predicates import P
+from messagebox.routing_file import load
+from tests.cli_support import run_process
+
+
+def test_a_change_from_export_to_rollback(backend_url: str, tmp_path: Path) -> None:
+    with MessageBox(backend_url) as box:
+        box.create_host("shipping")
+        box.subscribe("ship", host="shipping", filter=P("orders.Region") == "EU", name="ship-eu")
+        box.publish([Message(b"o", promoted={"orders.Region": r}) for r in ("EU", "UK")])
+    env = {"MESSAGEBOX_URL": backend_url}
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        done = run_process(list(argv), env=env)
+        return done.returncode, done.stdout, done.stderr
+
+    code, exported, err = cli("export")
+    assert code == 0, err
+    path = tmp_path / "routing.toml"
+    path.write_text(exported.replace('== "EU"', 'in ["EU", "UK"]'))
+    assert cli("lint", str(path), "--window", "1h")[0] == 0
+    code, out, err = cli("plan", str(path))
+    assert code == 4, err
+    assert "ship-eu: gains 1" in out
+    assert "1 no longer" in out
+    code, out, err = cli("apply", "--dry-run", str(path))
+    assert code == 0, err
+    assert "+ orders.Region in" in out
+    assert cli("plan", str(path), "--no-traffic")[0] == 4  # the dry run applied nothing
+    code, out, err = cli("apply", str(path))
+    assert (code, "applied as version 2" in out) == (0, True), err
+    assert cli("plan", str(path))[0] == 0
+    code, out, err = cli("versions")
+    assert code == 0, err
+    assert "1 change" in out
+    code, out, err = cli("rollback", "1")
+    assert code == 0, err
+    assert "applied again as version 3" in out
+    code, now, err = cli("export")
+    assert load(now) == load(exported)
+    path.write_text(
+        exported + '\n[[subscriptions]]\nservice = "x"\nhost = "nowhere"\nfilter = "a.b == 1"\n'
+    )
+    code, _, err = cli("apply", str(path))
+    assert code == 2
+    assert f"{path}:" in err
+    assert "no host named 'nowhere'" in err
