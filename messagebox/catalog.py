@@ -268,13 +268,10 @@ class Catalog:
 
     def lint(self, subs: Sequence[Subscription]) -> list[routing_lint.Finding]:
         """Findings about these subscriptions (:func:`routing_lint.subscription_findings`)."""
-        others: list[Subscription] = []
         with self._store.transaction() as conn:
-            for service in sorted({s.service for s in subs}):
-                others += subscriptions.list_subscriptions(conn, service=service)
+            others = subscriptions.service_filters(conn, [s.service for s in subs])
         return routing_lint.subscription_findings(
-            [(s.name, s.service, s.filter) for s in subs],
-            [(s.name, s.service, s.filter) for s in others if s.instance_id is None],
+            [(s.name, s.service, s.filter) for s in subs], others
         )
 
     def _warn_lint(self, made: Sequence[Subscription]) -> None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from messagebox.predicates import Filter, Group, Predicate, format_filter
-from messagebox.predicates.index import FilterIndex
-from messagebox.predicates.lint import equivalent, group_satisfiable, implies, satisfiable
-from messagebox.predicates.model import Op
+from messagebox.predicates.index import FilterIndex, compile_predicate
+from messagebox.predicates.lint import equivalent, implies, satisfiable, witness
+from messagebox.predicates.model import Op, predicate_holds
 from messagebox.predicates.text import format_predicate
 from messagebox.properties import Family, Value, family
 
@@ -62,24 +62,52 @@ class Finding:
         }
 
 
-def filter_findings(name: str, filt: Filter) -> list[Finding]:
+class _Checked:
+    """A filter with a witness (a message it matches) for each group that can match."""
+
+    def __init__(self, filt: Filter) -> None:
+        self.filter = filt
+        self.witnesses = [witness(g.predicates) for g in filt.groups]
+        self._groups = [tuple(compile_predicate(p) for p in g.predicates) for g in filt.groups]
+
+    def matches(self, message: dict[str, Value]) -> bool:
+        """Whether the filter matches ``message`` (normalised), as the reference says."""
+        return any(all(check(message) for check in group) for group in self._groups)
+
+    def live(self) -> list[tuple[int, Group, dict[str, Value]]]:
+        return [
+            (i, g, w)
+            for i, (g, w) in enumerate(zip(self.filter.groups, self.witnesses, strict=True), 1)
+            if w is not None
+        ]
+
+    def may_imply(self, other: _Checked) -> bool:
+        """False when a witness of this filter is a message ``other`` does not match (so
+        this filter does not imply it); True: only an exact check can tell."""
+        return all(other.matches(w) for w in self.witnesses if w is not None)
+
+
+def _holds(group: Group, message: dict[str, Value]) -> bool:
+    return all(predicate_holds(p, message) for p in group.predicates)
+
+
+def filter_findings(name: str, filt: Filter, checked: _Checked | None = None) -> list[Finding]:
     """Groups of one filter that never match or that another group covers."""
+    checked = checked or _Checked(filt)
     found: list[Finding] = []
-    live: list[tuple[int, Group]] = []
-    for i, group in enumerate(filt.groups, start=1):
-        if group_satisfiable(group):
-            live.append((i, group))
-        else:
+    for i, (group, w) in enumerate(zip(filt.groups, checked.witnesses, strict=True), start=1):
+        if w is None:
             preds, why = _conflict(group)
             found.append(Finding(name, UNSATISFIABLE, why, i, preds))
+    live = checked.live()
     if not live:
         found.append(Finding(name, NEVER, "no group of its filter can match any message"))
         return found
-    for i, group in live:
-        for j, other in live:
-            if i == j or not implies(group, other):
+    for i, group, w in live:
+        for j, other, v in live:
+            if i == j or not _holds(other, w) or not implies(group, other):
                 continue
-            if implies(other, group) and j > i:
+            if j > i and _holds(group, v) and implies(other, group):
                 continue  # the same group twice in other words: the later one is reported
             found.append(
                 Finding(
@@ -134,17 +162,29 @@ def _families(preds: Sequence[Predicate]) -> set[Family] | None:
     return out
 
 
-def duplicates(subs: Sequence[tuple[str, str, Filter]]) -> list[Finding]:
+def duplicates(
+    subs: Sequence[tuple[str, str, Filter]], checked: dict[str, _Checked] | None = None
+) -> list[Finding]:
     """Subscriptions of one service whose filters match the same messages: (name,
     service, filter) each; the later name is reported."""
+    checked = checked if checked is not None else {}
     found: list[Finding] = []
     by_service: dict[str, list[tuple[str, Filter]]] = {}
     for name, service, filt in subs:
         by_service.setdefault(service, []).append((name, filt))
     for service, items in by_service.items():
-        for k, (name, filt) in enumerate(items):
-            for first, other in items[:k]:
-                if equivalent(filt, other):
+        if len(items) < 2:
+            continue
+        for name, filt in items:
+            if name not in checked:
+                checked[name] = _Checked(filt)
+        for k, (name, _) in enumerate(items):
+            mine = checked[name]
+            for first, _ in items[:k]:
+                theirs = checked[first]
+                if not (mine.may_imply(theirs) and theirs.may_imply(mine)):
+                    continue
+                if equivalent(mine.filter, theirs.filter):
                     found.append(
                         Finding(
                             name,
@@ -207,13 +247,14 @@ def subscription_findings(
     """Findings about some subscriptions: their filters, and whether an earlier one of
     ``others`` (every subscription of their services, in id order) matches the same
     messages."""
-    found = [f for name, _, filt in made for f in filter_findings(name, filt)]
+    checked = {name: _Checked(filt) for name, _, filt in made}
+    found = [f for name, _, filt in made for f in filter_findings(name, filt, checked[name])]
     services = {service for _, service, _ in made}
     mine = {name for name, _, _ in made}
     # in the order given (by id: the later subscription is the duplicate)
     known = {name for name, _, _ in others}
     rest = [s for s in others if s[1] in services] + [m for m in made if m[0] not in known]
-    for dup in duplicates(rest):
+    for dup in duplicates(rest, checked):
         if dup.subscription in mine:
             found.append(dup)
     return found
@@ -221,5 +262,6 @@ def subscription_findings(
 
 def config_findings(subs: Sequence[tuple[str, str, Filter]]) -> list[Finding]:
     """Every finding that needs no traffic, for (name, service, filter) each."""
-    found = [f for name, _, filt in subs for f in filter_findings(name, filt)]
-    return found + duplicates(subs)
+    checked = {name: _Checked(filt) for name, _, filt in subs}
+    found = [f for name, _, filt in subs for f in filter_findings(name, filt, checked[name])]
+    return found + duplicates(subs, checked)

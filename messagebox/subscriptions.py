@@ -394,6 +394,25 @@ def list_subscriptions(
     return [_subscription(r._mapping) for r in conn.execute(query)]
 
 
+def service_filters(conn: sa.Connection, services: Sequence[str]) -> list[tuple[str, str, Filter]]:
+    """(name, service, filter) of the subscriptions of these services, by id, but the
+    instance subscriptions made at run time (a query per 1000 services)."""
+    s = schema.subscription
+    rows = [
+        row
+        for chunk in _chunks(sorted(set(services)))
+        for row in conn.execute(
+            sa.select(s.c.id, s.c.name, s.c.service, s.c.filter).where(
+                s.c.service.in_(list(chunk)), s.c.instance_id.is_(None)
+            )
+        )
+    ]
+    return [
+        (r.name, r.service, Filter.from_stored_json(r.filter))
+        for r in sorted(rows, key=lambda r: r.id)
+    ]
+
+
 def unsubscribe(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -> int:
     """Remove subscriptions, their groups, and predicates no other group uses."""
     dialect.lock_subscriptions(conn)

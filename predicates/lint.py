@@ -59,13 +59,25 @@ class Literal:
         return predicate_holds(self.predicate, props) is self.holds
 
 
-def satisfiable(literals: Iterable[Literal | Predicate]) -> bool:
-    """Whether some message passes every literal (a predicate, or a negated one)."""
+def witness(literals: Iterable[Literal | Predicate]) -> dict[str, Value] | None:
+    """A message (its properties) that passes every literal, or None when none does."""
     by_property: dict[str, list[Literal]] = {}
     for item in literals:
         lit = item if isinstance(item, Literal) else Literal(item)
         by_property.setdefault(lit.predicate.property, []).append(lit)
-    return all(_property_satisfiable(lits) for lits in by_property.values())
+    message: dict[str, Value] = {}
+    for name, lits in by_property.items():
+        found = _property_witness(lits)
+        if found is None:
+            return None
+        if found is not _ABSENT:
+            message[name] = found  # type: ignore[assignment]
+    return message
+
+
+def satisfiable(literals: Iterable[Literal | Predicate]) -> bool:
+    """Whether some message passes every literal (a predicate, or a negated one)."""
+    return witness(literals) is not None
 
 
 def group_satisfiable(group: Group) -> bool:
@@ -131,8 +143,50 @@ def equivalent(a: Filter, b: Filter) -> bool | None:
 # --- one property ---
 
 
-def _property_satisfiable(lits: Sequence[Literal]) -> bool:
-    return any(all(lit.test(w) for lit in lits) for w in _witnesses(lits))
+def _property_witness(lits: Sequence[Literal]) -> object | None:
+    """A value of one property (or :data:`_ABSENT`) that passes every literal."""
+    for w in _candidates(lits):
+        if all(lit.test(w) for lit in lits):
+            return w
+    return None
+
+
+def _both_types(values: Iterable[Value]) -> list[object]:
+    """The values, each number also as the other of int and float when it is one (they
+    compare equal, but only an int passes ``bitwise_and``)."""
+    out: list[object] = []
+    for v in values:
+        out.append(v)
+        if isinstance(v, float) and v.is_integer() and INT64_MIN <= v <= INT64_MAX:
+            out.append(int(v))
+        elif isinstance(v, int) and not isinstance(v, bool) and float(v) == v:
+            out.append(float(v))
+    return out
+
+
+_FAMILY_OPS = frozenset({Op.EQ, Op.NE, Op.GT, Op.GE, Op.LT, Op.LE})
+
+
+def _candidates(lits: Sequence[Literal]) -> Iterable[object]:
+    """The witnesses worth trying: a positive ``==`` or ``in`` allows only its values; a
+    positive test of a value allows only that value's family; else every family's."""
+    positive = [lit.predicate for lit in lits if lit.holds]
+    for pred in positive:
+        if pred.op is Op.EQ:
+            return _both_types((pred.value,))
+        if pred.op is Op.IN:
+            return _both_types(pred.value)
+    if any(p.op is Op.NOT_EXISTS for p in positive):
+        return (_ABSENT,)
+    families = set(Family)
+    for pred in positive:
+        if pred.op in _FAMILY_OPS:
+            families &= {family(pred.value)}
+        elif pred.op is Op.PREFIX:
+            families &= {Family.STR}
+        elif pred.op is Op.BITWISE_AND:
+            families &= {Family.NUM}
+    return _witnesses(lits, families, absent=not positive)
 
 
 def _constants(lits: Sequence[Literal]) -> list[Value]:
@@ -146,18 +200,23 @@ def _constants(lits: Sequence[Literal]) -> list[Value]:
     return out
 
 
-def _witnesses(lits: Sequence[Literal]) -> Iterable[object]:
-    yield _ABSENT
+def _witnesses(lits: Sequence[Literal], families: set[Family], absent: bool) -> Iterable[object]:
+    if absent:
+        yield _ABSENT
     constants = _constants(lits)
-    yield True
-    yield False
-    yield from _datetime_witnesses([c for c in constants if family(c) is Family.DATETIME])
-    yield from _string_witnesses(
-        [c for c in constants if family(c) is Family.STR],
-        [lit.predicate.value for lit in lits if lit.predicate.op is Op.PREFIX],
-    )
-    masks = [lit for lit in lits if lit.predicate.op is Op.BITWISE_AND]
-    yield from _number_witnesses([c for c in constants if family(c) is Family.NUM], masks)
+    if Family.BOOL in families:
+        yield True
+        yield False
+    if Family.DATETIME in families:
+        yield from _datetime_witnesses([c for c in constants if family(c) is Family.DATETIME])
+    if Family.STR in families:
+        yield from _string_witnesses(
+            [c for c in constants if family(c) is Family.STR],
+            [lit.predicate.value for lit in lits if lit.predicate.op is Op.PREFIX],
+        )
+    if Family.NUM in families:
+        masks = [lit for lit in lits if lit.predicate.op is Op.BITWISE_AND]
+        yield from _number_witnesses([c for c in constants if family(c) is Family.NUM], masks)
 
 
 def _datetime_witnesses(constants: list[Any]) -> Iterable[object]:
@@ -305,4 +364,5 @@ __all__ = [
     "group_satisfiable",
     "implies",
     "satisfiable",
+    "witness",
 ]

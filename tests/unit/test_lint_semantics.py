@@ -146,11 +146,19 @@ def test_implies_agrees_with_brute_force(a: Group, b: Group) -> None:
         ((P("t.x") >= _D0) & (P("t.x") < _D0 + _US) & (P("t.x") != _D0), False),
         ((P("t.x") == True) & (P("t.x") != True), False),  # noqa: E712
         (P("t.x").in_([1, "a"]) & P("t.x").prefix("a"), True),
+        ((P("t.x") == 2.0) & P("t.x").bitwise_and(2), True),  # the int 2 equals 2.0
     ],
 )
 def test_known_cases(group: Any, sat: bool) -> None:
     [g] = to_filter(group).groups
     assert group_satisfiable(g) is sat
+
+
+def test_a_float_constant_does_not_imply_a_mask() -> None:
+    # -3.0 equals -3 and is no int: x == -3 does not imply x.bitwise_and(1)
+    [a] = to_filter(P("t.x") == -3).groups
+    [b] = to_filter(P("t.x").bitwise_and(1)).groups
+    assert not implies(a, b)
 
 
 def test_equivalent_filters() -> None:
