@@ -269,9 +269,12 @@ class Catalog:
     def lint(self, subs: Sequence[Subscription]) -> list[routing_lint.Finding]:
         """Findings about these subscriptions (:func:`routing_lint.subscription_findings`)."""
         with self._store.transaction() as conn:
-            others = subscriptions.service_filters(conn, [s.service for s in subs])
+            stored = subscriptions.service_filters(
+                conn, [s.service for s in subs], skip=[s.id for s in subs]
+            )
+        every = sorted([*stored, *((s.id, s.name, s.service, s.filter) for s in subs)])
         return routing_lint.subscription_findings(
-            [(s.name, s.service, s.filter) for s in subs], others
+            [(s.name, s.service, s.filter) for s in subs], [(n, sv, f) for _, n, sv, f in every]
         )
 
     def _warn_lint(self, made: Sequence[Subscription]) -> None:

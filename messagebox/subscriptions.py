@@ -394,22 +394,22 @@ def list_subscriptions(
     return [_subscription(r._mapping) for r in conn.execute(query)]
 
 
-def service_filters(conn: sa.Connection, services: Sequence[str]) -> list[tuple[str, str, Filter]]:
-    """(name, service, filter) of the subscriptions of these services, by id, but the
-    instance subscriptions made at run time (a query per 1000 services)."""
+def service_filters(
+    conn: sa.Connection, services: Sequence[str], skip: Sequence[int] = ()
+) -> list[tuple[int, str, str, Filter]]:
+    """(id, name, service, filter) of the subscriptions of these services but ``skip``
+    and the instance subscriptions made at run time (a query per 1000 services)."""
     s = schema.subscription
-    rows = [
-        row
+    left_out = set(skip)
+    return [
+        (r.id, r.name, r.service, Filter.from_stored_json(r.filter))
         for chunk in _chunks(sorted(set(services)))
-        for row in conn.execute(
+        for r in conn.execute(
             sa.select(s.c.id, s.c.name, s.c.service, s.c.filter).where(
                 s.c.service.in_(list(chunk)), s.c.instance_id.is_(None)
             )
         )
-    ]
-    return [
-        (r.name, r.service, Filter.from_stored_json(r.filter))
-        for r in sorted(rows, key=lambda r: r.id)
+        if r.id not in left_out
     ]
 
 
