@@ -212,13 +212,11 @@ class Catalog:
                     f"({', '.join(s.name for s in subs[:5])}): remove them first; "
                     "nothing was changed"
                 )
-            left = subscriptions.host_usage(conn, name)
-            busy = {k: n for k, n in left.items() if n}
-            if busy:
+            left = subscriptions.host_left(conn, name)
+            if left:
                 raise Conflict(
-                    f"host {name!r} is not empty ("
-                    + ", ".join(f"{n} {k}" for k, n in busy.items())
-                    + "): drain, terminate or stop them first; nothing was changed"
+                    f"host {name!r} is not empty ({left}): drain, terminate or stop them "
+                    "first; nothing was changed"
                 )
             subscriptions.delete_host(conn, name)
 

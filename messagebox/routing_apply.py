@@ -184,6 +184,14 @@ class ConfigVersion:
     content: str | None = None
     """The routing file as applied (read by :func:`version`, not by :func:`versions`)."""
 
+    @property
+    def summary(self) -> str:
+        """What it changed, by action: ``1 add, 2 change`` (``-``: nothing)."""
+        counts: dict[str, int] = {}
+        for c in (*self.changes.get("hosts", []), *self.changes.get("subscriptions", [])):
+            counts[c["action"]] = counts.get(c["action"], 0) + 1
+        return ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "-"
+
 
 def live_config(conn: sa.Connection) -> RoutingConfig:
     return RoutingConfig.of(subscriptions.list_hosts(conn), subscriptions.list_subscriptions(conn))
@@ -264,12 +272,11 @@ def _remove_host(conn: sa.Connection, name: str) -> None:
             f"host {name!r} is not in the routing file but has {len(made)} instance "
             "subscription(s) of running orchestrations; nothing was applied"
         )
-    left = {k: n for k, n in subscriptions.host_usage(conn, name).items() if n}
+    left = subscriptions.host_left(conn, name)
     if left:
         raise Conflict(
-            f"host {name!r} is not in the routing file but is not empty ("
-            + ", ".join(f"{n} {k}" for k, n in left.items())
-            + "): drain it first, or keep it in the file; nothing was applied"
+            f"host {name!r} is not in the routing file but is not empty ({left}): drain it "
+            "first, or keep it in the file; nothing was applied"
         )
     subscriptions.delete_host(conn, name)
 

@@ -341,6 +341,11 @@ def host_usage(conn: sa.Connection, name: str) -> dict[str, int]:
     }
 
 
+def host_left(conn: sa.Connection, name: str) -> str:
+    """What still refers to a host (:func:`host_usage`), as text; empty when nothing."""
+    return ", ".join(f"{n} {k}" for k, n in host_usage(conn, name).items() if n)
+
+
 def delete_host(conn: sa.Connection, name: str) -> int:
     return int(conn.execute(schema.host.delete().where(schema.host.c.name == name)).rowcount)
 

@@ -137,18 +137,11 @@ def versions(args: argparse.Namespace, out: Terminal) -> None:
             v.applied_at.isoformat(timespec="seconds"),
             v.who,
             v.digest[:12],
-            _summary(v.changes) + (f" (rollback to {v.rollback_of})" if v.rollback_of else ""),
+            v.summary + (f" (rollback to {v.rollback_of})" if v.rollback_of else ""),
         ]
         for v in found
     ]
     out.table(["version", "applied", "by", "digest", "changes"], rows, "no version applied yet")
-
-
-def _summary(changes: dict[str, Any]) -> str:
-    counts: dict[str, int] = {}
-    for c in (*changes.get("hosts", []), *changes.get("subscriptions", [])):
-        counts[c["action"]] = counts.get(c["action"], 0) + 1
-    return ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "-"
 
 
 def rollback(args: argparse.Namespace, out: Terminal) -> None:

@@ -4,7 +4,7 @@ its routing file."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -24,14 +24,6 @@ def _console(request: Request) -> Console:
     return console
 
 
-def summary(changes: dict[str, Any]) -> str:
-    """``2 change, 1 add`` (what a version did, by action)."""
-    counts: dict[str, int] = {}
-    for c in (*changes.get("hosts", []), *changes.get("subscriptions", [])):
-        counts[c["action"]] = counts.get(c["action"], 0) + 1
-    return ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "no change"
-
-
 async def versions(request: Request) -> Response:
     """The applied versions, newest first."""
     c = _console(request)
@@ -40,7 +32,7 @@ async def versions(request: Request) -> Response:
         request,
         "versions.html",
         title="Routing versions",
-        rows=[(v, summary(v.changes)) for v in rows],
+        rows=[(v, v.summary) for v in rows],
         limit=ROWS,
     )
 
