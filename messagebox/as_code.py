@@ -23,7 +23,7 @@ from messagebox.routing_lint import Finding
 from messagebox.routing_plan import Router
 
 Source = RoutingConfig | str | Path
-"""A configuration, a routing file's path, or a routing file's text."""
+"""A configuration, a routing file's path (a ``Path``), or a routing file's text (a ``str``)."""
 
 
 class RoutingAsCode:

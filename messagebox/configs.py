@@ -14,7 +14,7 @@ from typing import Any
 from messagebox import clock, routing_apply, routing_lint, routing_plan, subscriptions
 from messagebox.errors import ValidationError
 from messagebox.routing_apply import ConfigDiff, ConfigVersion
-from messagebox.routing_file import RoutingConfig, dump, load
+from messagebox.routing_file import RoutingConfig, RoutingFileError, dump, load
 from messagebox.routing_plan import Page, Router, TrafficEffect
 from messagebox.store import Store
 
@@ -28,17 +28,21 @@ class Plan:
 
     diff: ConfigDiff
     traffic: TrafficEffect | None
+    blockers: tuple[str, ...] = ()
+    """Why applying it now would be refused (a host it removes is not empty)."""
 
     @property
     def changed(self) -> bool:
         return self.diff.changed
 
     def describe(self) -> list[str]:
-        return self.diff.describe() + (self.traffic.describe() if self.traffic else [])
+        lines = self.diff.describe() + [f"! {b}" for b in self.blockers]
+        return lines + (self.traffic.describe() if self.traffic else [])
 
     def as_json(self) -> dict[str, Any]:
         return {
             "changed": self.changed,
+            "blockers": list(self.blockers),
             "changes": self.diff.as_json(),
             "traffic": self.traffic.as_json() if self.traffic else None,
         }
@@ -53,23 +57,31 @@ class Applied:
 
 
 def as_config(source: RoutingConfig | str | Path) -> tuple[RoutingConfig, str]:
-    """A configuration and the routing file's text, from a configuration, a file's path
-    or its text (text holds a newline or ``=``, or is blank)."""
+    """A configuration and its routing file's text, from a configuration (written out and
+    read back, so it is checked as a file is), a file's path, or a file's text."""
     if isinstance(source, RoutingConfig):
-        return source, dump(source)
-    text_like = (
-        "\n" in source or "=" in source or not source.strip() if isinstance(source, str) else False
-    )
-    if isinstance(source, Path) or not text_like:
-        path = Path(source)
+        text = dump(source)
+        return load(text, "<configuration>"), text
+    if isinstance(source, Path):
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValidationError(f"cannot read routing file {str(source)!r}: {exc}") from None
+        return load(text, str(source)), text
+    if not isinstance(source, str):
+        raise ValidationError(
+            "a routing configuration is a RoutingConfig, a Path or a file's text, "
+            f"not {type(source).__name__}"
+        )
+    try:
+        return load(source), source
+    except RoutingFileError:
+        if "\n" not in source and source.strip().endswith(".toml"):
             raise ValidationError(
-                f"cannot read routing file {str(path)!r}: {exc.strerror}"
+                f"{source!r} reads as a file's name, not its text: pass "
+                "pathlib.Path(...) to read the file"
             ) from None
-        return load(text, str(path)), text
-    return load(source), source
+        raise
 
 
 def _window(window: timedelta | float) -> float:
@@ -99,8 +111,9 @@ class Configs:
         with self._store.transaction() as conn:
             change = routing_apply.diff(routing_apply.live_config(conn), wanted)
             live = subscriptions.list_subscriptions(conn)
+            blockers = tuple(routing_apply.blockers(conn, change))
         if window is None:
-            return Plan(change, None)
+            return Plan(change, None, blockers)
         seconds = _window(window)
         effect = TrafficEffect(window_seconds=seconds)
         if router is not None:
@@ -112,7 +125,7 @@ class Configs:
             effect.add(message_id, a, b)
         with self._store.transaction() as conn:
             effect.not_stored = routing_plan.not_stored(conn, self._since(conn, seconds))
-        return Plan(change, effect)
+        return Plan(change, effect, blockers)
 
     def _since(self, conn: Any, seconds: float) -> Any:
         return clock.now(conn) - timedelta(seconds=seconds)

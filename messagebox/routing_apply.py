@@ -5,8 +5,9 @@ A publish routes against the subscriptions before an apply or after it, never a 
 the apply takes the subscription lock and commits every change, with its routing
 versions, at once (:mod:`messagebox.routing_index`). What changes in place keeps the
 subscription's id and its waiting entries: its filter (waiting entries stay, routed by
-the old one), priority, ordered, on_failure and state (as ``set_service_state`` does
-it, for that subscription). A change of service, host, kind or correlation replaces
+the old one), priority and ordered (waiting entries take the new values; one being
+delivered finishes as it is), on_failure and state (as ``set_service_state`` does it,
+for that subscription). A change of service, host, kind or correlation replaces
 the subscription: the old one is removed (its waiting entries are suspended as
 ``subscription-removed``, re-routable) and a new one made.
 """
@@ -256,6 +257,17 @@ def _change_in_place(
     if values:
         conn.execute(s.update().where(s.c.id == sub_id).values(**values))
         subscriptions.changed(conn, dialect, [sub_id])
+        q = schema.queue
+        waiting = {k: v for k, v in values.items() if k in ("priority", "ordered")}
+        if waiting:  # the entries waiting for it follow; a leased one finishes as it is
+            conn.execute(
+                q.update()
+                .where(
+                    q.c.sub == sub_id,
+                    sa.or_(q.c.lease_expires.is_(None), q.c.lease_expires < sa.func.now()),
+                )
+                .values(**waiting)
+            )
     if "state" in c.fields:
         suspension.hold(conn, [sub_id], after.state)
         subscriptions.changed(conn, dialect, [sub_id])
@@ -263,6 +275,26 @@ def _change_in_place(
             suspension.suspend_waiting(conn, dialect, [sub_id], SERVICE_UNENLISTED)
         elif after.state is State.STARTED:
             dialect.notify(conn, [after.host])
+
+
+def blockers(conn: sa.Connection, change: ConfigDiff) -> list[str]:
+    """Why applying ``change`` now would be refused: each host it removes that is not
+    empty (the entries waiting for subscriptions it removes stay there, suspended)."""
+    out = []
+    for h in change.hosts:
+        if h.action != "remove":
+            continue
+        made = subscriptions.list_subscriptions(conn, host=h.name)
+        runtime = [s for s in made if s.instance_id is not None]
+        left = subscriptions.host_left(conn, h.name)
+        if runtime:
+            left = ", ".join(filter(None, [f"{len(runtime)} instance subscriptions", left]))
+        if left:
+            out.append(
+                f"host {h.name} cannot be removed yet ({left}): apply would be refused; "
+                "drain it first, or keep it in the file for one more apply"
+            )
+    return out
 
 
 def _remove_host(conn: sa.Connection, name: str) -> None:
@@ -275,8 +307,10 @@ def _remove_host(conn: sa.Connection, name: str) -> None:
     left = subscriptions.host_left(conn, name)
     if left:
         raise Conflict(
-            f"host {name!r} is not in the routing file but is not empty ({left}): drain it "
-            "first, or keep it in the file; nothing was applied"
+            f"host {name!r} is not in the routing file but is not empty ({left}; the "
+            "waiting entries of subscriptions this file removes or moves off it count, "
+            "suspended there): drain it first, or keep it in the file for one more "
+            "apply; nothing was applied"
         )
     subscriptions.delete_host(conn, name)
 

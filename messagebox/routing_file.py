@@ -197,6 +197,13 @@ def load(text: str, source: str = "<routing file>") -> RoutingConfig:
 
 
 def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
+    from messagebox.catalog import check_name
+
+    for host in parsed.hosts:
+        try:
+            check_name("host", host)
+        except ValidationError as exc:
+            raise RoutingFileError(f"{where.at(('hosts', host))}: {exc}") from None
     subs: dict[str, Declared] = {}
     services = {d.service for d in parsed.subscriptions}
     for name in parsed.services:
@@ -265,6 +272,24 @@ def _split_dotted(text: str) -> list[str]:
     return [_unquote(p) for p in re.findall(r"""("(?:[^"\\]|\\.)*"|'[^']*'|[^.]+)""", text)]
 
 
+def _multiline_state(line: str, inside: str | None) -> str | None:
+    """The multi-line string delimiter open after ``line`` (None: none), given the one
+    open before it."""
+    at = 0
+    while True:
+        if inside is not None:
+            end = line.find(inside, at)
+            if end < 0:
+                return inside
+            at, inside = end + 3, None
+            continue
+        starts = [(line.find(d, at), d) for d in ('"""', "'''") if line.find(d, at) >= 0]
+        if not starts:
+            return None
+        start, inside = min(starts)
+        at = start + 3
+
+
 class _Locator:
     """Lines of the tables and keys of a routing file, to name in errors."""
 
@@ -273,7 +298,12 @@ class _Locator:
         self.lines: dict[tuple[Any, ...], int] = {}
         table: tuple[Any, ...] = ()
         n_subs = -1
+        inside: str | None = None  # the delimiter of a multi-line string being read
         for number, line in enumerate(text.splitlines(), start=1):
+            starts_inside = inside is not None
+            inside = _multiline_state(line, inside)
+            if starts_inside:
+                continue
             header = _HEADER.match(line)
             if header and not line.lstrip().startswith("#"):
                 parts = _split_dotted(header.group(2))

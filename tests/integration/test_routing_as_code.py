@@ -451,3 +451,50 @@ def test_plan_counts_tracked_messages_the_spool_no_longer_holds(box: MessageBox)
     assert "1 tracked message(s) of the window are no longer stored" in "\n".join(
         traffic.describe()
     )
+
+
+def test_a_priority_or_ordered_change_reaches_the_waiting_entries(box: MessageBox) -> None:
+    box.apply(SHOP)
+    _publish(box, [{"orders.Region": "EU"}])
+    box.apply(SHOP.replace("priority = 5", "priority = 9\nordered = true"))
+    import sqlalchemy as sa
+
+    from messagebox import schema
+
+    with box.store.transaction() as conn:
+        rows = conn.execute(sa.select(schema.queue.c.priority, schema.queue.c.ordered)).all()
+    assert [tuple(r) for r in rows] == [(9, True)]
+
+
+def test_plan_says_when_a_host_it_removes_is_not_empty(box: MessageBox) -> None:
+    box.apply(SHOP)
+    _publish(box, [{"orders.Region": "EU"}])  # waits on shipping's queue
+    moved = SHOP.replace("[hosts.shipping]\ndequeue_threads = 2\n", "").replace(
+        'host = "shipping"', 'host = "billing"'
+    )
+    plan = box.plan(moved, window=None)
+    [blocker] = plan.blockers
+    assert "host shipping cannot be removed yet (1 queued entries)" in blocker
+    assert f"! {blocker}" in plan.describe()
+    with pytest.raises(Conflict, match="moves off it count"):
+        box.apply(moved)
+    kept = moved + "\n[hosts.shipping]\n"  # one more apply with the host kept, then drop it
+    assert not box.plan(kept, window=None).blockers
+    box.apply(kept)
+    assert {s.host for s in box.subscriptions() if s.service == "ship"} == {"billing"}
+
+
+def test_a_config_given_as_an_object_is_checked_as_a_file_is(box: MessageBox) -> None:
+    import dataclasses
+
+    config = load(SHOP)
+    bad = dataclasses.replace(config.subscriptions["bill"], priority=99_999)
+    before = table_counts(box)
+    with pytest.raises(RoutingFileError, match="priority"):
+        box.apply(dataclasses.replace(config, subscriptions={**config.subscriptions, "bill": bad}))
+    with pytest.raises(ValidationError, match=r"pass pathlib\.Path"):
+        box.apply("routing.toml")
+    with pytest.raises(RoutingFileError, match="host name '  ' must be a non-empty str"):
+        box.apply('[hosts."  "]\n')
+    assert table_counts(box) == before
+    assert box.apply("[hosts.a]").version == 1  # a file's text, even without a newline

@@ -140,3 +140,15 @@ def test_bad_files_name_file_line_and_key(text: str, said: str) -> None:
     with pytest.raises(RoutingFileError) as caught:
         load(text, "f.toml")
     assert said in str(caught.value)
+
+
+def test_an_error_after_a_multi_line_filter_names_its_own_line() -> None:
+    text = (
+        '[hosts.a]\n[[subscriptions]]\nservice = "s"\nhost = "a"\nfilter = """\n'
+        'a.b in\n  ["EU", "UK"]\n[[not a table]]\n"""\npriority = 5000\n'
+        '[[subscriptions]]\nservice = "t"\nhost = "a"\nfilter = "a.b == 1"\nkind = "x"\n'
+    )
+    with pytest.raises(RoutingFileError, match=r"f.toml:10: subscriptions\[0\].priority"):
+        load(text, "f.toml")
+    with pytest.raises(RoutingFileError, match=r"f.toml:15: subscriptions\[1\].kind"):
+        load(text.replace("priority = 5000", "priority = 5"), "f.toml")
