@@ -354,6 +354,9 @@ def test_the_command_line_plans_applies_and_rolls_back(backend_url: str, tmp_pat
     assert run_cli(["init"], env=env).returncode == 0
     path = tmp_path / "routing.toml"
     path.write_text(SHOP)
+    dry = run_cli(["apply", "--dry-run", str(path)], env=env)
+    assert dry.returncode == 0
+    assert "+ subscription ship-eu" in dry.stdout
     plan = run_cli(["plan", str(path)], env=env)
     assert plan.returncode == 4
     assert "+ subscription ship-eu" in plan.stdout
