@@ -100,7 +100,10 @@ def latency_table(results: Sequence[Latency]) -> str:
 def header(env: Env) -> list[str]:
     """What ran where: sizes, versions, the PostgreSQL durability settings."""
     a = env.args
-    versions = [f"messagebox {metadata.version('messagebox-router')}", f"DuckDB {duckdb.__version__}"]
+    versions = [
+        f"messagebox {metadata.version('messagebox-router')}",
+        f"DuckDB {duckdb.__version__}",
+    ]
     if "pgqueuer" in a.systems and pgqueuer_version():
         driver = a.pgq_driver
         versions.append(
