@@ -15,6 +15,7 @@ process that can reach the database can serve them (``messagebox console`` does,
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import Counter as Counts
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -100,9 +101,25 @@ def apply(counts: Counts[tuple[str, str]]) -> None:
 def observe_claim(host: str, seconds: float, waits: list[float]) -> None:
     """Record one claim's duration and how long each first-attempt entry waited."""
     CLAIM_SECONDS.labels(host).observe(seconds)
-    latency = CLAIM_LATENCY.labels(host)
-    for wait in waits:
-        latency.observe(max(wait, 0.0))
+    observe_many(CLAIM_LATENCY.labels(host), [max(wait, 0.0) for wait in waits])
+
+
+def observe_many(histogram: Histogram, values: list[float]) -> None:
+    """``histogram.observe(v)`` for each value, with one update per bucket (a claim of
+    100 entries made 100 locked updates: a tenth of a host instance's CPU at batch 100).
+    Falls back to one observe each if the client's internals are not as expected."""
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if not values:
+        return
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    for i, n in Counts(bisect_left(bounds, v) for v in values).items():
+        buckets[i].inc(n)  # bounds end with +Inf: every value has a bucket
+    total.inc(sum(values))
 
 
 class StoreCollector(Collector):
