@@ -226,8 +226,7 @@ class Catalog:
             [sub] = resolve(conn, [ref])
             subscriptions.replace_filter(conn, self._store.dialect, sub.id, new)
             [changed] = subscriptions.list_subscriptions(conn, ids=[sub.id])
-        self._warn_traps([(changed.name, changed.filter)])
-        self._warn_lint([changed])
+        self._warn([changed])
         return changed
 
     def hosts(self) -> list[Host]:
@@ -246,23 +245,12 @@ class Catalog:
             return []
         with self._store.transaction(serial=True) as conn:
             made = subscriptions.subscribe(conn, self._store.dialect, checked, clock.now(conn))
-        self._warn_traps([(s.name, s.filter) for s in made])
-        self._warn_lint(made)
+        self._warn(made)
         return made
 
     def type_traps(self, filters: Sequence[tuple[str, Filter]]) -> list[str]:
         with self._store.transaction() as conn:
             return typecheck.traps(conn, filters)
-
-    def _warn_traps(self, filters: Sequence[tuple[str, Filter]]) -> None:
-        """Log each typing trap of new filters (a subscription that never matches the
-        stored messages for the type they carry); a failure to check is not one."""
-        try:
-            found = self.type_traps(filters)
-        except MessageBoxError:
-            return
-        for warning in found:
-            log.warning("%s", warning, extra={"event": "subscription-type-trap"})
 
     def lint(self, subs: Sequence[Subscription]) -> list[routing_lint.Finding]:
         """Findings about these subscriptions (:func:`routing_lint.subscription_findings`)."""
@@ -275,15 +263,25 @@ class Catalog:
             [(s.name, s.service, s.filter) for s in subs], [(n, sv, f) for _, n, sv, f in every]
         )
 
-    def _warn_lint(self, made: Sequence[Subscription]) -> None:
-        """Log each lint finding of new or changed subscriptions (as ``messagebox lint``
-        reports them); a failure to check is not one."""
-        try:
-            found = self.lint(made)
-        except MessageBoxError:
-            return
-        for finding in found:
-            lint_log.warning("%s", finding, extra={"event": "subscription-lint"})
+    def _warn(self, made: Sequence[Subscription]) -> None:
+        """Log the typing traps (a filter that never matches the stored messages for the
+        type they carry) and the lint findings of new or changed subscriptions; a failure
+        to check is not one."""
+        checks = (
+            (
+                log,
+                "subscription-type-trap",
+                lambda: self.type_traps([(s.name, s.filter) for s in made]),
+            ),
+            (lint_log, "subscription-lint", lambda: self.lint(made)),
+        )
+        for logger, event, check in checks:
+            try:
+                found: Sequence[object] = check()
+            except MessageBoxError:
+                continue
+            for warning in found:
+                logger.warning("%s", warning, extra={"event": event})
 
     def subscriptions(
         self, *, service: str | None, host: str | None, instance_id: str | None

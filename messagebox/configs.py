@@ -109,8 +109,8 @@ class Configs:
         progress: Callable[[int], None] | None = None,
     ) -> Plan:
         with self._store.transaction() as conn:
-            change = routing_apply.diff(routing_apply.live_config(conn), wanted)
             live = subscriptions.list_subscriptions(conn)
+            change = routing_apply.diff(routing_apply.live_config(conn, live), wanted)
             blockers = tuple(routing_apply.blockers(conn, change))
         if window is None:
             return Plan(change, None, blockers)

@@ -15,6 +15,7 @@ the subscription: the old one is removed (its waiting entries are suspended as
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 from messagebox import clock, schema, subscriptions, suspension
 from messagebox.dialects import Dialect
 from messagebox.errors import Conflict, NotFound
-from messagebox.models import SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED, State
+from messagebox.models import SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED, State, Subscription
 from messagebox.predicates import format_filter
 from messagebox.routing_file import Declared, RoutingConfig, dump, settings_changes
 
@@ -194,8 +195,11 @@ class ConfigVersion:
         return ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "-"
 
 
-def live_config(conn: sa.Connection) -> RoutingConfig:
-    return RoutingConfig.of(subscriptions.list_hosts(conn), subscriptions.list_subscriptions(conn))
+def live_config(conn: sa.Connection, subs: Sequence[Subscription] | None = None) -> RoutingConfig:
+    """The configuration the store holds (of ``subs`` when the caller read them already)."""
+    if subs is None:
+        subs = subscriptions.list_subscriptions(conn)
+    return RoutingConfig.of(subscriptions.list_hosts(conn), subs)
 
 
 def apply(

@@ -13,7 +13,6 @@ from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal
 
 if TYPE_CHECKING:
-    from messagebox.engine import MessageBox
     from messagebox.routing_file import RoutingConfig
 
 EXIT_CHANGES = 4
@@ -54,15 +53,16 @@ def export(args: argparse.Namespace, out: Terminal) -> None:
         out.stdout.write(config.text())
 
 
-def _router(args: argparse.Namespace, box: MessageBox, window: Any, out: Terminal) -> Any:
-    """Spark's router when asked (``--spark``), or for a large window when installed."""
+def _router(args: argparse.Namespace, total: int, out: Terminal) -> Any:
+    """Spark's router when asked (``--spark``), or for a window of more than
+    :data:`SPARK_ABOVE` messages (``total``) when Spark is installed."""
     spark = args.spark
     if not spark:
         try:
             import pyspark  # noqa: F401
         except ImportError:
             return None
-        spark = box.window_count(window) > SPARK_ABOVE
+        spark = total > SPARK_ABOVE
     if not spark:
         return None
     from messagebox.pipelines.spark import session
@@ -77,8 +77,8 @@ def plan(args: argparse.Namespace, out: Terminal) -> None:
     config, _ = _config(args)
     window = None if args.no_traffic else inputs.duration(args.window, "--window")
     with open_box(args) as box:
-        router = None if window is None else _router(args, box, window, out)
         total = None if window is None else box.window_count(window)
+        router = None if total is None else _router(args, total, out)
         with out.progress("routing the window's messages") as step:
             result = box.plan(
                 config, window=window, router=router, progress=lambda n: step(n, total)
