@@ -11,7 +11,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -113,8 +112,10 @@ class InstanceCore:
         """Threads whose handler was abandoned and still runs (they end when it returns)."""
         self._runs: set[Run] = set()
         self._runs_lock = threading.Lock()
-        self._in_flight: Counter[int] = Counter()
-        """Entries claimed and not yet recorded: the only leases heartbeats extend."""
+        self._in_flight: dict[int, Sequence[Claim]] = {}
+        """Claimed batches not yet recorded, by ``id()`` of the batch's list: the only
+        leases heartbeats extend. (A batch in and out is one dict operation each; an
+        entry may be in two batches, delivered again meanwhile.)"""
         self._pending: list[Pending] = []
         self._flight_lock = threading.Lock()
         self._service_threads: list[threading.Thread] = []
@@ -225,10 +226,12 @@ class InstanceCore:
         """These deliveries are over (once per claimed batch): heartbeats stop extending
         their leases. An entry may be in flight twice (delivered again meanwhile)."""
         with self._flight_lock:
-            self._in_flight.subtract(c.id for c in claims)
-            for c in claims:
-                if self._in_flight[c.id] <= 0:
-                    del self._in_flight[c.id]
+            self._in_flight.pop(id(claims), None)
+
+    def _flying(self) -> list[int]:
+        """The ids of the entries in flight, each once, in order."""
+        with self._flight_lock:
+            return sorted({c.id for claims in self._in_flight.values() for c in claims})
 
     def _outcomes(
         self, done: Sequence[Claim], failed: Sequence[Failure], unstarted: Sequence[Claim]

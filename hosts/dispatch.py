@@ -53,6 +53,26 @@ class Run:
             self._seen.update(c.id for c in claims)
             self._deadline = None if seconds is None else time.monotonic() + seconds
 
+    def begin_one(self, c: Claim, seconds: float | None) -> None:
+        """:meth:`begin` for one claim (the hot path)."""
+        with self._lock:
+            if self.abandoned:
+                raise Abandoned
+            self._current = [c]
+            self._seen.add(c.id)
+            self._deadline = None if seconds is None else time.monotonic() + seconds
+
+    def end_with(self, c: Claim, outcome: Settled | Done) -> None:
+        """:meth:`end` then :meth:`add` of a success, under one lock: no time-out can
+        fall between them (the deadline goes with the end)."""
+        with self._lock:
+            self._current = []
+            self._deadline = None
+            if self.abandoned:
+                raise Abandoned
+            if isinstance(outcome, Done):
+                self._done.append(c)
+
     def end(self) -> None:
         """The handler returned; raises ``Abandoned`` if it was too late."""
         with self._lock:

@@ -127,12 +127,11 @@ class Handling(InstanceCore):
 
     def _deliver(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
         """Hand one claim to its service; its outcome is held with the batch's."""
-        together = self._handle_together(run, [c], batch)
-        if c.id in together:
-            return together[c.id]
-        outcome = self._handle(run, c, batch)
-        self._note(run, c, outcome)
-        return outcome
+        if self._batchers:
+            together = self._handle_together(run, [c], batch)
+            if c.id in together:
+                return together[c.id]
+        return self._handle(run, c, batch)
 
     def _note(self, run: Run, c: Claim, outcome: Failure | Settled | Done) -> None:
         if isinstance(outcome, Settled):
@@ -283,30 +282,42 @@ class Handling(InstanceCore):
         )
 
     def _handle(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
-        sub = self._subscription(c.sub)
+        """Hand one claim to its handler (the hot path: one call per message); the
+        outcome is held with the batch's."""
+        outcome: Failure | Settled | Done
+        sub = self._subs.get(c.sub) or self._subscription(c.sub)  # replaced whole: no lock
+        handler = None if sub is None else self.handlers.get(sub.service)
         if sub is None:
-            return Failure(
+            outcome = Failure(
                 c,
                 "its subscription was removed before it was delivered",
                 permanent=True,
                 reason=SUBSCRIPTION_REMOVED,
             )
-        handler = self.handlers.get(sub.service)
-        if handler is None:
-            return Failure(
+        elif handler is None:
+            outcome = Failure(
                 c,
                 f"service {sub.service!r} is not registered in host instance {self.id}. "
                 + self.unserved_hint(sub.service),
             )
-        d = self._delivery(c, sub, batch)
-        run.begin([c], self.settings.handler_timeout_seconds)
-        try:
-            handler(d)
-        except BaseException as exc:  # SystemExit too: a service cannot end its host
-            run.end()
-            return self._failure(c, sub, exc, d)
-        run.end()
-        return SETTLED if d.settled else DONE
+        else:
+            d = self._delivery(c, sub, batch)
+            run.begin_one(c, self.settings.handler_timeout_seconds)
+            try:
+                handler(d)
+            except BaseException as exc:  # SystemExit too: a service cannot end its host
+                run.end()
+                outcome = self._failure(c, sub, exc, d)
+            else:
+                if d.settled:
+                    self.stats.add(completed=1)
+                    outcome = SETTLED
+                else:
+                    outcome = DONE
+                run.end_with(c, outcome)  # ended and held in one step
+                return outcome
+        self._note(run, c, outcome)
+        return outcome
 
     def _engine_failure(self, c: Claim, exc: BaseException) -> Failure:
         """The store failed during a delivery: retried, without using up an attempt."""

@@ -143,14 +143,16 @@ class MessageBatch:
 
     def __init__(self, box: MessageBox, message_ids: Iterable[uuid.UUID]) -> None:
         self._box = box
-        self._ids = list(dict.fromkeys(message_ids))
+        self._ids = message_ids  # each once at the first read: many handlers read none
         self._messages: dict[uuid.UUID, StoredMessage | MessageSummary] | None = None
         self._lock = threading.Lock()
 
     def get(self, message_id: uuid.UUID) -> StoredMessage | MessageSummary | None:
         with self._lock:
             if self._messages is None:
-                self._messages = self._box.read_messages(self._ids, max_bytes=BATCH_READ_BYTES)
+                self._messages = self._box.read_messages(
+                    list(dict.fromkeys(self._ids)), max_bytes=BATCH_READ_BYTES
+                )
             return self._messages.get(message_id)
 
 

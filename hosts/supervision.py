@@ -103,7 +103,7 @@ class Supervision(Handling):
         metrics.observe_claim(self.host, seconds, waits)
         if claims:
             with self._flight_lock:
-                self._in_flight.update(c.id for c in claims)  # Counter: adds one each
+                self._in_flight[id(claims)] = claims  # until _forget(claims)
             self.stats.add(
                 claimed=len(claims), redelivered=sum(1 for c in claims if c.attempts > 1)
             )
@@ -266,9 +266,7 @@ class Supervision(Handling):
                 )
 
     def _beat(self) -> None:
-        with self._flight_lock:
-            in_flight = sorted(self._in_flight)
-        if not self.queue.heartbeat(self.settings.lease_seconds, in_flight, self._info()):
+        if not self.queue.heartbeat(self.settings.lease_seconds, self._flying(), self._info()):
             log.warning(
                 "host instance %s was declared dead (no heartbeat for %.0f s); "
                 "re-registered, its leases were released",

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -43,9 +43,10 @@ from messagebox.suspension import (
 MAX_BACKOFF_SECONDS = 3600.0
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A queue entry claimed under a lease; ``attempts`` counts this delivery."""
+class Claim(NamedTuple):
+    """A queue entry claimed under a lease; ``attempts`` counts this delivery. (A named
+    tuple: a host instance makes one per delivery, and a frozen dataclass costs five
+    times as much to make.)"""
 
     id: int
     msg: uuid.UUID
@@ -103,18 +104,18 @@ def _claim(row: Any) -> Claim:
     enqueued_at, claimed_at, now = row[7], row[8], row[9]
     first = claimed_at == now  # set by this claim: the database's now() is per transaction
     return Claim(
-        id=int(row[0]),
-        msg=_uuid(row[1]),
-        sub=int(row[2]),
-        attempts=int(row[3]),
-        priority=int(row[4]),
-        instance_id=row[5],
-        ordered=bool(row[6]),
-        enqueued_at=enqueued_at,
-        waited=max(0.0, (now - enqueued_at).total_seconds()) if first else None,
-        charges=int(row[10]),
-        interrupted=bool(row[11]),
-        crashed_by=row[12],
+        int(row[0]),
+        _uuid(row[1]),
+        int(row[2]),
+        int(row[3]),
+        int(row[4]),
+        row[5],
+        bool(row[6]),
+        enqueued_at,
+        max(0.0, (now - enqueued_at).total_seconds()) if first else None,
+        int(row[10]),
+        bool(row[11]),
+        row[12],
     )
 
 
@@ -164,16 +165,6 @@ def claim(
 _turns = itertools.count()
 
 
-@dataclass(frozen=True)
-class _Gone:
-    """A completed entry, as the completion statement returns it."""
-
-    id: int
-    msg: uuid.UUID
-    sub: int
-    host: str
-
-
 def complete_and_claim(
     conn: sa.Connection,
     dialect: Dialect,
@@ -190,17 +181,29 @@ def complete_and_claim(
     assert dialect.complete_claim_sql is not None
     params = {
         **dialect.claim_params(host, owner, n, lease_seconds),
-        "done": [c.id for c in completed],
+        "done": "{" + ",".join([str(c.id) for c in completed]) + "}",
     }
     claims: list[Claim] = []
-    gone: list[_Gone] = []
-    for row in conn.exec_driver_sql(dialect.complete_claim_sql, params).fetchall():
+    gone: list[int] = []
+    for row in dialect.fetch(conn, dialect.complete_claim_sql, params):
         if row[0]:
             claims.append(_claim(row[1:14]))
         else:
-            gone.append(_Gone(int(row[1]), _uuid(row[2]), int(row[3]), row[14]))
+            gone.append(row[1])
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
-    delivered(conn, dialect, gone, owner)
+    if gone:
+        of = {c.id: c for c in completed}
+        done = [of[i] for i in gone]
+        tracking.record(
+            conn,
+            dialect,
+            tracking.DELIVERED,
+            [c.msg for c in done],
+            subs=[c.sub for c in done],
+            hosts=[host] * len(done),
+            entries=gone,
+            details=[owner] * len(done),
+        )
     claims.sort(key=lambda c: (-c.priority, c.id))
     return result, claims
 

@@ -48,16 +48,34 @@ SET lease_owner = %(owner)s,
     interrupted = q.lease_owner IS NOT NULL,
     started_by = NULL
 
--- name: claim --
--- SKIP LOCKED: concurrent claimers on any machine take disjoint entries, without waiting.
-WITH c AS MATERIALIZED (
+-- name: claimable_function --
+-- The next plain entries of a host to claim, locked (SKIP LOCKED: concurrent claimers on
+-- any machine take disjoint entries, without waiting), never one of `skip`. Always by
+-- the claim index, in its order, stopping at `n`: a queue's statistics are stale by
+-- nature (no ANALYZE has seen the backlog of a minute ago), and with an estimate of a
+-- few rows the planner read every ready entry of the host and sorted them, 48 ms a
+-- claim at 100,000 entries against 0.14 ms by the index. A function is the one place a
+-- statement can carry its own planner settings.
+CREATE OR REPLACE FUNCTION mb_claimable(p_host text, p_n bigint, p_skip bigint[])
+RETURNS SETOF bigint
+LANGUAGE sql VOLATILE
+SET enable_bitmapscan = off
+SET enable_sort = off
+ROWS 100
+AS $fn$
     SELECT id FROM mb_queue
-    WHERE host = %(host)s AND state = 'ready' AND NOT ordered AND instance_id IS NULL
+    WHERE host = p_host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
       AND available_at <= now()
       AND (lease_expires IS NULL OR lease_expires < now())
+      AND id <> ALL(p_skip)
     ORDER BY priority DESC, id
-    LIMIT %(n)s
+    LIMIT p_n
     FOR UPDATE SKIP LOCKED
+$fn$
+
+-- name: claim --
+WITH c AS MATERIALIZED (
+    SELECT id FROM mb_claimable(%(host)s, %(n)s, '{}') AS id
 )
 UPDATE mb_queue q
 -- include: claim_set
@@ -71,25 +89,19 @@ RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, 
 -- instead of three): delete the completed entries this owner still leases, log one
 -- reference release per message, and lease the next entries as `claim` does (never
 -- one being completed here, even if its lease lapsed). Rows come back flagged: claimed
--- (true) or completed (false, with the host of the entry).
+-- (true) or completed (false: only the id; the caller holds the rest). `done` is an
+-- array literal ('{1,2}'): a text parameter is dumped at once, a list item by item.
 WITH gone AS (
     DELETE FROM mb_queue
     WHERE id = ANY(%(done)s::bigint[]) AND lease_owner = %(owner)s
-    RETURNING id, msg, sub, host
+    RETURNING id, msg
 ),
 released AS (
     INSERT INTO mb_ref_release (msg, n, logged_at)
     SELECT msg, count(*), now() FROM gone GROUP BY msg
 ),
 c AS MATERIALIZED (
-    SELECT id FROM mb_queue
-    WHERE host = %(host)s AND state = 'ready' AND NOT ordered AND instance_id IS NULL
-      AND available_at <= now()
-      AND (lease_expires IS NULL OR lease_expires < now())
-      AND id <> ALL(%(done)s::bigint[])
-    ORDER BY priority DESC, id
-    LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
+    SELECT id FROM mb_claimable(%(host)s, %(n)s, %(done)s::bigint[]) AS id
 ),
 claimed AS (
     UPDATE mb_queue q
@@ -104,7 +116,7 @@ SELECT true, id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at
        claimed_at, now, charges, interrupted, crashed_by, NULL::text
 FROM claimed
 UNION ALL
-SELECT false, id, msg, sub, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, host
+SELECT false, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gone
 
 -- name: claim_ordered --

@@ -181,6 +181,10 @@ class Dialect:
         """Bulk-insert rows given as equal-length columns."""
         raise NotImplementedError
 
+    def fetch(self, conn: sa.Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
+        """The rows of a hot statement in the dialect's own SQL (tuples by position)."""
+        return list(conn.exec_driver_sql(statement, params).fetchall())
+
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
         """What a publish reads before it routes, in one round trip where that saves any
         (None: the dialect reads each when needed)."""

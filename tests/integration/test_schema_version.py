@@ -31,7 +31,13 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables and version not in ("9", "10") and box.store.dialect.name == "postgresql":
+        if old_tables and box.store.dialect.name == "postgresql":  # every version before 12
+            conn.execute(sa.text("DROP FUNCTION mb_claimable"))
+        if (
+            old_tables
+            and version not in ("9", "10", "11")
+            and box.store.dialect.name == "postgresql"
+        ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
             conn.execute(
                 sa.text(
@@ -72,12 +78,12 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10"])
+@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11"])
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
     # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions), 8
-    # (an index on lease_owner), 9 (no audit, no rollups) or 10 (no routing versions) left
-    # it, with data
+    # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions) or 11
+    # (no claim function on PostgreSQL) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -92,7 +98,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "11"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "12"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -116,7 +122,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         [sub] = box.subscriptions()
         assert sub.name == "sub"
         [orphan] = box.suspended()
-        if old not in ("6", "7", "8", "9", "10"):  # versions 6 to 10 could not leave it resumable
+        if old not in ("6", "7", "8", "9", "10", "11"):  # 6 to 11 could not leave it resumable
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -138,5 +144,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 11"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 12"):
         MessageBox(backend_url)
