@@ -33,8 +33,11 @@ class Run:
     """A claimed batch a dequeue thread handles, shared with the supervisor, which takes
     it over when a handler runs past its time-out."""
 
-    def __init__(self, claims: list[Claim]) -> None:
+    def __init__(self, claims: list[Claim], *, timed: bool = True) -> None:
         self.claims = claims
+        self._timed = timed
+        """Whether its handlers have a time-out: without one it is never abandoned, and
+        one delivery's bookkeeping takes no lock."""
         self.worker = threading.current_thread()
         self.abandoned = False
         self._lock = threading.Lock()
@@ -55,6 +58,9 @@ class Run:
 
     def begin_one(self, c: Claim, seconds: float | None) -> None:
         """:meth:`begin` for one claim (the hot path)."""
+        if not self._timed:
+            self._seen.add(c.id)  # nothing else reads it meanwhile: never abandoned
+            return
         with self._lock:
             if self.abandoned:
                 raise Abandoned
@@ -65,6 +71,10 @@ class Run:
     def end_with(self, c: Claim, outcome: Settled | Done) -> None:
         """:meth:`end` then :meth:`add` of a success, under one lock: no time-out can
         fall between them (the deadline goes with the end)."""
+        if not self._timed:
+            if isinstance(outcome, Done):
+                self._done.append(c)
+            return
         with self._lock:
             self._current = []
             self._deadline = None

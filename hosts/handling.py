@@ -48,7 +48,7 @@ class Handling(InstanceCore):
         supervisor took the batch over, a handler having timed out: the thread then
         ends) and the batch's outcomes when they are left to record with the next claim
         (else they are recorded)."""
-        run = Run(claims)
+        run = Run(claims, timed=self.settings.handler_timeout_seconds is not None)
         with self._runs_lock:
             self._runs.add(run)
         try:
@@ -116,7 +116,9 @@ class Handling(InstanceCore):
                         blocked.add(c.sub)
                     continue
             else:
-                outcome = self._deliver(run, c, batch)
+                outcome = (
+                    self._deliver(run, c, batch) if self._batchers else self._handle(run, c, batch)
+                )
             if isinstance(outcome, Failure) and c.ordered:
                 blocked.add(c.sub)
         outcomes = self._taken(run, unstarted)

@@ -12,6 +12,7 @@ no-op, reported as a lost lease (the other instance delivers it again: at least 
 from __future__ import annotations
 
 import itertools
+import operator
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,6 +120,28 @@ def _claim(row: Any) -> Claim:
     )
 
 
+def _typed_claim(row: Any) -> Claim:
+    """:func:`_claim` of a ``complete_claim`` row (after its flag) from a driver that
+    gives every value its Python type already (psycopg): no conversions."""
+    (_, id_, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now,
+     charges, interrupted, crashed_by, _) = row  # fmt: skip
+    waited = (now - enqueued_at).total_seconds() if claimed_at == now else None
+    return Claim(
+        id_,
+        msg,
+        sub,
+        attempts,
+        priority,
+        instance_id,
+        ordered,
+        enqueued_at,
+        None if waited is None else max(0.0, waited),
+        charges,
+        interrupted,
+        crashed_by,
+    )
+
+
 def claim(
     conn: sa.Connection,
     dialect: Dialect,
@@ -149,7 +172,7 @@ def claim(
         # one statement for both kinds, interleaved; a claim of one entry alternates
         first = next(_turns) % 2 if room == 1 else 0
         take(dialect.claim_mixed_sql, room, first_kind=first)
-        claims.sort(key=lambda c: (-c.priority, c.id))
+        _in_claim_order(claims)
         return claims
     # half each; a claim of one entry alternates between the kinds
     share = room // 2 if room > 1 else (next(_turns) % 2 if room == 1 else 0)
@@ -158,11 +181,24 @@ def claim(
         take(dialect.claim_sql, n - len(claims))
     if instances and heads == share and len(claims) < n:
         take(dialect.claim_instance_sql, n - len(claims))
-    claims.sort(key=lambda c: (-c.priority, c.id))
+    _in_claim_order(claims)
     return claims
 
 
 _turns = itertools.count()
+
+
+def _in_claim_order(claims: list[Claim]) -> None:
+    """Sort by priority (highest first), then age (id): two C-keyed stable sorts, the
+    second only when priorities differ."""
+    claims.sort(key=_ID)
+    priorities = list(map(_PRIORITY, claims))
+    if priorities and min(priorities) != max(priorities):
+        claims.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep id order
+
+
+_ID = operator.attrgetter("id")
+_PRIORITY = operator.attrgetter("priority")
 
 
 def complete_and_claim(
@@ -187,7 +223,7 @@ def complete_and_claim(
     gone: list[int] = []
     for row in dialect.fetch(conn, dialect.complete_claim_sql, params):
         if row[0]:
-            claims.append(_claim(row[1:14]))
+            claims.append(_typed_claim(row))
         else:
             gone.append(row[1])
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
@@ -204,7 +240,7 @@ def complete_and_claim(
             entries=gone,
             details=[owner] * len(done),
         )
-    claims.sort(key=lambda c: (-c.priority, c.id))
+    _in_claim_order(claims)
     return result, claims
 
 
