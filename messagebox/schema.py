@@ -475,7 +475,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "8": ("9", ("DROP INDEX IF EXISTS mb_queue_lease",)),
     "9": ("10", ()),  # adds mb_audit and mb_rollup
     "10": ("11", ()),  # adds mb_config_version
-    "11": ("12", ()),  # PostgreSQL: adds the function mb_claimable (claims by the index)
+    "11": ("12", ()),  # PostgreSQL: adds mb_claimable and mb_ordered_run (claims by index)
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

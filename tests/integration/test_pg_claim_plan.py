@@ -11,6 +11,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from messagebox import leases as mb_leases
 from messagebox import schema
 from messagebox.engine import MessageBox
 from messagebox.message import Message
@@ -25,17 +26,20 @@ BACKLOG = 100_000
 
 @pytest.fixture
 def backlog(pg_url: str) -> Iterator[MessageBox]:
-    """A never-analysed queue (as a store's is between autovacuum runs) of BACKLOG ready
-    entries: one published, copied in SQL (publishing them all took 20 s)."""
+    """Never-analysed queues (as a store's are between autovacuum runs) of BACKLOG ready
+    entries each, plain on host ``h`` and ordered on host ``o``: one published to each,
+    copied in SQL (publishing them all took 20 s)."""
     box = MessageBox(pg_url, publisher="tests")
     box.create_host("h")
+    box.create_host("o")
     box.subscribe("svc", host="h", filter=P("t.N") >= 0)
+    box.subscribe("seq", host="o", filter=P("t.N") >= 0, ordered=True)
     box.publish([Message(b"x", promoted={"t.N": 1})])
     q = schema.queue
     others = ", ".join(c.name for c in q.columns if c.name != "id")
     with box.store.transaction() as conn:
         conn.exec_driver_sql(
-            f"INSERT INTO mb_queue (id, {others}) SELECT id + g, {others} "
+            f"INSERT INTO mb_queue (id, {others}) SELECT id + g * 2, {others} "
             f"FROM mb_queue, generate_series(1, {BACKLOG - 1}) AS g"
         )
     try:
@@ -62,9 +66,16 @@ def plans(box: MessageBox, statement: str, params: dict[str, object]) -> list[st
     return [n for n in notices if "mb_queue" in n]
 
 
-@pytest.mark.parametrize("statement", ["claim", "complete_claim"])
-def test_a_claim_walks_the_claim_index_even_when_the_queue_looks_empty(
-    backlog: MessageBox, statement: str
+@pytest.mark.parametrize(
+    ("statement", "host", "index"),
+    [
+        ("claim", "h", "mb_queue_claim"),
+        ("complete_claim", "h", "mb_queue_claim"),
+        ("claim_ordered", "o", "mb_queue_ordered"),
+    ],
+)
+def test_a_claim_walks_its_index_even_when_the_queue_looks_empty(
+    backlog: MessageBox, statement: str, host: str, index: str
 ) -> None:
     # Given a queue the planner believes holds a handful of rows
     with backlog.store.transaction() as conn:
@@ -74,17 +85,29 @@ def test_a_claim_walks_the_claim_index_even_when_the_queue_looks_empty(
     assert estimate < BACKLOG / 10  # never analysed: -1, or what it held when created
     # When the next entries are taken (as a host instance takes them)
     dialect = backlog.store.dialect
-    sql = dialect.claim_sql if statement == "claim" else dialect.complete_claim_sql
+    sql = getattr(dialect, f"{statement}_sql")
     assert sql is not None
-    found = plans(backlog, sql, {**dialect.claim_params("h", "me", 100, 30.0), "done": "{}"})
-    # Then the claim index is walked in its order and stops at the limit: no sort, no
-    # read of every ready entry
-    assert any("Index Scan using mb_queue_claim" in p for p in found), found
-    assert not any("Sort" in p or "Bitmap Heap Scan on mb_queue" in p for p in found), found
-    # and claims take entries in that order, oldest first
+    found = plans(backlog, sql, {**dialect.claim_params(host, "me", 100, 30.0), "done": "{}"})
+    # Then the entries to take are read by the index in its order, stopping at the
+    # limit: no sort, no read of every ready entry
+    [taking] = [p for p in found if "p_host" in p]  # the claim function's own statement
+    assert f"Index Scan using {index}" in taking, taking
+    assert "Sort" not in taking, taking
+    assert "Bitmap" not in taking, taking
+    # and claims take the oldest entries, in order
     with backlog.store.transaction() as conn:
         oldest = conn.execute(
-            sa.select(schema.queue.c.id).order_by(schema.queue.c.id).limit(100)
+            sa.select(schema.queue.c.id)
+            .where(schema.queue.c.host == host)
+            .order_by(schema.queue.c.id)
+            .limit(100)
         ).scalars()
         first = list(oldest)
-    assert [c.id for c in claim(backlog, "h", n=100)] == first
+    if statement == "claim_ordered":
+        with backlog.store.transaction(serial=True) as conn:
+            taken = mb_leases.claim(
+                conn, dialect, host=host, owner="t", n=100, lease_seconds=30.0, ordered=True
+            )
+    else:
+        taken = claim(backlog, host, n=100)
+    assert [c.id for c in taken] == first

@@ -32,7 +32,7 @@ def make_version_3(conn: sa.Connection) -> None:
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
         if old_tables and box.store.dialect.name == "postgresql":  # every version before 12
-            conn.execute(sa.text("DROP FUNCTION mb_claimable"))
+            conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
         if (
             old_tables
             and version not in ("9", "10", "11")
@@ -83,7 +83,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
     # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions), 8
     # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions) or 11
-    # (no claim function on PostgreSQL) left it, with data
+    # (no claim functions on PostgreSQL) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
