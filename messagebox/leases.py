@@ -278,17 +278,26 @@ def finish(
 def _complete(
     conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim], result: Finished
 ) -> None:
-    """Delete the entries still leased by ``owner`` and release their references."""
+    """Delete the entries still leased by ``owner`` and release their references. Only
+    ids and hosts come back: the claims hold the rest."""
     q = schema.queue
-    gone = conn.execute(
-        q.delete()
-        .where(schema.one_of(conn, q.c.id, [c.id for c in claims]), q.c.lease_owner == owner)
-        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host)
-    ).all()
+    mine = sa.and_(schema.one_of(conn, q.c.id, [c.id for c in claims]), q.c.lease_owner == owner)
+    gone = conn.execute(q.delete().where(mine).returning(q.c.id, q.c.host)).all()
     result.completed = len(gone)
     result.lost += len(claims) - len(gone)
-    release(conn, dialect, (r.msg for r in gone))
-    delivered(conn, dialect, gone, owner)
+    of = {c.id: c for c in claims}
+    done = [of[g.id] for g in gone]
+    release(conn, dialect, (c.msg for c in done))
+    tracking.record(
+        conn,
+        dialect,
+        tracking.DELIVERED,
+        [c.msg for c in done],
+        subs=[c.sub for c in done],
+        hosts=[g.host for g in gone],
+        entries=[g.id for g in gone],
+        details=[owner] * len(gone),
+    )
 
 
 def _retry(
