@@ -224,6 +224,17 @@ queue = sa.Table(
 )
 sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority.desc(), queue.c.id)
 sa.Index(
+    "mb_queue_plain",
+    queue.c.host,
+    queue.c.priority.desc(),
+    queue.c.id,
+    postgresql_where=sa.and_(
+        queue.c.state == "ready", sa.not_(queue.c.ordered), queue.c.instance_id.is_(None)
+    ),
+)
+"""What a plain claim walks, in its order (PostgreSQL): by ``mb_queue_claim`` it walked
+past every instance and ordered entry of the host first, 37 ms a claim behind 200,000."""
+sa.Index(
     "mb_queue_ordered",
     queue.c.host,
     queue.c.sub,
@@ -475,7 +486,8 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "8": ("9", ("DROP INDEX IF EXISTS mb_queue_lease",)),
     "9": ("10", ()),  # adds mb_audit and mb_rollup
     "10": ("11", ()),  # adds mb_config_version
-    "11": ("12", ()),  # PostgreSQL: adds mb_claimable and mb_ordered_run (claims by index)
+    # PostgreSQL: adds mb_claimable, mb_ordered_run (claims by index) and mb_queue_plain
+    "11": ("12", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

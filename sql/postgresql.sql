@@ -51,7 +51,7 @@ SET lease_owner = %(owner)s,
 -- name: claimable_function --
 -- The next plain entries of a host to claim, locked (SKIP LOCKED: concurrent claimers on
 -- any machine take disjoint entries, without waiting), never one of `skip`. Always by
--- the claim index, in its order, stopping at `n`: a queue's statistics are stale by
+-- mb_queue_plain, in its order, stopping at `n`: a queue's statistics are stale by
 -- nature (no ANALYZE has seen the backlog of a minute ago), and with an estimate of a
 -- few rows the planner read every ready entry of the host and sorted them, 48 ms a
 -- claim at 100,000 entries against 0.14 ms by the index. A function is the one place a

@@ -33,6 +33,7 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
     with box.store.transaction() as conn:
         if old_tables and box.store.dialect.name == "postgresql":  # every version before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
+            conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
             and version not in ("9", "10", "11")
@@ -115,6 +116,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                     sa.text("SELECT reloptions FROM pg_class WHERE oid = 'mb_queue'::regclass")
                 ).scalar_one()
             assert "mb_queue_lease" not in set(indexes)
+            assert "mb_queue_plain" in set(indexes)
             assert f"fillfactor={mb_schema.QUEUE_FILLFACTOR}" in options
             assert "autovacuum_vacuum_scale_factor=0" in options
         assert box.receipts("port/location", ["k"]) == {}
