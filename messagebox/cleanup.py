@@ -70,25 +70,40 @@ class CleanupReport:
     seconds: float = 0.0
 
 
-def _zero_referenced(conn: sa.Connection, limit: int) -> list[uuid.UUID]:
+def _zero_referenced(conn: sa.Connection, limit: int) -> tuple[list[uuid.UUID], int]:
+    """Up to ``limit`` messages whose references are all released and that no queue or
+    suspended entry holds; and how many had all their references released. Two short
+    statements, not one: the sums read only the reference logs, then the queue is
+    probed with a fresh snapshot. As one statement on PostgreSQL its probes ran under the
+    snapshot of its start while hosts churned the queue, each probe walking more row
+    versions than the last and no vacuum able to remove them: one cleanup ran for 15
+    minutes in a million-message run."""
     add, rel, q, s = schema.ref_add, schema.ref_release, schema.queue, schema.suspended
     logs = sa.union_all(
         sa.select(add.c.msg, add.c.n),
         sa.select(rel.c.msg, (-rel.c.n).label("n")),
     ).subquery()
-    sums = sa.select(logs.c.msg, sa.func.sum(logs.c.n).label("n")).group_by(logs.c.msg).subquery()
-    query = (
-        sa.select(sums.c.msg)
-        .where(
-            sums.c.n == 0,
-            ~sa.exists().where(q.c.msg == sums.c.msg),
-            ~sa.exists().where(s.c.msg == sums.c.msg),
-        )
-        .limit(limit)
+    released = list(
+        conn.execute(
+            sa.select(logs.c.msg)
+            .group_by(logs.c.msg)
+            .having(sa.func.sum(logs.c.n) == 0)
+            .limit(limit)
+        ).scalars()
     )
-    return [
-        m if isinstance(m, uuid.UUID) else uuid.UUID(str(m)) for m in conn.execute(query).scalars()
-    ]
+    if not released:
+        return [], 0
+    msgs = [m if isinstance(m, uuid.UUID) else uuid.UUID(str(m)) for m in released]
+    held = set(
+        conn.execute(
+            sa.union(
+                sa.select(q.c.msg).where(schema.one_of(conn, q.c.msg, msgs)),
+                sa.select(s.c.msg).where(schema.one_of(conn, s.c.msg, msgs)),
+            )
+        ).scalars()
+    )
+    held = {m if isinstance(m, uuid.UUID) else uuid.UUID(str(m)) for m in held}
+    return [m for m in msgs if m not in held], len(msgs)
 
 
 def _delete_messages(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int, int]:
@@ -210,7 +225,7 @@ def run(
             if not store.dialect.try_lock_cleanup(conn):
                 report.skipped = True
                 break
-            msgs = _zero_referenced(conn, batch)
+            msgs, released = _zero_referenced(conn, batch)
             if not msgs:
                 break
             n_msgs, n_parts, n_refs = _delete_messages(conn, msgs)
@@ -218,7 +233,7 @@ def run(
         report.parts += n_parts
         report.reference_rows += n_refs
         say(f"deleted {report.messages} unreferenced messages so far")
-        if len(msgs) < batch:
+        if released < batch:
             break
     report.seconds = time.monotonic() - started
     return report

@@ -25,8 +25,9 @@ SELECT pg_advisory_xact_lock(7240115001)
 SELECT pg_advisory_xact_lock(7240115000)
 
 -- name: lock_cleanup --
--- One cleanup at a time across processes; the others skip their turn.
-SELECT pg_try_advisory_xact_lock(7240115002)
+-- One cleanup at a time across processes; the others skip their turn. Per schema: a
+-- store in another schema of the same database cleans up on its own.
+SELECT pg_try_advisory_xact_lock(724012, hashtext(current_schema()))
 
 -- name: notify --
 -- Wake idle host instances of these hosts (delivered when the transaction commits).
