@@ -228,18 +228,7 @@ def complete_and_claim(
             gone.append(row[1])
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
     if gone:
-        of = {c.id: c for c in completed}
-        done = [of[i] for i in gone]
-        tracking.record(
-            conn,
-            dialect,
-            tracking.DELIVERED,
-            [c.msg for c in done],
-            subs=[c.sub for c in done],
-            hosts=[host] * len(done),
-            entries=gone,
-            details=[owner] * len(done),
-        )
+        _delivered(conn, dialect, completed, gone, [host] * len(gone), owner)
     _in_claim_order(claims)
     return result, claims
 
@@ -285,19 +274,34 @@ def _complete(
     gone = conn.execute(q.delete().where(mine).returning(q.c.id, q.c.host)).all()
     result.completed = len(gone)
     result.lost += len(claims) - len(gone)
+    msgs = _delivered(conn, dialect, claims, [g.id for g in gone], [g.host for g in gone], owner)
+    release(conn, dialect, msgs)
+
+
+def _delivered(
+    conn: sa.Connection,
+    dialect: Dialect,
+    claims: Sequence[Claim],
+    gone: Sequence[int],
+    hosts: Sequence[str],
+    owner: str,
+) -> list[uuid.UUID]:
+    """Track the completion of the claims whose entries are ``gone`` (ids, with their
+    hosts); returns their messages."""
     of = {c.id: c for c in claims}
-    done = [of[g.id] for g in gone]
-    release(conn, dialect, (c.msg for c in done))
+    done = [of[i] for i in gone]
+    msgs = [c.msg for c in done]
     tracking.record(
         conn,
         dialect,
         tracking.DELIVERED,
-        [c.msg for c in done],
+        msgs,
         subs=[c.sub for c in done],
-        hosts=[g.host for g in gone],
-        entries=[g.id for g in gone],
-        details=[owner] * len(gone),
+        hosts=hosts,
+        entries=gone,
+        details=[owner] * len(done),
     )
+    return msgs
 
 
 def _retry(
