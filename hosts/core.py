@@ -193,8 +193,7 @@ class InstanceCore:
         return hint + f"It runs: {', '.join(runs) or 'no service'}."
 
     def _subscription(self, sub_id: int) -> Subscription | None:
-        with self._subs_lock:
-            found = self._subs.get(sub_id)
+        found = self._subs.get(sub_id)  # replaced whole, never changed in place: no lock
         if found is None:
             self._refresh_subscriptions()
             with self._subs_lock:

@@ -116,9 +116,7 @@ class Handling(InstanceCore):
                         blocked.add(c.sub)
                     continue
             else:
-                outcome = (
-                    self._deliver(run, c, batch) if self._batchers else self._handle(run, c, batch)
-                )
+                outcome = self._deliver(run, c, batch)
             if isinstance(outcome, Failure) and c.ordered:
                 blocked.add(c.sub)
         outcomes = self._taken(run, unstarted)
@@ -286,40 +284,42 @@ class Handling(InstanceCore):
     def _handle(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:
         """Hand one claim to its handler (the hot path: one call per message); the
         outcome is held with the batch's."""
-        outcome: Failure | Settled | Done
-        sub = self._subs.get(c.sub) or self._subscription(c.sub)  # replaced whole: no lock
+        sub = self._subscription(c.sub)
         handler = None if sub is None else self.handlers.get(sub.service)
+        if sub is None or handler is None:
+            outcome: Failure | Settled | Done = self._undeliverable(c, sub)
+            self._note(run, c, outcome)
+            return outcome
+        d = self._delivery(c, sub, batch)
+        run.begin_one(c, self.settings.handler_timeout_seconds)
+        try:
+            handler(d)
+        except BaseException as exc:  # SystemExit too: a service cannot end its host
+            run.end()
+            outcome = self._failure(c, sub, exc, d)
+            self._note(run, c, outcome)
+            return outcome
+        if d.settled:
+            self.stats.add(completed=1)
+        outcome = SETTLED if d.settled else DONE
+        run.end_with(c, outcome)  # ended and held in one step
+        return outcome
+
+    def _undeliverable(self, c: Claim, sub: Subscription | None) -> Failure:
+        """The failure of an entry whose subscription is gone or whose service this
+        instance does not run."""
         if sub is None:
-            outcome = Failure(
+            return Failure(
                 c,
                 "its subscription was removed before it was delivered",
                 permanent=True,
                 reason=SUBSCRIPTION_REMOVED,
             )
-        elif handler is None:
-            outcome = Failure(
-                c,
-                f"service {sub.service!r} is not registered in host instance {self.id}. "
-                + self.unserved_hint(sub.service),
-            )
-        else:
-            d = self._delivery(c, sub, batch)
-            run.begin_one(c, self.settings.handler_timeout_seconds)
-            try:
-                handler(d)
-            except BaseException as exc:  # SystemExit too: a service cannot end its host
-                run.end()
-                outcome = self._failure(c, sub, exc, d)
-            else:
-                if d.settled:
-                    self.stats.add(completed=1)
-                    outcome = SETTLED
-                else:
-                    outcome = DONE
-                run.end_with(c, outcome)  # ended and held in one step
-                return outcome
-        self._note(run, c, outcome)
-        return outcome
+        return Failure(
+            c,
+            f"service {sub.service!r} is not registered in host instance {self.id}. "
+            + self.unserved_hint(sub.service),
+        )
 
     def _engine_failure(self, c: Claim, exc: BaseException) -> Failure:
         """The store failed during a delivery: retried, without using up an attempt."""

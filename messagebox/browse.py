@@ -89,7 +89,7 @@ def peek_queue(conn: sa.Connection, host: str, state: str | None, limit: int) ->
     return [
         QueueEntry(
             int(r.id),
-            r.msg if isinstance(r.msg, uuid.UUID) else uuid.UUID(str(r.msg)),
+            schema.as_uuid(r.msg),
             int(r.sub),
             r.shown,
             int(r.priority),
@@ -128,7 +128,7 @@ def find_by_property(
             continue
         found.append(
             FoundMessage(
-                r.id if isinstance(r.id, uuid.UUID) else uuid.UUID(str(r.id)),
+                schema.as_uuid(r.id),
                 r.published_at,
                 r.publisher,
             )

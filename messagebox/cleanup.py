@@ -93,16 +93,16 @@ def _zero_referenced(conn: sa.Connection, limit: int) -> tuple[list[uuid.UUID], 
     )
     if not released:
         return [], 0
-    msgs = [m if isinstance(m, uuid.UUID) else uuid.UUID(str(m)) for m in released]
-    held = set(
-        conn.execute(
+    msgs = [schema.as_uuid(m) for m in released]
+    held = {
+        schema.as_uuid(m)
+        for m in conn.execute(
             sa.union(
                 sa.select(q.c.msg).where(schema.one_of(conn, q.c.msg, msgs)),
                 sa.select(s.c.msg).where(schema.one_of(conn, s.c.msg, msgs)),
             )
         ).scalars()
-    )
-    held = {m if isinstance(m, uuid.UUID) else uuid.UUID(str(m)) for m in held}
+    }
     return [m for m in msgs if m not in held], len(msgs)
 
 

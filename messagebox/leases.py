@@ -96,35 +96,38 @@ class Finished:
     stopped_subscriptions: tuple[int, ...] = ()
 
 
-def _uuid(value: Any) -> uuid.UUID:
-    """A UUID as a driver returns it (DuckDB may give text)."""
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
 def _claim(row: Any) -> Claim:
-    enqueued_at, claimed_at, now = row[7], row[8], row[9]
-    first = claimed_at == now  # set by this claim: the database's now() is per transaction
-    return Claim(
-        int(row[0]),
-        _uuid(row[1]),
-        int(row[2]),
-        int(row[3]),
-        int(row[4]),
-        row[5],
-        bool(row[6]),
-        enqueued_at,
-        max(0.0, (now - enqueued_at).total_seconds()) if first else None,
-        int(row[10]),
-        bool(row[11]),
-        row[12],
+    """A claim statement's row (id, msg, sub, attempts, priority, instance_id, ordered,
+    enqueued_at, claimed_at, now(), charges, interrupted, crashed_by) as a claim, its
+    values made their Python types (DuckDB may give text and other widths)."""
+    return _typed_claim(
+        (
+            True,
+            int(row[0]),
+            schema.as_uuid(row[1]),
+            int(row[2]),
+            int(row[3]),
+            int(row[4]),
+            row[5],
+            bool(row[6]),
+            row[7],
+            row[8],
+            row[9],
+            int(row[10]),
+            bool(row[11]),
+            row[12],
+            None,
+        )
     )
 
 
 def _typed_claim(row: Any) -> Claim:
-    """:func:`_claim` of a ``complete_claim`` row (after its flag) from a driver that
-    gives every value its Python type already (psycopg): no conversions."""
+    """A ``complete_claim`` row (the same columns between a flag and a host) as a claim,
+    from a driver that gives every value its Python type already (psycopg): no
+    conversions."""
     (_, id_, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now,
      charges, interrupted, crashed_by, _) = row  # fmt: skip
+    # first claimed by this claim: the database's now() is per transaction
     waited = (now - enqueued_at).total_seconds() if claimed_at == now else None
     return Claim(
         id_,

@@ -14,6 +14,7 @@ No table is ever reflected; ids come from sequences or from the application.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -507,6 +508,11 @@ def queue_columns() -> list[sa.Column[Any]]:
         q.c.instance_id,
         q.c.enqueued_at,
     ]
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    """A UUID as a driver returns it (DuckDB may give text)."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def one_of(

@@ -308,7 +308,7 @@ def query(conn: sa.Connection, q: EventQuery) -> list[TrackedEvent]:
         TrackedEvent(
             at=r.tracked_at,
             event=r.event,
-            message_id=r.msg if isinstance(r.msg, uuid.UUID) else uuid.UUID(str(r.msg)),
+            message_id=schema.as_uuid(r.msg),
             subscription=r.sub,
             host=r.host,
             entry=r.entry,
