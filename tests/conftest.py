@@ -131,6 +131,12 @@ def claim(
         )
 
 
+def complete(box: MessageBox, claimed: mb_leases.Claim, owner: str = "t") -> None:
+    """Complete a claimed entry, as a host instance would: its reference is released."""
+    with box.store.transaction(serial=True) as conn:
+        mb_leases.finish(conn, box.store.dialect, owner, [claimed], [], HostSettings(), set())
+
+
 def fail_for_good(box: MessageBox, claimed: mb_leases.Claim, error: str, owner: str = "t") -> None:
     """Fail a claimed entry permanently, as a host instance would: it is suspended."""
     with box.store.transaction(serial=True) as conn:

@@ -10,10 +10,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, leases
-from messagebox.models import HostSettings
+from messagebox import Message, MessageBox
 from messagebox.predicates import P
-from tests.conftest import claim
+from tests.conftest import claim, complete
 
 
 def test_the_reference_sums_and_the_queue_probe_are_separate_statements(box: MessageBox) -> None:
@@ -22,8 +21,7 @@ def test_the_reference_sums_and_the_queue_probe_are_separate_statements(box: Mes
     box.subscribe("svc", host="h", filter=P("t.N") >= 0)
     box.publish([Message(b"a", promoted={"t.N": 1})])
     [c] = claim(box, "h")
-    with box.store.transaction(serial=True) as conn:
-        leases.finish(conn, box.store.dialect, "t", [c], [], HostSettings(), set())
+    complete(box, c)
     box.publish([Message(b"b", promoted={"t.N": 2})])
     statements: list[str] = []
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from messagebox import Message, MessageBox, leases
-from messagebox.models import HostSettings
+from messagebox import Message, MessageBox
 from messagebox.predicates import P
-from tests.conftest import claim, scratch_url
+from tests.conftest import claim, complete, scratch_url
 
 pytestmark = pytest.mark.postgres
 
@@ -28,8 +27,7 @@ def test_a_cleanup_in_another_schema_does_not_skip_this_one(tmp_path: Path) -> N
         b.subscribe("svc", host="h", filter=P("t.N") >= 0)
         b.publish([Message(b"x", promoted={"t.N": 1})])
         [c] = claim(b, "h")
-        with b.store.transaction(serial=True) as conn:
-            leases.finish(conn, b.store.dialect, "t", [c], [], HostSettings(), set())
+        complete(b, c)
         # When store A's cleanup holds its lock (a cleanup in progress) while B cleans up
         with a.store.transaction() as conn:
             assert a.store.dialect.try_lock_cleanup(conn)
