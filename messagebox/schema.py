@@ -518,10 +518,14 @@ def as_uuid(value: Any) -> uuid.UUID:
 def one_of(
     conn: sa.Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
 ) -> sa.ColumnElement[bool]:
-    """``column IN values``. On PostgreSQL one array parameter, ``= ANY(...)``: an IN list
-    is a parameter per value, and psycopg parses each new list length anew (a third of
-    an orchestration step's CPU went there). DuckDB keeps the IN list."""
+    """``column IN values``, as one array parameter: an IN list is a parameter per value,
+    which psycopg parses anew for each list length (a third of an orchestration step's
+    CPU went there) and SQLAlchemy renders one by one (5-10 us a value). On PostgreSQL
+    ``= ANY(array)``; on DuckDB ``list_contains``, which measured faster than its IN
+    list at every table size tried (20k to 10M rows: 100 ids deleted in 1.6 ms against
+    2.4 at 1M rows)."""
     values = list(values)
+    array = sa.bindparam(None, values, type_=sa.ARRAY(column.type))
     if conn.dialect.name == "postgresql":
-        return column == sa.any_(sa.bindparam(None, values, type_=sa.ARRAY(column.type)))
-    return column.in_(values)
+        return column == sa.any_(array)
+    return sa.type_coerce(sa.func.list_contains(array, column), sa.Boolean)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid as uuid_mod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
@@ -80,6 +81,39 @@ def _uuid_texts(values: Sequence[Any]) -> list[str | None]:
             text = memo[id(v)] = str(v)
         append(text)
     return out
+
+
+@cache
+def _native_uuids() -> bool:
+    """Whether this pyarrow and DuckDB pass UUIDs as Arrow's ``arrow.uuid`` type (16
+    bytes each, read by DuckDB as UUID): about 3x cheaper than text per entry."""
+    import pyarrow as pa
+
+    if not hasattr(pa, "uuid"):  # pyarrow < 18
+        return False
+    probe = pa.table([pa.array([uuid_mod.UUID(int=1)], pa.uuid())], names=["u"])
+    con = duckdb.connect()
+    try:
+        con.register("mb_uuid_probe", probe)
+        found = con.execute("SELECT typeof(u) FROM mb_uuid_probe").fetchone()
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    return found is not None and found[0] == "UUID"
+
+
+def _uuid_column(name: str, values: Sequence[Any]) -> tuple[pa.Array, str]:
+    """A UUID column's Arrow array and its select expression: native UUIDs when every
+    value is a ``uuid.UUID`` (or None) and the libraries allow, else text cast in SQL."""
+    import pyarrow as pa
+
+    if _native_uuids():
+        try:
+            return pa.array(values, pa.uuid()), name
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass  # some values are text
+    return pa.array(_uuid_texts(values), pa.string()), f"CAST({name} AS UUID)"
 
 
 SMALL_INSERT = 12
@@ -184,14 +218,17 @@ class DuckDBDialect(Dialect):
         for col_name, values in columns.items():
             column = table.c[col_name]
             uuid = isinstance(column.type, sa.Uuid)
-            exprs.append(f"CAST({col_name} AS UUID)" if uuid else col_name)
             if isinstance(values, Same):
+                exprs.append(f"CAST({col_name} AS UUID)" if uuid else col_name)
                 value = str(values.value) if uuid and values.value is not None else values.value
                 arrays.append(pa.repeat(pa.scalar(value, arrow_type(column)), len(values)))
-                continue
-            if uuid:
-                values = _uuid_texts(values)
-            arrays.append(pa.array(values, arrow_type(column)))
+            elif uuid:
+                array, expr = _uuid_column(col_name, values)
+                arrays.append(array)
+                exprs.append(expr)
+            else:
+                exprs.append(col_name)
+                arrays.append(pa.array(values, arrow_type(column)))
         data = pa.table(arrays, names=list(columns))
         with self._registered(conn, data, f"mb_ins_{table.name}") as name:
             conn.exec_driver_sql(
