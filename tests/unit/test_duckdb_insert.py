@@ -37,3 +37,26 @@ def test_no_rows_insert_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
         metadata.create_all(conn)
         duck.DuckDBDialect().insert(conn, every_type, {name: [] for name in ROWS})
         assert conn.execute(sa.select(sa.func.count()).select_from(every_type)).scalar() == 0
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_uuid_columns_store_the_same_as_objects_text_or_none(
+    monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    """UUIDs go as Arrow's ``arrow.uuid`` when the libraries allow and every value is a
+    ``uuid.UUID`` or None, else as text cast in SQL: the stored values are the same."""
+    if not native:
+        monkeypatch.setattr(duck, "_native_uuids", lambda: False)
+    monkeypatch.setattr(duck, "SMALL_INSERT", 0)
+    ids = [uuid.UUID(int=i * 7919) for i in range(4)]
+    table = sa.Table("t_uuid", sa.MetaData(), sa.Column("n", sa.Integer), sa.Column("u", sa.Uuid))
+    engine = sa.create_engine("duckdb:///:memory:")
+    with engine.begin() as conn:
+        table.create(conn)
+        dialect = duck.DuckDBDialect()
+        dialect.insert(conn, table, {"n": [0, 1, 2, 3], "u": [ids[0], None, ids[2], ids[3]]})
+        dialect.insert(conn, table, {"n": [4, 5], "u": [str(ids[1]), ids[0]]})  # text among
+        got = [tuple(r) for r in conn.execute(sa.select(table).order_by(table.c.n))]
+    assert got == [(0, ids[0]), (1, None), (2, ids[2]), (3, ids[3]), (4, ids[1]), (5, ids[0])]
+    if native:
+        assert duck._native_uuids()  # this machine's pyarrow and DuckDB take them
