@@ -21,6 +21,7 @@ from messagebox.errors import (
     MessageBoxError,
 )
 from messagebox.hosts.dispatch import (
+    Ahead,
     InstanceStats,
     Pending,
     Permits,
@@ -117,6 +118,8 @@ class InstanceCore:
         leases heartbeats extend. (A batch in and out is one dict operation each; an
         entry may be in two batches, delivered again meanwhile.)"""
         self._pending: list[Pending] = []
+        self._ahead = Ahead()
+        """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
         self._flight_lock = threading.Lock()
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None

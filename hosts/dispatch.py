@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field, fields
 
 from messagebox.consumer import Outcomes
@@ -215,6 +216,70 @@ class InstanceStats(Counters):
     """Deliveries failed by the store, not the service (retried, not charged)."""
     threads_replaced: int = 0
     """Dequeue threads replaced (their handler timed out, or the thread failed)."""
+
+
+class Ahead:
+    """Entries one claim took for the instance's other dequeue threads, in batches, and
+    the outcomes of the batches handled from them, owed to the next claim's transaction.
+
+    On DuckDB a claim costs milliseconds whatever its size (measured: 100 entries in
+    3.6 ms, 500 in 6.7), and every claim is serialised in-process anyway: one claim for
+    several threads' batches does the same work in fewer statements. An outcome waits
+    no longer than it does without claiming ahead: until the next claim of the instance.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: deque[list[Claim]] = deque()
+        self._owed: list[Outcomes] = []
+
+    def put(self, batches: list[list[Claim]]) -> None:
+        with self._lock:
+            self._batches.extend(batches)
+
+    def take(self) -> list[Claim] | None:
+        """A batch claimed ahead (its permits are taken), or None."""
+        if not self._batches:  # read without the lock: a miss only claims anew
+            return None
+        with self._lock:
+            return self._batches.popleft() if self._batches else None
+
+    def owe(self, outcomes: Outcomes) -> None:
+        """Record these with the next claim (a batch from here needed none)."""
+        with self._lock:
+            self._owed.append(outcomes)
+
+    def owed_with(self, carry: Outcomes | None) -> Outcomes | None:
+        """``carry`` with every outcome owed, as one (taking them)."""
+        with self._lock:
+            owed, self._owed = self._owed, []
+        if carry is not None:
+            owed.append(carry)
+        return merged(owed)
+
+    def drain(self) -> tuple[list[list[Claim]], Outcomes | None]:
+        """Everything held (at the end): the batches never handed out, and the outcomes
+        owed."""
+        with self._lock:
+            batches, self._batches = list(self._batches), deque()
+            owed, self._owed = self._owed, []
+        return batches, merged(owed)
+
+
+def merged(all_outcomes: list[Outcomes]) -> Outcomes | None:
+    """Several batches' outcomes as one, to record in one transaction (None for none)."""
+    if not all_outcomes:
+        return None
+    if len(all_outcomes) == 1:
+        return all_outcomes[0]
+    last = all_outcomes[-1]
+    return Outcomes(
+        [c for o in all_outcomes for c in o.done],
+        [f for o in all_outcomes for f in o.failed],
+        [c for o in all_outcomes for c in o.unstarted],
+        last.settings,
+        set().union(*(o.stop_on_failure for o in all_outcomes)),
+    )
 
 
 class Permits:

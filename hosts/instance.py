@@ -165,6 +165,7 @@ class HostInstance(Supervision):
         for t in workers:  # (abandoned handlers are not waited for)
             t.join(max(deadline - time.monotonic(), 0))
         finished = not any(t.is_alive() for t in workers)
+        self._settle_ahead()
         for t in self._service_threads:  # a cleanup ends after its current batch
             t.join(max(deadline - time.monotonic(), 5.0))
         if self._unwatch is not None:

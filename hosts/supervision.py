@@ -56,24 +56,17 @@ class Supervision(Handling):
                         self._finish_outcomes(carry)
                         carry = None
                     continue
-                outcomes, carry = carry, None
-                try:
-                    claims = self._claim(want, outcomes)
-                except BaseException as exc:
+                claims = self._ahead.take()  # claimed by another thread, permits and all
+                if claims is not None:
                     self._permits.give(want)
-                    if outcomes:  # rolled back with the claim: recorded on their own
-                        self._finish_outcomes(outcomes)
-                    if not isinstance(exc, MessageBoxError):
-                        raise
-                    log.error(
-                        "host instance %s: claim failed: %s",
-                        self.id,
-                        exc,
-                        extra=self._event("claim-failed", error=str(exc)),
-                    )
-                    self._wait(seen, self.settings.poll_max_seconds)
-                    continue
-                self._permits.give(want - len(claims))
+                    if carry:
+                        self._ahead.owe(carry)
+                        carry = None
+                else:
+                    outcomes, carry = self._ahead.owed_with(carry), None
+                    claims = self._claim_for_all(want, outcomes, seen)
+                    if claims is None:
+                        continue
                 if not claims:
                     self._wait(seen, idle)
                     idle = min(idle * 2, self.settings.poll_max_seconds)
@@ -85,6 +78,50 @@ class Supervision(Handling):
         finally:
             if carry:
                 self._finish_outcomes(carry)
+
+    def _claim_for_all(self, want: int, outcomes: Outcomes | None, seen: int) -> list[Claim] | None:
+        """Claim this thread's batch of up to ``want`` (its permits taken), recording
+        ``outcomes`` in the same transaction, and where claims are serialised
+        in-process, batches for the other threads too (:class:`Ahead`). Returns this
+        thread's batch, or None when the claim failed (logged; ``outcomes`` recorded on
+        their own)."""
+        extra = self._ahead_permits()
+        try:
+            claims = self._claim(want + extra, outcomes)
+        except BaseException as exc:
+            self._permits.give(want + extra)
+            if outcomes:  # rolled back with the claim: recorded on their own
+                self._finish_outcomes(outcomes)
+            if not isinstance(exc, MessageBoxError):
+                raise
+            log.error(
+                "host instance %s: claim failed: %s",
+                self.id,
+                exc,
+                extra=self._event("claim-failed", error=str(exc)),
+            )
+            self._wait(seen, self.settings.poll_max_seconds)
+            return None
+        self._permits.give(want + extra - len(claims))
+        if len(claims) <= want:
+            if claims:
+                self._fly(claims)
+            return claims
+        size = self.settings.claim_batch
+        batches = [claims[i : i + size] for i in range(0, len(claims), size)]
+        for batch in batches:
+            self._fly(batch)
+        self._ahead.put(batches[1:])
+        return batches[0]
+
+    def _ahead_permits(self) -> int:
+        """Permits for entries to claim for the other dequeue threads: where claims are
+        serialised in-process (DuckDB), every permit free now (``max_in_flight`` bounds
+        what the instance holds, as a broker's prefetch count does); none while the host
+        has ordered subscriptions (an ordered run stays with one thread)."""
+        if not self.queue.claims_serialised or self._has_ordered():
+            return 0
+        return self._permits.take(self.settings.max_in_flight, self._stopping, wait=False)
 
     def _claim(self, n: int, outcomes: Outcomes | None = None) -> list[Claim]:
         """Claim up to ``n`` entries, recording ``outcomes`` in the same transaction."""
@@ -102,12 +139,29 @@ class Supervision(Handling):
         waits = [c.waited for c in claims if c.waited is not None]
         metrics.observe_claim(self.host, seconds, waits)
         if claims:
-            with self._flight_lock:
-                self._in_flight[id(claims)] = claims  # until _forget(claims)
             self.stats.add(
                 claimed=len(claims), redelivered=sum(1 for c in claims if c.attempts > 1)
             )
         return claims
+
+    def _fly(self, claims: list[Claim]) -> None:
+        """A batch is in flight until ``_forget(claims)``: heartbeats extend its leases."""
+        with self._flight_lock:
+            self._in_flight[id(claims)] = claims
+
+    def _settle_ahead(self) -> None:
+        """At the end: give back the batches claimed ahead that no thread took, and
+        record the outcomes owed to a next claim that will not come."""
+        batches, owed = self._ahead.drain()
+        unstarted = [c for batch in batches for c in batch]
+        for batch in batches:
+            self._forget(batch)
+            self._permits.give(len(batch))
+        if owed is not None or unstarted:
+            base = owed or self._outcomes([], [], [])
+            self._finish_outcomes(
+                dataclasses.replace(base, unstarted=[*base.unstarted, *unstarted])
+            )
 
     def _supervisor(self) -> None:
         """Abandon handlers past ``handler_timeout_seconds``, and keep
@@ -276,6 +330,9 @@ class Supervision(Handling):
             )
         if self._pending:
             self._retry_pending()
+        owed = self._ahead.owed_with(None)  # no claim came for them: all threads are busy
+        if owed is not None:
+            self._finish_outcomes(owed)
         dead, released = self.queue.release_dead(self.settings.dead_after_seconds)
         if dead or released:
             log.warning(

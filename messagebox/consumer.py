@@ -64,6 +64,12 @@ class Consumer:
         self.owner = owner
 
     @property
+    def claims_serialised(self) -> bool:
+        """Whether claims are serialised in-process (DuckDB): one claim for several
+        threads' batches then does the same work in fewer statements."""
+        return self._dialect.one_process
+
+    @property
     def listens(self) -> bool:
         """Whether other processes' publications arrive as wake-ups (:meth:`listen`)."""
         return self._dialect.supports_notify

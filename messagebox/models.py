@@ -110,7 +110,8 @@ class HostSettings(BaseModel):
     dead_after_seconds: float = Field(30.0, gt=0)
     """An instance whose heartbeat is older than this is dead: its leases are released."""
     max_in_flight: int = Field(100, ge=1)
-    """Claimed but unfinished entries per instance, across its threads."""
+    """Claimed but unfinished entries per instance, across its threads (on DuckDB one
+    claim takes up to this many for all the threads: docs/concepts.md, Hosts)."""
     max_attempts: int = Field(5, ge=1)
     """Failed deliveries of one entry before it is suspended (resumable); a delivery
     during which its host process ended counts too (``crashed-host``)."""

@@ -1,0 +1,198 @@
+"""Claiming ahead (hosts/dispatch.py, ``Ahead``): where claims are serialised in-process
+(DuckDB), one claim takes up to ``max_in_flight`` entries and the instance's dequeue
+threads handle them in batches of ``claim_batch``. Each entry is still handled once,
+batches keep their size, what no thread took is given back at a stop, and outcomes
+owed to a next claim are recorded even when every thread stays busy. On PostgreSQL
+(several processes compete) each claim stays one thread's batch."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from messagebox import Message, MessageBox
+from messagebox import schema as mb_schema
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.leases import Claim
+from messagebox.predicates import P
+from tests.conftest import wait_for
+
+FAST: dict[str, Any] = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.1,
+    "retry_backoff_seconds": 0.0,
+    "heartbeat_seconds": 0.2,
+    "dead_after_seconds": 1.0,
+    "cleanup_interval_seconds": 0.0,
+}
+
+
+@pytest.fixture
+def instances() -> Iterator[list[HostInstance]]:
+    started: list[HostInstance] = []
+    yield started
+    for inst in started:
+        inst.stop(5)
+
+
+def _setup(box: MessageBox, n: int) -> None:
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
+    box.publish([Message(f"{i}".encode(), promoted={"t.N": i}) for i in range(n)])
+
+
+def _spy_claims(inst: HostInstance) -> list[int]:
+    """The size of every claim the instance makes (in order)."""
+    sizes: list[int] = []
+    claim = inst.queue.claim
+
+    def counted(*args: Any, **kwargs: Any) -> tuple[list[Claim], Any]:
+        claims, recorded = claim(*args, **kwargs)
+        if claims:
+            sizes.append(len(claims))
+        return claims, recorded
+
+    inst.queue.claim = counted  # type: ignore[method-assign]
+    return sizes
+
+
+def _rows(box: MessageBox) -> list[Any]:
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        return list(conn.execute(sa.select(q.c.id, q.c.attempts, q.c.lease_owner)).all())
+
+
+def test_one_claim_serves_every_thread_in_batches_of_claim_batch(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    _setup(box, 120)
+    handled: Counter[int] = Counter()
+    batches: list[int] = []
+    lock = threading.Lock()
+
+    class Many:
+        def handle(self, d: Delivery) -> None:
+            self.handle_many([d])
+
+        def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
+            with lock:
+                batches.append(len(ds))
+                for d in ds:
+                    handled[int(d.properties["t.N"])] += 1  # type: ignore[arg-type]
+            return [None] * len(ds)
+
+    inst = HostInstance(
+        box,
+        "h",
+        {"svc": Many()},
+        settings={**FAST, "dequeue_threads": 4, "claim_batch": 10, "max_in_flight": 60},
+    )
+    sizes = _spy_claims(inst)
+    instances.append(inst.start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    assert handled == Counter(range(120))  # each once
+    assert batches
+    assert max(batches) <= 10
+    assert sum(sizes) == 120
+    if box.backend == "duckdb":
+        assert max(sizes) > 10  # a claim took batches for other threads ...
+        assert max(sizes) <= 60  # ... within max_in_flight
+        assert len(sizes) < len(batches)
+    else:
+        assert max(sizes) <= 10  # each claim is one thread's batch
+
+
+def test_a_stop_gives_back_what_was_claimed_ahead_and_no_thread_took(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    _setup(box, 10)
+    entered = threading.Event()
+    release = threading.Event()
+    handled: list[int] = []
+
+    def slow(d: Delivery) -> None:
+        entered.set()
+        release.wait(5)
+        handled.append(d.entry_id)
+
+    inst = HostInstance(
+        box,
+        "h",
+        {"svc": slow},
+        settings={**FAST, "dequeue_threads": 1, "claim_batch": 1, "max_in_flight": 10},
+    )
+    sizes = _spy_claims(inst)
+    inst.start()
+    assert entered.wait(5)
+    stopper = threading.Thread(target=inst.stop, kwargs={"timeout": 5})
+    stopper.start()
+    wait_for(inst._stopping.is_set, what="the stop to begin")
+    release.set()
+    stopper.join()
+    assert len(handled) == 1
+    if box.backend == "duckdb":
+        assert sizes == [10]  # all ten in one claim: nine waited in the instance
+        assert inst.stats.snapshot()["given_back"] == 9
+    else:
+        assert sizes == [1]
+    rows = _rows(box)
+    assert len(rows) == 9
+    assert all(attempts == 0 and owner is None for _, attempts, owner in rows)
+    # a later instance delivers them, each once
+    again: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def count(d: Delivery) -> None:
+        with lock:
+            again[d.entry_id] += 1
+
+    instances.append(HostInstance(box, "h", {"svc": count}, settings=FAST).start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    assert sorted(again) == sorted(r.id for r in rows)
+    assert set(again.values()) == {1}
+
+
+def test_outcomes_owed_to_a_claim_are_recorded_while_every_thread_is_busy(
+    duckdb_url: str, instances: list[HostInstance]
+) -> None:
+    """Entry 0 is handled at once; its thread then takes a batch claimed ahead, so its
+    outcome is owed to the next claim, which cannot come while both threads wait in
+    handlers: the housekeeper records it."""
+    box = MessageBox(duckdb_url, publisher="tests")
+    _setup(box, 3)
+    release = threading.Event()
+    waiting: list[int] = []
+    lock = threading.Lock()
+
+    def handler(d: Delivery) -> None:
+        n = int(d.properties["t.N"])  # type: ignore[arg-type]
+        if n == 0:
+            return
+        with lock:
+            waiting.append(n)
+        release.wait(20)
+
+    inst = HostInstance(
+        box,
+        "h",
+        {"svc": handler},
+        settings={**FAST, "dequeue_threads": 2, "claim_batch": 1, "max_in_flight": 10},
+    )
+    sizes = _spy_claims(inst)
+    instances.append(inst.start())
+    try:
+        wait_for(lambda: len(waiting) == 2, what="both threads in a handler")
+        assert sizes == [3]  # one claim: no other claim records entry 0's outcome
+        wait_for(lambda: len(_rows(box)) == 2, what="entry 0's completion recorded")
+        assert len(waiting) == 2  # still both busy: the housekeeper recorded it
+    finally:
+        release.set()
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    wait_for(lambda: inst.stats.snapshot()["completed"] == 3, what="three completions counted")
+    inst.stop(5)
+    box.close()
