@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from messagebox.consumer import Outcomes
@@ -233,6 +234,10 @@ class Ahead:
         self._batches: deque[list[Claim]] = deque()
         self._owed: list[Outcomes] = []
 
+    def __bool__(self) -> bool:
+        """Whether a batch waits for a thread."""
+        return bool(self._batches)
+
     def put(self, batches: list[list[Claim]]) -> None:
         with self._lock:
             self._batches.extend(batches)
@@ -289,11 +294,23 @@ class Permits:
         self._free = n
         self._cond = threading.Condition()
 
-    def take(self, most: int, stopping: threading.Event, *, wait: bool = True) -> int:
+    def take(
+        self,
+        most: int,
+        stopping: threading.Event,
+        *,
+        wait: bool = True,
+        unless: Callable[[], bool] | None = None,
+    ) -> int:
         """Up to ``most`` permits, waiting for one unless ``wait`` is False (or
-        stopping)."""
+        stopping, or ``unless()``: checked again on each :meth:`nudge`)."""
         with self._cond:
-            while wait and self._free == 0 and not stopping.is_set():
+            while (
+                wait
+                and self._free == 0
+                and not stopping.is_set()
+                and not (unless is not None and unless())
+            ):
                 self._cond.wait(0.2)
             n = min(most, self._free)
             self._free -= n
@@ -304,3 +321,8 @@ class Permits:
             with self._cond:
                 self._free += n
                 self._cond.notify_all()
+
+    def nudge(self) -> None:
+        """Wake the threads waiting for a permit to check their ``unless`` again."""
+        with self._cond:
+            self._cond.notify_all()

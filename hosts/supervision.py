@@ -49,20 +49,24 @@ class Supervision(Handling):
             while not self._stopping.is_set():
                 with self._wake_cond:
                     seen = self._wakes
-                want = self._permits.take(self.settings.claim_batch, self._stopping, wait=not carry)
-                if self._stopping.is_set() or not want:
-                    self._permits.give(want)
-                    if carry:  # no permit free now: record it before waiting for one
-                        self._finish_outcomes(carry)
-                        carry = None
-                    continue
                 claims = self._ahead.take()  # claimed by another thread, permits and all
                 if claims is not None:
-                    self._permits.give(want)
                     if carry:
                         self._ahead.owe(carry)
                         carry = None
                 else:
+                    want = self._permits.take(  # a batch claimed ahead needs none
+                        self.settings.claim_batch,
+                        self._stopping,
+                        wait=not carry,
+                        unless=self._ahead.__bool__,
+                    )
+                    if self._stopping.is_set() or not want:
+                        self._permits.give(want)
+                        if carry:  # no permit free now: record it before waiting for one
+                            self._finish_outcomes(carry)
+                            carry = None
+                        continue
                     outcomes, carry = self._ahead.owed_with(carry), None
                     claims = self._claim_for_all(want, outcomes, seen)
                     if claims is None:
@@ -112,6 +116,7 @@ class Supervision(Handling):
         for batch in batches:
             self._fly(batch)
         self._ahead.put(batches[1:])
+        self._permits.nudge()  # threads waiting for a permit take these instead
         return batches[0]
 
     def _ahead_permits(self) -> int:

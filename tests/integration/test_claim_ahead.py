@@ -196,3 +196,29 @@ def test_outcomes_owed_to_a_claim_are_recorded_while_every_thread_is_busy(
     wait_for(lambda: inst.stats.snapshot()["completed"] == 3, what="three completions counted")
     inst.stop(5)
     box.close()
+
+
+def test_a_batch_claimed_ahead_needs_no_permit_to_be_handled(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """Two threads, two permits, two entries: the entry claimed for the other thread is
+    handled while the first handler still waits (its permit was taken with the claim)."""
+    _setup(box, 2)
+    second = threading.Event()
+
+    def handler(d: Delivery) -> None:
+        if d.properties["t.N"] == 0:
+            assert second.wait(10), "entry 1 was not handled while entry 0 was"
+        else:
+            second.set()
+
+    inst = HostInstance(
+        box,
+        "h",
+        {"svc": handler},
+        settings={**FAST, "dequeue_threads": 2, "claim_batch": 1, "max_in_flight": 2},
+    )
+    instances.append(inst.start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    wait_for(lambda: inst.stats.snapshot()["completed"] == 2, what="two completions counted")
+    assert inst.stats.snapshot()["failed"] == 0
