@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -203,3 +204,39 @@ def wait_for(cond: Callable[[], object], what: str = "condition", timeout: float
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.02)
+
+
+class Stalled:
+    """A service whose handlers wait until released; :meth:`stop_midway` stops a host
+    instance while one waits."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.handled: list[int] = []
+
+    def __call__(self, d: Any) -> None:
+        self.entered.set()
+        self.release.wait(5)
+        self.handled.append(d.entry_id)
+
+    def stop_midway(self, inst: Any) -> None:
+        """Begin ``inst.stop()`` while a handler waits (no new work from there), then
+        release the handler and wait for the stop."""
+        assert self.entered.wait(5)
+        stopper = threading.Thread(target=inst.stop, kwargs={"timeout": 5})
+        stopper.start()
+        wait_for(inst._stopping.is_set, what="the stop to begin")
+        self.release.set()
+        stopper.join()
+
+
+FAST_HOST: dict[str, Any] = {
+    "poll_min_seconds": 0.01,
+    "poll_max_seconds": 0.1,
+    "retry_backoff_seconds": 0.0,
+    "heartbeat_seconds": 0.2,
+    "dead_after_seconds": 1.0,
+    "cleanup_interval_seconds": 0.0,
+}
+"""Host settings for tests: quick polls, retries, heartbeats and dead instances."""

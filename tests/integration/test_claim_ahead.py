@@ -20,16 +20,9 @@ from messagebox import schema as mb_schema
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.leases import Claim
 from messagebox.predicates import P
-from tests.conftest import wait_for
+from tests.conftest import FAST_HOST, Stalled, wait_for
 
-FAST: dict[str, Any] = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.1,
-    "retry_backoff_seconds": 0.0,
-    "heartbeat_seconds": 0.2,
-    "dead_after_seconds": 1.0,
-    "cleanup_interval_seconds": 0.0,
-}
+FAST = FAST_HOST
 
 
 @pytest.fixture
@@ -61,6 +54,24 @@ def _spy_claims(inst: HostInstance) -> list[int]:
     return sizes
 
 
+def _instance(
+    box: MessageBox, service: object, threads: int, batch: int, most: int
+) -> tuple[HostInstance, list[int]]:
+    """A host instance of ``h`` (not started) and the sizes of the claims it makes."""
+    inst = HostInstance(
+        box,
+        "h",
+        {"svc": service},
+        settings={
+            **FAST,
+            "dequeue_threads": threads,
+            "claim_batch": batch,
+            "max_in_flight": most,
+        },
+    )
+    return inst, _spy_claims(inst)
+
+
 def _rows(box: MessageBox) -> list[Any]:
     q = mb_schema.queue
     with box.store.transaction() as conn:
@@ -86,13 +97,7 @@ def test_one_claim_serves_every_thread_in_batches_of_claim_batch(
                     handled[int(d.properties["t.N"])] += 1  # type: ignore[arg-type]
             return [None] * len(ds)
 
-    inst = HostInstance(
-        box,
-        "h",
-        {"svc": Many()},
-        settings={**FAST, "dequeue_threads": 4, "claim_batch": 10, "max_in_flight": 60},
-    )
-    sizes = _spy_claims(inst)
+    inst, sizes = _instance(box, Many(), 4, 10, 60)
     instances.append(inst.start())
     wait_for(lambda: not box.queue_depth(), what="the queue to drain")
     assert handled == Counter(range(120))  # each once
@@ -111,30 +116,11 @@ def test_a_stop_gives_back_what_was_claimed_ahead_and_no_thread_took(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
     _setup(box, 10)
-    entered = threading.Event()
-    release = threading.Event()
-    handled: list[int] = []
-
-    def slow(d: Delivery) -> None:
-        entered.set()
-        release.wait(5)
-        handled.append(d.entry_id)
-
-    inst = HostInstance(
-        box,
-        "h",
-        {"svc": slow},
-        settings={**FAST, "dequeue_threads": 1, "claim_batch": 1, "max_in_flight": 10},
-    )
-    sizes = _spy_claims(inst)
+    slow = Stalled()
+    inst, sizes = _instance(box, slow, 1, 1, 10)
     inst.start()
-    assert entered.wait(5)
-    stopper = threading.Thread(target=inst.stop, kwargs={"timeout": 5})
-    stopper.start()
-    wait_for(inst._stopping.is_set, what="the stop to begin")
-    release.set()
-    stopper.join()
-    assert len(handled) == 1
+    slow.stop_midway(inst)
+    assert len(slow.handled) == 1
     if box.backend == "duckdb":
         assert sizes == [10]  # all ten in one claim: nine waited in the instance
         assert inst.stats.snapshot()["given_back"] == 9
@@ -177,13 +163,7 @@ def test_outcomes_owed_to_a_claim_are_recorded_while_every_thread_is_busy(
             waiting.append(n)
         release.wait(20)
 
-    inst = HostInstance(
-        box,
-        "h",
-        {"svc": handler},
-        settings={**FAST, "dequeue_threads": 2, "claim_batch": 1, "max_in_flight": 10},
-    )
-    sizes = _spy_claims(inst)
+    inst, sizes = _instance(box, handler, 2, 1, 10)
     instances.append(inst.start())
     try:
         wait_for(lambda: len(waiting) == 2, what="both threads in a handler")
@@ -212,12 +192,7 @@ def test_a_batch_claimed_ahead_needs_no_permit_to_be_handled(
         else:
             second.set()
 
-    inst = HostInstance(
-        box,
-        "h",
-        {"svc": handler},
-        settings={**FAST, "dequeue_threads": 2, "claim_batch": 1, "max_in_flight": 2},
-    )
+    inst, _ = _instance(box, handler, 2, 1, 2)
     instances.append(inst.start())
     wait_for(lambda: not box.queue_depth(), what="the queue to drain")
     wait_for(lambda: inst.stats.snapshot()["completed"] == 2, what="two completions counted")

@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -30,16 +29,9 @@ from messagebox.models import (
     SUBSCRIPTION_REMOVED,
 )
 from messagebox.predicates import P
-from tests.conftest import claim, fail_for_good, table_counts, wait_for
+from tests.conftest import FAST_HOST, Stalled, claim, fail_for_good, table_counts, wait_for
 
-FAST: dict[str, Any] = {
-    "poll_min_seconds": 0.01,
-    "poll_max_seconds": 0.1,
-    "retry_backoff_seconds": 0.0,
-    "heartbeat_seconds": 0.2,
-    "dead_after_seconds": 1.0,
-    "cleanup_interval_seconds": 0.0,
-}
+FAST = FAST_HOST
 
 
 def drained(box: MessageBox) -> Callable[[], bool]:
@@ -456,25 +448,12 @@ def test_graceful_stop_gives_back_unstarted_claims(box: MessageBox) -> None:
     box.create_host("h", **FAST)
     box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="s")
     box.publish(msgs(10))
-    entered = threading.Event()
-    release = threading.Event()
-    handled: list[int] = []
-
-    def slow(d: Delivery) -> None:
-        entered.set()
-        release.wait(5)
-        handled.append(d.entry_id)
-
+    slow = Stalled()
     inst = HostInstance(
         box, "h", {"svc": slow}, settings={**FAST, "dequeue_threads": 1, "claim_batch": 10}
     ).start()
-    assert entered.wait(5)
-    stopper = threading.Thread(target=inst.stop, kwargs={"timeout": 5})
-    stopper.start()
-    wait_for(inst._stopping.is_set, what="the stop to begin")  # no new work from here
-    release.set()
-    stopper.join()
-    assert len(handled) == 1
+    slow.stop_midway(inst)
+    assert len(slow.handled) == 1
     assert inst.stats.snapshot()["given_back"] == 9
     q = mb_schema.queue
     with box.store.transaction() as conn:
