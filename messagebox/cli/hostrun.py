@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -74,10 +75,11 @@ def run(args: argparse.Namespace) -> int:
                 instances.append(instance)
             if args.metrics_port is not None:
                 _serve_metrics(args, instances[0])
+            advertise = None
             if console is not None:
-                _serve_console(stack, args, str(url), console, instances)
+                advertise = _serve_console(stack, args, str(url), console, instances)
             _announce(args, instances)
-            _run(instances, args.duration)
+            _run(instances, args.duration, started=advertise)
     except MessageBoxError as exc:
         print(f"messagebox: {exc}", file=sys.stderr)
         return 1
@@ -121,8 +123,10 @@ def _serve_console(
     url: str,
     address: tuple[str, int],
     instances: list[HostInstance],
-) -> None:
-    """Serve the console and the management API; on DuckDB, advertise them."""
+) -> Callable[[], None]:
+    """Serve the console and the management API; returns what advertises them (on
+    DuckDB, the endpoint file), to call once the instances have started: a command
+    sent as soon as the file appears then finds them registered."""
     from messagebox.cli import remote
     from messagebox.console import create_app
     from messagebox.console.background import BackgroundServer
@@ -159,18 +163,22 @@ def _serve_console(
     )
     served = server.start()
     stack.callback(server.stop)
-    database = remote.duckdb_file(url)
-    where = ""
-    if database is not None:
-        path = remote.advertise(database, served, api_token)
-        stack.callback(remote.withdraw, path)
-        where = f"; commands on {database} are sent here ({path})"
-    log.info(
-        "console and management API at %s/%s",
-        served,
-        where,
-        extra={"event": "console-serving", "url": served, "endpoint_file": where or None},
-    )
+
+    def advertise() -> None:
+        database = remote.duckdb_file(url)
+        where = ""
+        if database is not None:
+            path = remote.advertise(database, served, api_token)
+            stack.callback(remote.withdraw, path)
+            where = f"; commands on {database} are sent here ({path})"
+        log.info(
+            "console and management API at %s/%s",
+            served,
+            where,
+            extra={"event": "console-serving", "url": served, "endpoint_file": where or None},
+        )
+
+    return advertise
 
 
 def _announce(args: argparse.Namespace, instances: list[HostInstance]) -> None:
@@ -189,24 +197,32 @@ def _announce(args: argparse.Namespace, instances: list[HostInstance]) -> None:
             print(running, file=sys.stderr)
 
 
-def _run(instances: list[HostInstance], duration: float | None) -> None:
-    """Start every instance, wait for a signal or ``duration``, stop them all."""
+def _run(
+    instances: list[HostInstance],
+    duration: float | None,
+    *,
+    started: Callable[[], None] | None = None,
+) -> None:
+    """Start every instance, call ``started``, wait for a signal or ``duration``, stop
+    them all."""
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda _s, _f: stop.set())
-    started: list[HostInstance] = []
+    running: list[HostInstance] = []
     try:
         for instance in instances:
             instance.start()
-            started.append(instance)
+            running.append(instance)
+        if started is not None:
+            started()
         deadline = None if duration is None else time.monotonic() + duration
         while not stop.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:
                 break
     finally:
-        stoppers = [threading.Thread(target=i.stop, name=f"stop-{i.host}") for i in started]
+        stoppers = [threading.Thread(target=i.stop, name=f"stop-{i.host}") for i in running]
         for t in stoppers:  # in parallel: each within its own timeout
             t.start()
         for t in stoppers:
