@@ -262,13 +262,13 @@ class Ahead:
             owed.append(carry)
         return merged(owed)
 
-    def drain(self) -> tuple[list[list[Claim]], Outcomes | None]:
+    def drain(self) -> tuple[list[list[Claim]], list[Outcomes]]:
         """Everything held (at the end): the batches never handed out, and the outcomes
         owed."""
         with self._lock:
             batches, self._batches = list(self._batches), deque()
             owed, self._owed = self._owed, []
-        return batches, merged(owed)
+        return batches, owed
 
 
 def merged(all_outcomes: list[Outcomes]) -> Outcomes | None:

@@ -15,6 +15,7 @@ from messagebox.consumer import Outcomes
 from messagebox.errors import (
     MessageBoxError,
 )
+from messagebox.hosts.dispatch import merged
 from messagebox.hosts.handling import Handling
 from messagebox.leases import Claim, Failure
 
@@ -158,15 +159,13 @@ class Supervision(Handling):
         """At the end: give back the batches claimed ahead that no thread took, and
         record the outcomes owed to a next claim that will not come."""
         batches, owed = self._ahead.drain()
-        unstarted = [c for batch in batches for c in batch]
         for batch in batches:
             self._forget(batch)
             self._permits.give(len(batch))
-        if owed is not None or unstarted:
-            base = owed or self._outcomes([], [], [])
-            self._finish_outcomes(
-                dataclasses.replace(base, unstarted=[*base.unstarted, *unstarted])
-            )
+        unstarted = [c for batch in batches for c in batch]
+        outcomes = merged([*owed, self._outcomes([], [], unstarted)] if unstarted else owed)
+        if outcomes is not None:
+            self._finish_outcomes(outcomes)
 
     def _supervisor(self) -> None:
         """Abandon handlers past ``handler_timeout_seconds``, and keep

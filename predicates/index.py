@@ -79,47 +79,6 @@ def _anchor(group: tuple[Predicate, ...]) -> Predicate | None:
     return found
 
 
-def compile_predicate(pred: Predicate) -> Check:
-    """A closure with the reference semantics of one predicate over normalised
-    properties."""
-    name, op, value = pred.property, pred.op, pred.value
-    if op is Op.NOT_EXISTS:
-        return lambda props: name not in props
-    if op is Op.EXISTS:
-        return lambda props: name in props
-    if op is Op.IN or op is Op.EQ:
-        keys = frozenset(_key(v) for v in (value if op is Op.IN else (value,)))
-
-        def member(props: Mapping[str, Value]) -> bool:
-            v = props.get(name, _MISSING)
-            return v is not _MISSING and _key(v) in keys  # type: ignore[arg-type]
-
-        return member
-    if op is Op.BITWISE_AND:
-        mask = int(value)
-
-        def masked(props: Mapping[str, Value]) -> bool:
-            v = props.get(name)
-            return type(v) is int and v & mask != 0
-
-        return masked
-    if op is Op.PREFIX:
-        prefix = str(value)
-
-        def starts(props: Mapping[str, Value]) -> bool:
-            v = props.get(name)
-            return type(v) is str and v.startswith(prefix)
-
-        return starts
-    fam, compare = _family(value), COMPARISONS[op]
-
-    def compared(props: Mapping[str, Value]) -> bool:
-        v = props.get(name, _MISSING)
-        return v is not _MISSING and _family(v) == fam and compare(v, value)  # type: ignore[arg-type]
-
-    return compared
-
-
 _NOT_EXISTS, _EXISTS, _MEMBER, _MASK, _PREFIX, _COMPARE = range(6)
 _COMPARE_OPS: tuple[Callable[[Any, Any], bool], ...] = tuple(COMPARISONS.values())
 _COMPARE_CODE: dict[Op, int] = {op: i for i, op in enumerate(COMPARISONS)}
@@ -163,6 +122,13 @@ def _holds(check: CheckData, props: Mapping[str, Value]) -> bool:
     if code == _PREFIX:
         return type(v) is str and v.startswith(check[2])
     return _family(v) == check[2] and _COMPARE_OPS[check[3]](v, check[4])  # type: ignore[arg-type]
+
+
+def compile_predicate(pred: Predicate) -> Check:
+    """A closure with the reference semantics of one predicate over normalised
+    properties (for one filter at a time; the index keeps the data form)."""
+    data = _check_data(pred)
+    return lambda props: _holds(data, props)
 
 
 _Group = tuple[Any, "tuple[str, str, Any] | None", "tuple[CheckData, ...]"]
