@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from bench.route_workload import BATCH, HOSTS, Workload
 from messagebox import schema
-from messagebox.dialects.duckdb import arrow_type
+from messagebox.dialects.duckdb import arrow_type, uuid_column
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.models import ROUTING_FAILURE, Outcome, Routed
@@ -170,14 +170,16 @@ def _prepare(box: MessageBox, rows: dict[sa.Table, Columns]) -> Prepared:
         arrays, exprs = [], []
         for name, values in columns.items():
             column = table.c[name]
-            if isinstance(column.type, sa.Uuid):
-                values = [None if v is None else str(v) for v in values]
-                exprs.append(f"CAST({name} AS UUID)")
+            if isinstance(column.type, sa.Uuid):  # as the store does: native when it can
+                array, expr = uuid_column(name, values)
+                arrays.append(array)
+                exprs.append(expr)
             else:
                 exprs.append(name)
-            arrays.append(pa.array(values, arrow_type(column)))
+                arrays.append(pa.array(values, arrow_type(column)))
         data = pa.table(arrays, names=list(columns))
-        out.append((f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM ", data))
+        select = f"SELECT {', '.join(exprs)} FROM mb_arrow_rows"
+        out.append((f"INSERT INTO {table.name} ({names}) {select}", data))
     return out
 
 
@@ -186,14 +188,13 @@ def _write(box: MessageBox, prepared: Prepared) -> float:
     start = time.perf_counter()
     with box.store.engine.begin() as conn:
         raw: Any = conn.connection.driver_connection
-        for i, (statement, payload) in enumerate(prepared):
+        for statement, payload in prepared:
             if box.backend == "postgresql":
                 with raw.cursor() as cursor, cursor.copy(statement) as copy:
                     copy.write(payload)
-            else:
-                raw.register(f"limit_{i}", payload)
-                raw.execute(statement + f"limit_{i}")
-                raw.unregister(f"limit_{i}")
+            else:  # the Arrow table as a local of this frame: no view to register
+                mb_arrow_rows = payload  # noqa: F841 (read by DuckDB, by name)
+                raw.execute(statement)
     return time.perf_counter() - start
 
 

@@ -18,14 +18,25 @@ _BLOCKS = "mb_id_blocks"
 """``conn.info`` key: the :class:`Blocks` a transaction takes its ids from, if any."""
 
 
+_RANDOM_BITS = ((1 << 80) - 1) & ~(0xF << 76) & ~(0x3 << 62)
+"""The 80 low bits of a version-7 UUID less its version and variant bits."""
+_VERSION_7 = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
+
+
+def uuid7s(n: int) -> list[uuid.UUID]:
+    """``n`` version-7 UUIDs: milliseconds since the epoch, then random bits
+    (index-friendly), from one read of the random source."""
+    head = ((time.time_ns() // 1_000_000) & ((1 << 48) - 1)) << 80 | _VERSION_7
+    rand = os.urandom(10 * n)
+    number = int.from_bytes
+    return [
+        uuid.UUID(int=head | number(rand[i : i + 10]) & _RANDOM_BITS) for i in range(0, 10 * n, 10)
+    ]
+
+
 def uuid7() -> uuid.UUID:
-    """A version-7 UUID: milliseconds since the epoch, then random bits (index-friendly)."""
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis & ((1 << 48) - 1)) << 80 | rand & ((1 << 80) - 1)
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
-    return uuid.UUID(int=value)
+    """A version-7 UUID (see :func:`uuid7s`)."""
+    return uuid7s(1)[0]
 
 
 class Blocks:

@@ -23,6 +23,8 @@ from decimal import Decimal
 from enum import IntEnum
 from typing import Any
 
+import orjson
+
 Value = str | int | float | bool | datetime
 
 MAX_NAME_LENGTH = 256
@@ -205,7 +207,6 @@ def decode_value(pair: object) -> Value:
     raise ValueError(f"malformed [tag, value] pair {[tag, raw]!r}")
 
 
-_CONTEXT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _PLAIN_TAGS: dict[type, str] = {bool: "b", int: "i", float: "f", str: "s"}
 
 
@@ -220,13 +221,13 @@ def _typed(props: Mapping[str, Value]) -> dict[str, list[Any]]:
 
 
 def encode_context(promoted: Mapping[str, Value], written: Mapping[str, Value]) -> str:
-    """Serialise a message context to typed JSON."""
-    return _CONTEXT_JSON({"promoted": _typed(promoted), "written": _typed(written)})
+    """Serialise a message context to typed JSON (compact, UTF-8 as it is)."""
+    return orjson.dumps({"promoted": _typed(promoted), "written": _typed(written)}).decode()
 
 
 def decode_context(text: str) -> tuple[dict[str, Value], dict[str, Value]]:
     """Inverse of :func:`encode_context`: ``(promoted, written)``."""
-    data = json.loads(text)
+    data = orjson.loads(text)
     return (
         {k: decode_value(v) for k, v in data["promoted"].items()},
         {k: decode_value(v) for k, v in data["written"].items()},

@@ -20,7 +20,7 @@ from messagebox.errors import (
     UnknownMessage,
     ValidationError,
 )
-from messagebox.ids import uuid7
+from messagebox.ids import uuid7s
 from messagebox.message import Message, MessageSummary, StoredMessage
 from messagebox.models import (
     Routed,
@@ -52,7 +52,7 @@ def _policy(policy: RoutingPolicy | str) -> RoutingPolicy:
 def _message_ids(batch: Sequence[object], trusted: bool) -> list[uuid.UUID]:
     """Each message's id (given or new), after checking it is a Message that sets no
     reserved property unless ``trusted``."""
-    ids: list[uuid.UUID] = []
+    given: list[uuid.UUID | None] = []
     for i, message in enumerate(batch):
         if not isinstance(message, Message):
             raise MessageValidationError(
@@ -66,7 +66,9 @@ def _message_ids(batch: Sequence[object], trusted: bool) -> list[uuid.UUID]:
                     "namespace messagebox. (alias BTS.); only a trusted receive "
                     "location may set it"
                 )
-        ids.append(message.id or uuid7())
+        given.append(message.id)
+    new = iter(uuid7s(given.count(None)))
+    ids = [next(new) if m is None else m for m in given]
     if len(set(ids)) != len(ids):
         raise MessageValidationError("the batch gives one message id twice")
     return ids

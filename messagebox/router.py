@@ -11,7 +11,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
+from operator import attrgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,6 +40,7 @@ from messagebox.properties import Value, decode_context, family, sql_key
 _STOPPED = State.STOPPED.value
 _HELD = QueueState.HELD.value
 _READY = QueueState.READY.value
+_HOST = attrgetter("host")
 
 
 def prelude(conn: sa.Connection, dialect: Dialect) -> None:
@@ -279,6 +281,7 @@ class _Writes:
                 subs=q["sub"],
                 hosts=q["host"],
                 entries=q["id"],
+                counted=Counter(q["host"]),
             )
         if s is not None:
             tracking.record(
@@ -326,7 +329,7 @@ def publish(
         [{} if i in forced and not forced[i].route else m.promoted for i, m in enumerate(messages)],
         now=now,
     )
-    hosts = Counter(row.host for rows in matches for row in rows)
+    hosts = Counter(map(_HOST, chain.from_iterable(matches)))
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
     unrouted = [i for i, rows in enumerate(matches) if not rows and i not in forced]

@@ -112,13 +112,13 @@ class RoutingIndex:
         correlated = False
         with self._lock:
             self._catch_up(conn)
-            match, targets = self._filters.match, self._targets
+            match, target = self._filters.match, self._targets.__getitem__
             for props in promoted:
                 found = match(props)
                 if not found:
                     out.append([])
                     continue
-                rows = [targets[sub] for sub in sorted(found)]
+                rows = list(map(target, sorted(found)))
                 if not correlated and self._correlated:
                     correlated = any(row.correlation for row in rows)
                 out.append(rows)

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from messagebox import clock, schema
 from messagebox.dialects import Dialect, Same
 from messagebox.errors import UnknownMessage
+from messagebox.ids import uuid7s
 from messagebox.message import Message, MessageSummary, PartData, StoredMessage
 from messagebox.properties import Value, decode_context, encode_context
 
@@ -72,13 +73,14 @@ def message_rows(
     spool: dict[str, list[Any]] = {k: [] for k in ("id", "context", "n_parts", "body_part")}
     links: dict[str, list[Any]] = {k: [] for k in ("msg", "idx", "name", "part")}
     parts: dict[str, list[Any]] = {k: [] for k in ("id", "size", "n_fragments", "data")}
+    part_ids = iter(uuid7s(sum(len(message.parts) for _, message in messages)))
     for msg_id, message in messages:
         spool["id"].append(msg_id)
         spool["context"].append(encode_context(message.promoted, message.written))
         spool["n_parts"].append(len(message.parts))
         spool["body_part"].append(message.body_part)
         for idx, (name, data) in enumerate(message.parts.items()):
-            part_id = uuid.uuid4()
+            part_id = next(part_ids)
             first, rest = _first_fragment(data)
             size, seq = len(first), 0
             for seq, chunk in enumerate(rest, start=1):

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -153,14 +153,21 @@ def _enabled(conn: sa.Connection, state: _TxState) -> bool:
 
 def count(conn: sa.Connection, what: str, labels: Iterable[str]) -> None:
     """Count metrics-only occurrences (e.g. routing failures) for the commit."""
+    add(conn, what, Counter(labels))  # counted in C, then once per label
+
+
+def add(
+    conn: sa.Connection, what: str, counts: Mapping[str, int] | Mapping[str | None, int]
+) -> None:
+    """Add occurrences counted by label (None counts as "") for the commit."""
     state: _TxState | None = conn.info.get(_STATE)
     if state is None:
         return
     if state.counts is None:
         state.counts = Counter()
-    counts = state.counts
-    for label, n in Counter(labels).items():  # counted in C, then once per label
-        counts[(what, label)] += n
+    total = state.counts
+    for label, n in counts.items():
+        total[(what, label or "")] += n
 
 
 def record(
@@ -173,25 +180,25 @@ def record(
     hosts: Sequence[str | None] | None = None,
     entries: Sequence[int | None] | None = None,
     details: Sequence[str | None] | None = None,
-    counted: bool = True,
+    counted: bool | Mapping[str, int] = True,
 ) -> None:
     """Record ``event`` for each message given (with the matching sub, host, entry and
     detail); unless not ``counted``, count it for metrics by host (or by detail, for
-    ``suspended``)."""
+    ``suspended``). ``counted`` may be those counts, where the caller has them."""
     if not msgs:
         return
     state: _TxState | None = conn.info.get(_STATE)
     if state is None:  # a connection outside Store.transaction (tests, tools)
         return
-    n = len(msgs)
-    none: list[Any] = [None] * n
-    hosts_ = list(hosts) if hosts is not None else none
-    details_ = list(details) if details is not None else none
-    if counted:
-        label = details_ if event == SUSPENDED else hosts_
-        count(conn, event, (x or "" for x in label))
+    if isinstance(counted, Mapping):
+        add(conn, event, counted)
+    elif counted:
+        label = details if event == SUSPENDED else hosts
+        add(conn, event, {"": len(msgs)} if label is None else Counter(label))
     if not _enabled(conn, state):
         return
+    n = len(msgs)
+    none: list[Any] = [None] * n
     at = clock.now(conn)  # one time for the transaction's events (their order breaks ties)
     dialect.insert(
         conn,
@@ -201,9 +208,11 @@ def record(
             "event": [event] * n,
             "msg": list(msgs),
             "sub": list(subs) if subs is not None else none,
-            "host": hosts_,
+            "host": list(hosts) if hosts is not None else none,
             "entry": list(entries) if entries is not None else none,
-            "detail": [None if d is None else d[-MAX_DETAIL_CHARS:] for d in details_],
+            "detail": none
+            if details is None
+            else [None if d is None else d[-MAX_DETAIL_CHARS:] for d in details],
         },
     )
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from messagebox.predicates.model import COMPARISONS, Filter, Op, Predicate
+from messagebox.predicates.model import Filter, Op, Predicate
 from messagebox.predicates.sql import anchor_rank
 from messagebox.properties import Family, Value, family
 
@@ -79,9 +79,8 @@ def _anchor(group: tuple[Predicate, ...]) -> Predicate | None:
     return found
 
 
-_NOT_EXISTS, _EXISTS, _MEMBER, _MASK, _PREFIX, _COMPARE = range(6)
-_COMPARE_OPS: tuple[Callable[[Any, Any], bool], ...] = tuple(COMPARISONS.values())
-_COMPARE_CODE: dict[Op, int] = {op: i for i, op in enumerate(COMPARISONS)}
+_GT, _GE, _LT, _LE, _NE, _MEMBER, _EXISTS, _NOT_EXISTS, _MASK, _PREFIX = range(10)
+_COMPARE_CODE: dict[Op, int] = {Op.GT: _GT, Op.GE: _GE, Op.LT: _LT, Op.LE: _LE, Op.NE: _NE}
 
 CheckData = tuple[Any, ...]
 """One predicate as plain values, ``(code, property, operand...)``, evaluated by
@@ -102,26 +101,39 @@ def _check_data(pred: Predicate) -> CheckData:
         return (_MASK, name, int(value))
     if op is Op.PREFIX:
         return (_PREFIX, name, str(value))
-    return (_COMPARE, name, _family(value), _COMPARE_CODE[op], value)
+    return (_COMPARE_CODE[op], name, _family(value), value)
 
 
 def _holds(check: CheckData, props: Mapping[str, Value]) -> bool:
-    """:func:`compile_predicate`'s semantics, for a predicate as data."""
-    code, name = check[0], check[1]
-    if code == _NOT_EXISTS:
-        return name not in props
-    v = props.get(name, _MISSING)
+    """:func:`compile_predicate`'s semantics, for a predicate as data. Comparisons, the
+    most frequent checks, are tested first and without a call."""
+    code = check[0]
+    v: Any = props.get(check[1], _MISSING)
     if v is _MISSING:
-        return False
+        return code == _NOT_EXISTS  # type: ignore[no-any-return]
+    if code <= _NE:
+        fam = _FAMILY.get(type(v))
+        if (_family(v) if fam is None else fam) != check[2]:
+            return False  # values of different families never meet
+        bound = check[3]
+        if code == _GT:
+            return v > bound  # type: ignore[no-any-return]
+        if code == _GE:
+            return v >= bound  # type: ignore[no-any-return]
+        if code == _LT:
+            return v < bound  # type: ignore[no-any-return]
+        if code == _LE:
+            return v <= bound  # type: ignore[no-any-return]
+        return v != bound  # type: ignore[no-any-return]
+    if code == _MEMBER:
+        return (("bool", v) if type(v) is bool else v) in check[2]  # as _key(v)
     if code == _EXISTS:
         return True
-    if code == _MEMBER:
-        return _key(v) in check[2]  # type: ignore[arg-type]
     if code == _MASK:
         return type(v) is int and v & check[2] != 0
     if code == _PREFIX:
         return type(v) is str and v.startswith(check[2])
-    return _family(v) == check[2] and _COMPARE_OPS[check[3]](v, check[4])  # type: ignore[arg-type]
+    return False  # _NOT_EXISTS of a present property
 
 
 def compile_predicate(pred: Predicate) -> Check:
@@ -223,7 +235,7 @@ class _Anchors:
 
     def holding(self, v: Value, out: list[_Group]) -> None:
         """Append to ``out`` every group whose anchor on this property holds for ``v``."""
-        found = self.equal.get(_key(v))
+        found = self.equal.get(("bool", v) if type(v) is bool else v)  # _key(v)
         if found:
             out.extend(found.values())
         if self.present:

@@ -1,7 +1,7 @@
 -- DuckDB: the batch is an Arrow table registered on the publishing connection.
 
 -- name: staged --
-staged AS (SELECT * FROM mb_staged_batch),
+staged AS (SELECT * FROM mb_arrow_rows),
 batch AS (SELECT CAST(range AS INTEGER) AS msg FROM range(CAST($n AS BIGINT)))
 
 -- name: claim_set --
