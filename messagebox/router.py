@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from messagebox import clock, routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
-from messagebox.dialects import Dialect, Same, StagedBatch, Target
+from messagebox.dialects import Dialect, Indexed, Same, StagedBatch, Target
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.ids import seed as seed_ids
@@ -41,6 +41,7 @@ _STOPPED = State.STOPPED.value
 _HELD = QueueState.HELD.value
 _READY = QueueState.READY.value
 _HOST = attrgetter("host")
+_SUB = attrgetter("sub")
 
 
 def prelude(conn: sa.Connection, dialect: Dialect) -> None:
@@ -162,28 +163,31 @@ _SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
 
 @dataclass
 class _Writes:
-    """Rows a publish writes. Queue entries are kept as three parallel lists (the match's
+    """Rows a publish writes. Queue entries are kept as parallel lists (the match's
     :class:`Target`, often one tuple shared by every message routed there; the entry id;
-    the message), turned into columns once at the flush, so a match allocates nothing.
-    Every row of one publish has the same time, so time and other constant columns are
-    written as one value."""
+    the position of its message in ``msgs``), turned into columns once at the flush, so
+    a match allocates nothing; a message's id, repeated over its entries, is converted
+    once (:class:`Indexed`). Every row of one publish has the same time, so time and
+    other constant columns are written as one value."""
 
     now: datetime
     targets: list[Target]
     entry_ids: list[int]
-    entry_msgs: list[uuid.UUID | str]
+    msgs: list[uuid.UUID | str]
+    entry_msgs: list[int]
     suspended: list[tuple[Any, ...]]
     refs: dict[str, list[Any]]
 
     @classmethod
     def empty(cls, now: datetime) -> _Writes:
-        return cls(now, [], [], [], [], {"msg": [], "n": []})
+        return cls(now, [], [], [], [], [], {"msg": [], "n": []})
 
     def enqueue(self, entry_id: int, msg: uuid.UUID | str, target: Target) -> None:
         """Queue ``msg`` (its id, or the id's text) for one match."""
         self.targets.append(target)
         self.entry_ids.append(entry_id)
-        self.entry_msgs.append(msg)
+        self.entry_msgs.append(len(self.msgs))
+        self.msgs.append(msg)
 
     def routed(
         self,
@@ -198,8 +202,9 @@ class _Writes:
             k = len(rows)
             self.targets.extend(rows)
             self.entry_ids.extend(islice(entry_ids, k))
-            self.entry_msgs.extend(repeat(msg_id, k))
-        subs = tuple([row.sub for row in rows])
+            self.entry_msgs.extend(repeat(len(self.msgs), k))
+            self.msgs.append(msg_id)
+        subs = tuple(map(_SUB, rows))
         if suspension is None:
             self.reference(msg_id, len(rows))
             return Routed(msg_id, Outcome.ROUTED, subs)
@@ -244,7 +249,7 @@ class _Writes:
             )
             q = {
                 "id": self.entry_ids,
-                "msg": self.entry_msgs,
+                "msg": Indexed(self.msgs, self.entry_msgs),  # each id converted once
                 "sub": sub,
                 "host": host,
                 "priority": priority,
@@ -281,7 +286,7 @@ class _Writes:
                 subs=q["sub"],
                 hosts=q["host"],
                 entries=q["id"],
-                counted=Counter(q["host"]),
+                counted=Counter(host),
             )
         if s is not None:
             tracking.record(

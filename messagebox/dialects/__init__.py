@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from messagebox.dialects.base import Dialect, RouteRow, Same, StagedBatch, Target
+from messagebox.dialects.base import Dialect, Indexed, RouteRow, Same, StagedBatch, Target
 from messagebox.errors import BackendUnavailable
 
-__all__ = ["Dialect", "RouteRow", "Same", "StagedBatch", "Target", "dialect_for"]
+__all__ = ["Dialect", "Indexed", "RouteRow", "Same", "StagedBatch", "Target", "dialect_for"]
 
 
 def dialect_for(url: sa.URL) -> Dialect:

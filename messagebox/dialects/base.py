@@ -48,6 +48,44 @@ class Same(Sequence[T]):
         return repeat(self.value, self.n)
 
 
+class Indexed(Sequence[T]):
+    """A column given as its distinct ``values`` and, per row, the position of the row's
+    value in them (Arrow's dictionary form), for :meth:`Dialect.insert`: a queue entry's
+    subscription, host and message repeat across a publish's entries, and a dialect may
+    convert each distinct value once (DuckDB takes the rows from one small Arrow array)."""
+
+    __slots__ = ("positions", "values")
+
+    def __init__(self, values: Sequence[T], positions: Sequence[int]) -> None:
+        self.values = values
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return [self.values[j] for j in self.positions[i]]
+        return self.values[self.positions[i]]
+
+    def __iter__(self) -> Iterator[T]:
+        return map(self.values.__getitem__, self.positions)
+
+
+def distinct(column: Sequence[T]) -> Sequence[T]:
+    """The values a column holds, each at least once (a :class:`Same` or
+    :class:`Indexed` column's without a pass over its rows)."""
+    if isinstance(column, Same):
+        return (column.value,)
+    if isinstance(column, Indexed):
+        return column.values
+    return column
+
+
 @dataclass
 class StagedBatch:
     """A batch's promoted properties, one row per (message, property), as columns."""

@@ -24,7 +24,14 @@ import sqlalchemy as sa
 
 from messagebox import clock
 from messagebox.dialects._ddl import create_all
-from messagebox.dialects.base import Dialect, RouteRow, Same, StagedBatch, route_rows
+from messagebox.dialects.base import (
+    Dialect,
+    Indexed,
+    RouteRow,
+    Same,
+    StagedBatch,
+    route_rows,
+)
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 
@@ -172,14 +179,16 @@ class DuckDBDialect(Dialect):
         create_all(conn, metadata, indexes=False)
 
     @staticmethod
-    def _over_arrow(conn: sa.Connection, rows: pa.Table, sql: str) -> Any:
-        """Run ``sql``, in which ``mb_arrow_rows`` names ``rows``, on the transaction's
-        DuckDB connection. DuckDB finds the Arrow table as a local of this frame (a
-        replacement scan): registering and unregistering it as a view cost 0.6 ms more
-        per statement, several times a publish."""
+    def _over_arrow(
+        conn: sa.Connection, rows: pa.Table, sql: str, params: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Run ``sql`` (with ``params``), in which ``mb_arrow_rows`` names ``rows``, on
+        the transaction's DuckDB connection. DuckDB finds the Arrow table as a local of
+        this frame (a replacement scan): registering and unregistering it as a view cost
+        0.6 ms more per statement, several times a publish."""
         mb_arrow_rows = rows  # noqa: F841 (read by DuckDB, by name)
         raw: Any = conn.connection.driver_connection
-        return raw.execute(sql)
+        return raw.execute(sql, params)
 
     def route(self, conn: sa.Connection, batch: StagedBatch) -> list[RouteRow]:
         import pyarrow as pa
@@ -196,7 +205,8 @@ class DuckDBDialect(Dialect):
             ],
             schema=_staged_schema(),
         )
-        return route_rows(self._over_arrow(conn, staged, self.route_sql).fetchall())
+        found = self._over_arrow(conn, staged, self.route_sql, {"n": batch.n})
+        return route_rows(found.fetchall())
 
     def insert(
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
@@ -216,13 +226,16 @@ class DuckDBDialect(Dialect):
                 exprs.append(f"CAST({col_name} AS UUID)" if uuid else col_name)
                 value = str(values.value) if uuid and values.value is not None else values.value
                 arrays.append(pa.repeat(pa.scalar(value, arrow_type(column)), len(values)))
-            elif uuid:
-                array, expr = uuid_column(col_name, values)
+            else:
+                each = values.values if isinstance(values, Indexed) else values
+                if uuid:
+                    array, expr = uuid_column(col_name, each)
+                else:
+                    array, expr = pa.array(each, arrow_type(column)), col_name
+                if isinstance(values, Indexed):  # each distinct value converted once
+                    array = array.take(pa.array(values.positions, pa.int32()))
                 arrays.append(array)
                 exprs.append(expr)
-            else:
-                exprs.append(col_name)
-                arrays.append(pa.array(values, arrow_type(column)))
         self._over_arrow(
             conn,
             pa.table(arrays, names=list(columns)),

@@ -21,7 +21,15 @@ import sqlalchemy as sa
 
 from messagebox import clock, notify, schema, sql
 from messagebox.dialects._ddl import create_all
-from messagebox.dialects.base import Dialect, Prelude, RouteRow, Same, StagedBatch, route_rows
+from messagebox.dialects.base import (
+    Dialect,
+    Prelude,
+    RouteRow,
+    Same,
+    StagedBatch,
+    distinct,
+    route_rows,
+)
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
 
 log = logging.getLogger("messagebox.hosts")
@@ -92,9 +100,9 @@ def _copy_columns(
     out: list[Sequence[Any]] = []
     for name, values in columns.items():
         pg_type = _pg_type(table.c[name])
-        found = {type(values.value)} if isinstance(values, Same) else set(map(type, values))
+        each = distinct(values)
+        found = set(map(type, each))
         found.discard(type(None))
-        each = (values.value,) if isinstance(values, Same) else values
         if pg_type == "timestamptz" and any(
             isinstance(v, datetime) and v.tzinfo is None for v in each
         ):
