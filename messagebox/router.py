@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, islice, repeat
-from operator import attrgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,8 +39,6 @@ from messagebox.properties import Value, decode_context, family, sql_key
 _STOPPED = State.STOPPED.value
 _HELD = QueueState.HELD.value
 _READY = QueueState.READY.value
-_HOST = attrgetter("host")
-_SUB = attrgetter("sub")
 
 
 def prelude(conn: sa.Connection, dialect: Dialect) -> None:
@@ -165,10 +162,12 @@ _SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
 class _Writes:
     """Rows a publish writes. Queue entries are kept as parallel lists (the match's
     :class:`Target`, often one tuple shared by every message routed there; the entry id;
-    the position of its message in ``msgs``), turned into columns once at the flush, so
-    a match allocates nothing; a message's id, repeated over its entries, is converted
-    once (:class:`Indexed`). Every row of one publish has the same time, so time and
-    other constant columns are written as one value."""
+    the position of its message in ``msgs``), turned into columns in one pass over the
+    targets (at 100,000 subscriptions they lie far apart in memory, and each pass cost
+    milliseconds of cache misses a batch), so a match allocates nothing; a message's id,
+    repeated over its entries, is converted once (:class:`Indexed`). Every row of one
+    publish has the same time, so time and other constant columns are written as one
+    value."""
 
     now: datetime
     targets: list[Target]
@@ -177,6 +176,10 @@ class _Writes:
     entry_msgs: list[int]
     suspended: list[tuple[Any, ...]]
     refs: dict[str, list[Any]]
+    columns: list[tuple[Any, ...]] | None = None
+    """The targets' fields as columns (Target's order), once :meth:`matched` made them."""
+    routed_entries: int = 0
+    """How many of ``targets`` :meth:`routed` has queued."""
 
     @classmethod
     def empty(cls, now: datetime) -> _Writes:
@@ -185,32 +188,42 @@ class _Writes:
     def enqueue(self, entry_id: int, msg: uuid.UUID | str, target: Target) -> None:
         """Queue ``msg`` (its id, or the id's text) for one match."""
         self.targets.append(target)
+        self.columns = None
         self.entry_ids.append(entry_id)
         self.entry_msgs.append(len(self.msgs))
         self.msgs.append(msg)
+
+    def matched(self, targets: list[Target]) -> Counter[str]:
+        """Take a publish's matches, every message's in message order (as :meth:`routed`
+        then queues them); returns the number of entries per host."""
+        self.targets = targets
+        self.columns = list(zip(*targets, strict=True)) if targets else [()] * len(Target._fields)
+        return Counter(self.columns[1])
 
     def routed(
         self,
         entry_ids: Iterator[int],
         msg_id: uuid.UUID,
-        rows: Sequence[Target],
+        k: int,
         suspension: Suspension | None = None,
     ) -> Routed:
-        """Queue a message for its matches, and with a suspension also store it
-        suspended (one entry more)."""
-        if rows:
-            k = len(rows)
-            self.targets.extend(rows)
+        """Queue a message for its next ``k`` matches (see :meth:`matched`), and with a
+        suspension also store it suspended (one entry more)."""
+        if self.columns is None:
+            raise RuntimeError("_Writes.routed before matched")
+        start = self.routed_entries
+        self.routed_entries += k
+        subs: tuple[int, ...] = self.columns[0][start : start + k]
+        if k:
             self.entry_ids.extend(islice(entry_ids, k))
             self.entry_msgs.extend(repeat(len(self.msgs), k))
             self.msgs.append(msg_id)
-        subs = tuple(map(_SUB, rows))
         if suspension is None:
-            self.reference(msg_id, len(rows))
+            self.reference(msg_id, k)
             return Routed(msg_id, Outcome.ROUTED, subs)
         s = suspension
         self.suspend(next(entry_ids), msg_id, s.reason, s.error, s.report)
-        self.reference(msg_id, len(rows) + 1)
+        self.reference(msg_id, k + 1)
         return Routed(msg_id, Outcome.SUSPENDED, subs)
 
     def suspend(
@@ -244,9 +257,9 @@ class _Writes:
         s: dict[str, Sequence[Any]] | None = None
         if self.targets:
             n = len(self.targets)
-            sub, host, priority, state, _kind, instance, ordered, _service, _corr = zip(
-                *self.targets, strict=True
-            )
+            if self.columns is None:
+                self.columns = list(zip(*self.targets, strict=True))
+            sub, host, priority, state, _kind, instance, ordered, _service, _corr = self.columns
             q = {
                 "id": self.entry_ids,
                 "msg": Indexed(self.msgs, self.entry_msgs),  # each id converted once
@@ -334,7 +347,8 @@ def publish(
         [{} if i in forced and not forced[i].route else m.promoted for i, m in enumerate(messages)],
         now=now,
     )
-    hosts = Counter(map(_HOST, chain.from_iterable(matches)))
+    writes = _Writes.empty(now)
+    hosts = writes.matched(list(chain.from_iterable(matches)))
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
     unrouted = [i for i, rows in enumerate(matches) if not rows and i not in forced]
@@ -347,12 +361,11 @@ def publish(
     ]
     n_entries = sum(len(matches[i]) + (i in forced or not matches[i]) for i in keep)
     entry_ids = iter(allocate(conn, n_entries)) if n_entries else iter(())
-    writes = _Writes.empty(now)
     results = []
     for i, rows in enumerate(matches):
         msg_id = ids[i]
         if i in forced or rows:
-            results.append(writes.routed(entry_ids, msg_id, rows, forced.get(i)))
+            results.append(writes.routed(entry_ids, msg_id, len(rows), forced.get(i)))
         elif policy is RoutingPolicy.SUSPEND:  # its report is read from the spool
             writes.suspend(
                 next(entry_ids),
