@@ -128,43 +128,61 @@ def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid
 def read_messages(
     conn: sa.Connection, msg_ids: Sequence[uuid.UUID], *, max_bytes: int | None = None
 ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
-    """Messages with their contexts and all their parts, in two queries for the lot and
+    """Messages with their contexts and all their parts, in one query for the lot and
     one per part of several fragments (use :func:`iter_part` for large parts). A message
     whose parts hold more than ``max_bytes`` in all comes without them (a
     :class:`MessageSummary`), so that reading many never holds more than that much per
     message. Ids not in the spool are left out."""
-    rows = read_context(conn, msg_ids)
-    if not rows:
+    if not msg_ids:
         return {}
-    mp, p, f = schema.message_part, schema.part, schema.fragment
-    sizes: dict[uuid.UUID, dict[str, int]] = {m: {} for m in rows}
-    parts: dict[uuid.UUID, dict[str, bytes]] = {}
+    s, mp, p, f = schema.spool, schema.message_part, schema.part, schema.fragment
     data: sa.ColumnElement[Any] = p.c.data
     if max_bytes is not None:  # no bytes of a message larger than that leave the database
-        total = sa.func.sum(p.c.size).over(partition_by=mp.c.msg)
+        total = sa.func.sum(p.c.size).over(partition_by=s.c.id)
         data = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
     query = (
-        sa.select(mp.c.msg, mp.c.name, p.c.id, p.c.size, p.c.n_fragments, data.label("data"))
-        .join(p, p.c.id == mp.c.part)
-        .where(schema.one_of(conn, mp.c.msg, rows))
-        .order_by(mp.c.msg, mp.c.idx)
+        sa.select(
+            s.c.id,
+            s.c.context,
+            s.c.body_part,
+            s.c.published_at,
+            s.c.publisher,
+            mp.c.name,
+            p.c.id.label("part_id"),
+            p.c.size,
+            p.c.n_fragments,
+            data.label("data"),
+        )
+        .select_from(s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part))
+        .where(schema.one_of(conn, s.c.id, msg_ids))
+        .order_by(s.c.id, mp.c.idx)
     )
-    for msg, name, part_id, size, n_fragments, first in conn.execute(query):
-        sizes[msg][name] = int(size)
-        if first is None:  # larger than max_bytes
+    spooled: dict[uuid.UUID, Any] = {}
+    sizes: dict[uuid.UUID, dict[str, int]] = {}
+    parts: dict[uuid.UUID, dict[str, bytes]] = {}
+    # every row fetched first: on DuckDB, a query for a part's further fragments ends
+    # the iteration of this one (the messages after it were left out)
+    for row in conn.execute(query).all():
+        msg = row.id
+        if msg not in spooled:
+            spooled[msg] = row
+            sizes[msg] = {}
+        if row.part_id is None:  # a spool row without parts
             continue
-        chunks = [bytes(first)]
-        if n_fragments > 1:
+        sizes[msg][row.name] = int(row.size)
+        if row.data is None:  # larger than max_bytes
+            continue
+        chunks = [bytes(row.data)]
+        if row.n_fragments > 1:
             chunks.extend(
                 bytes(d)
                 for (d,) in conn.execute(
-                    sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
+                    sa.select(f.c.data).where(f.c.part == row.part_id).order_by(f.c.seq)
                 )
             )
-        parts.setdefault(msg, {})[name] = b"".join(chunks)
-    whole = {m for m in rows if len(parts.get(m, ())) == len(sizes[m])}
+        parts.setdefault(msg, {})[row.name] = b"".join(chunks)
     found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
-    for msg_id, row in rows.items():
+    for msg_id, row in spooled.items():
         promoted, written = decode_context(row.context)
         common = {
             "id": row.id,
@@ -175,9 +193,10 @@ def read_messages(
             "publisher": row.publisher,
             "part_sizes": sizes[msg_id],
         }
+        whole = len(parts.get(msg_id, ())) == len(sizes[msg_id])
         found[msg_id] = (
             StoredMessage(parts=parts.get(msg_id, {}), **common)
-            if msg_id in whole
+            if whole
             else MessageSummary(**common)
         )
     return found

@@ -1,0 +1,55 @@
+"""Reading many stored messages at once (``MessageBox.read_messages``, as a host reads a
+claimed batch): each with its context and every part in part order, a message past
+``max_bytes`` as its summary only, a part of several fragments whole, unknown ids left
+out. A message after one with a part of several fragments is read too (on DuckDB the
+fragments' query ended the batch's, and the messages after it were left out)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+from messagebox import Message, MessageBox
+from messagebox.message import MessageSummary, StoredMessage
+from messagebox.predicates import P
+from messagebox.spool import FRAGMENT_SIZE
+
+
+def test_a_batch_reads_whole_messages_summaries_and_fragments(box: MessageBox) -> None:
+    box.create_host("h")
+    box.subscribe("all", host="h", filter=P("a.Id").exists())
+    big = bytes(range(256)) * (FRAGMENT_SIZE * 3 // 2 // 256)  # 1.5 fragments
+    small, fragmented, large = (uuid.UUID(int=i) for i in (1, 2, 3))  # in read order
+    box.publish(
+        [
+            Message(parts={"z": b"one", "a": "twö"}, promoted={"a.Id": 1}, id=small),
+            Message(b"x" * 5000, promoted={"a.Id": 2}, written={"a.Note": "n"}, id=large),
+            Message(
+                parts={"body": b"b", "blob": io.BytesIO(big)}, promoted={"a.Id": 3}, id=fragmented
+            ),
+        ]
+    )
+    unknown = uuid.uuid4()
+
+    read = box.read_messages([small, large, unknown], max_bytes=4096)
+    assert set(read) == {small, large}
+    whole, summary = read[small], read[large]
+    assert isinstance(whole, StoredMessage)
+    assert list(whole.parts.items()) == [("z", b"one"), ("a", "twö".encode())]  # part order
+    assert whole.part_sizes == {"z": 3, "a": 4}
+    assert whole.promoted == {"a.Id": 1}
+    assert isinstance(summary, MessageSummary)
+    assert not isinstance(summary, StoredMessage)
+    assert summary.part_sizes == {"body": 5000}
+    assert summary.written == {"a.Note": "n"}
+
+    everything = box.read_messages([large, fragmented])
+    whole_large = everything[large]
+    assert isinstance(whole_large, StoredMessage)
+    assert whole_large.parts == {"body": b"x" * 5000}
+    blob = everything[fragmented]
+    assert isinstance(blob, StoredMessage)
+    assert blob.parts == {"body": b"b", "blob": big}
+    assert blob.part_sizes == {"body": 1, "blob": len(big)}
+    assert blob.published_at == whole.published_at
+    assert box.read_messages([]) == {}
