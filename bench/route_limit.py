@@ -4,7 +4,8 @@
   queue entry per match, a suspended entry with its report for a message that matched
   nothing, and the reference count) written with no routing at all, in
   batches of 1,000 messages, one transaction each, through the store's own bulk path
-  (Arrow ``INSERT … SELECT`` on DuckDB, ``COPY`` on PostgreSQL), into a fresh database
+  (Arrow ``INSERT … SELECT`` on DuckDB, ids as native UUIDs and the table read by a
+  replacement scan; ``COPY`` on PostgreSQL), into a fresh database
   of the same schema. The Arrow tables and the COPY text are built before the clock
   starts: this is what the database can take, not what Python can make.
 - **single-message raw insert**: one message's rows written in one transaction with

@@ -20,9 +20,29 @@ from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
 T = TypeVar("T")
 
 
-class Same(Sequence[T]):
-    """A column of one value repeated ``n`` times, for :meth:`Dialect.insert`: a dialect
-    may write it without a value per row (DuckDB repeats one Arrow scalar)."""
+class _Column(Sequence[T]):
+    """A column for :meth:`Dialect.insert` in a compact form, read as a sequence."""
+
+    __slots__ = ()
+
+    def _at(self, i: int) -> T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self._at(i)
+
+
+class Same(_Column[T]):
+    """A column of one value repeated ``n`` times: a dialect may write it without a
+    value per row (DuckDB repeats one Arrow scalar)."""
 
     __slots__ = ("n", "value")
 
@@ -33,26 +53,18 @@ class Same(Sequence[T]):
     def __len__(self) -> int:
         return self.n
 
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[T]: ...
-    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
-        if isinstance(i, slice):
-            return [self.value] * len(range(*i.indices(self.n)))
-        if not -self.n <= i < self.n:
-            raise IndexError(i)
+    def _at(self, i: int) -> T:
         return self.value
 
     def __iter__(self) -> Iterator[T]:
         return repeat(self.value, self.n)
 
 
-class Indexed(Sequence[T]):
+class Indexed(_Column[T]):
     """A column given as its distinct ``values`` and, per row, the position of the row's
-    value in them (Arrow's dictionary form), for :meth:`Dialect.insert`: a queue entry's
-    subscription, host and message repeat across a publish's entries, and a dialect may
-    convert each distinct value once (DuckDB takes the rows from one small Arrow array)."""
+    value in them (Arrow's dictionary form): a message's id repeats over its queue
+    entries, and a dialect may convert each distinct value once (DuckDB takes the rows
+    from one small Arrow array)."""
 
     __slots__ = ("positions", "values")
 
@@ -63,13 +75,7 @@ class Indexed(Sequence[T]):
     def __len__(self) -> int:
         return len(self.positions)
 
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[T]: ...
-    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
-        if isinstance(i, slice):
-            return [self.values[j] for j in self.positions[i]]
+    def _at(self, i: int) -> T:
         return self.values[self.positions[i]]
 
     def __iter__(self) -> Iterator[T]:
