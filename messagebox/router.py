@@ -341,12 +341,7 @@ def publish(
     of entries queued per host.
     """
     forced = suspensions or {}
-    matches = route(
-        conn,
-        dialect,
-        [{} if i in forced and not forced[i].route else m.promoted for i, m in enumerate(messages)],
-        now=now,
-    )
+    matches = _route_unforced(conn, dialect, messages, forced, now)
     writes = _Writes.empty(now)
     hosts = writes.matched(list(chain.from_iterable(matches)))
     if before_write is not None and hosts:
@@ -388,6 +383,25 @@ def publish(
         tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
     writes.flush(conn, dialect, stored, wake=sorted(hosts))
     return results, hosts
+
+
+def _route_unforced(
+    conn: sa.Connection,
+    dialect: Dialect,
+    messages: Sequence[Message],
+    forced: Mapping[int, Suspension],
+    now: datetime,
+) -> list[list[Target]]:
+    """Each message's matches; none for a message stored suspended without routing
+    (it was routed with no properties, so a filter of only ``not_exists`` took it)."""
+    if not forced:
+        return route(conn, dialect, [m.promoted for m in messages], now=now)
+    routed = [i for i in range(len(messages)) if i not in forced or forced[i].route]
+    found = route(conn, dialect, [messages[i].promoted for i in routed], now=now)
+    matches: list[list[Target]] = [[] for _ in messages]
+    for i, rows in zip(routed, found, strict=True):
+        matches[i] = rows
+    return matches
 
 
 def _routing_failure(unrouted: Sequence[int], ids: Sequence[uuid.UUID]) -> RoutingFailure:

@@ -21,6 +21,7 @@ from messagebox import (
 )
 from messagebox.models import ROUTING_FAILURE
 from messagebox.predicates import P
+from messagebox.router import Suspension
 from messagebox.spool import FRAGMENT_SIZE
 from tests.conftest import table_counts
 
@@ -287,3 +288,29 @@ def test_subscription_names_are_unique(hosts: MessageBox):
     with pytest.raises(AlreadyExists, match="one"):
         hosts.subscribe("s", host="shipping", filter=P("a.Y") == 1, name="one")
     assert table_counts(hosts) == before
+
+
+def test_a_message_stored_suspended_without_routing_reaches_no_subscription(
+    hosts: MessageBox,
+):
+    # Given a subscription for messages without a region, and one for a failed input's
+    # error report (as a receive location routes it when its port says so)
+    no_region = hosts.subscribe(
+        "no-region", host="shipping", filter=P("orders.Region").not_exists()
+    )
+    reports = hosts.subscribe("reports", host="billing", filter=P("err.Code").exists())
+    refused = Message(b"<bad", promoted={"err.Code": "E1"})
+    # When two failed inputs are stored suspended, one not routed and one routed
+    quiet, loud = hosts.publish(
+        [refused, refused],
+        suspend={
+            0: Suspension("receive-failure", "E1: bad"),
+            1: Suspension("receive-failure", "E1: bad", route=True),
+        },
+    )
+    # Then the first reaches no subscription (no properties is not "no region"), the
+    # second reaches the subscriptions its properties match, and both are suspended
+    assert (quiet.outcome, quiet.subscriptions) == (Outcome.SUSPENDED, ())
+    assert (loud.outcome, loud.subscriptions) == (Outcome.SUSPENDED, (no_region.id, reports.id))
+    assert {(d.host, d.depth) for d in hosts.queue_depth()} == {("billing", 1), ("shipping", 1)}
+    assert table_counts(hosts)["mb_suspended"] == 2
