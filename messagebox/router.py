@@ -247,10 +247,11 @@ class _Writes:
         dialect: Dialect,
         before: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]] = (),
         *,
-        wake: Sequence[str] = (),
+        hosts: Mapping[str, int] | None = None,
     ) -> None:
         """Insert the rows, after ``before`` (other rows of the same publish), in as few
-        statements as the dialect can, and wake the hosts ``wake`` at the commit."""
+        statements as the dialect can; given the entries queued per host (``hosts``),
+        count them for metrics from it and wake those hosts at the commit."""
         now = self.now
         writes = list(before)
         q: dict[str, Sequence[Any]] | None = None
@@ -289,7 +290,7 @@ class _Writes:
             writes.append(
                 (schema.ref_add, dict(self.refs, logged_at=Same(now, len(self.refs["msg"]))))
             )
-        dialect.insert_many(conn, writes, wake=wake)
+        dialect.insert_many(conn, writes, wake=sorted(hosts or ()))
         if q is not None:
             tracking.record(
                 conn,
@@ -299,7 +300,7 @@ class _Writes:
                 subs=q["sub"],
                 hosts=q["host"],
                 entries=q["id"],
-                counted=Counter(host),
+                counted=True if hosts is None else hosts,
             )
         if s is not None:
             tracking.record(
@@ -381,7 +382,7 @@ def publish(
     if unrouted:
         outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
         tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
-    writes.flush(conn, dialect, stored, wake=sorted(hosts))
+    writes.flush(conn, dialect, stored, hosts=hosts)
     return results, hosts
 
 
@@ -472,5 +473,5 @@ def enqueue_direct(
         details=[publisher] * len(items),
     )
     hosts = Counter(target.host for _, _, target in items)
-    writes.flush(conn, dialect, stored, wake=sorted(hosts))
+    writes.flush(conn, dialect, stored, hosts=hosts)
     return hosts
