@@ -1,5 +1,5 @@
-"""Property test: both routers (the in-memory index and the SQL statement) on every
-backend agree with the reference evaluator.
+"""Property test: both routers (the in-memory index, with its compiled matcher and in
+pure Python, and the SQL statement) on every backend agree with the reference evaluator.
 
 Random filters and random messages (tests/strategies.py); for each example the filters
 are subscribed, the messages published, and every (message, subscription) pair the
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox
 from messagebox.predicates import Filter
+from messagebox.predicates import index as index_module
 from tests.conftest import scratch_url
 from tests.strategies import filters, messages
 
@@ -25,8 +26,10 @@ from tests.strategies import filters, messages
     scope="module",
     params=[
         ("duckdb", "index"),
+        ("duckdb", "index-python"),
         ("duckdb", "sql"),
         ("postgresql", "index"),
+        ("postgresql", "index-python"),
         ("postgresql", "sql"),
     ],
     ids=lambda p: "-".join(p),
@@ -36,8 +39,13 @@ def routed_box(
 ) -> Iterator[MessageBox]:
     """One store per backend and router for the module, with a host ``h``."""
     backend, router = request.param
-    with scratch_url(backend, tmp_path_factory.mktemp("routed")) as url:
-        box = MessageBox(url, router=router)
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        scratch_url(backend, tmp_path_factory.mktemp("routed")) as url,
+    ):
+        if router == "index-python":  # the index's pure-Python matcher
+            patch.setattr(index_module, "NATIVE", False)
+        box = MessageBox(url, router=router.removesuffix("-python"))
         box.create_host("h")
         try:
             yield box

@@ -1,17 +1,38 @@
 """The in-memory evaluator (predicates.index.FilterIndex) agrees with the reference
 evaluator on the shared random filters and messages, also after filters are replaced
-and removed."""
+and removed: both of its matchers, the compiled one (predicates/_native.c) and the pure
+Python one."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from messagebox.predicates import Filter, P, filter_matches, normalize_properties, to_filter
+from messagebox.predicates import index as index_module
 from messagebox.predicates.index import FilterIndex
+from tests.conftest import IN_CI
 from tests.strategies import filters, messages
+
+MATCHERS = pytest.mark.parametrize(
+    "native",
+    [
+        False,
+        # CI=true: FilterIndex(native=True) fails where the module was not built
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                not index_module.BUILT and not IN_CI,
+                reason="the compiled matcher was not built (no C compiler at install time)",
+            ),
+        ),
+    ],
+    ids=["python", "native"],
+)
+"""Both matchers: the compiled one (predicates/_native.c) and the pure-Python one."""
 
 
 def _want(subs: dict[int, Filter], props: dict[str, object]) -> set[int]:
@@ -19,17 +40,19 @@ def _want(subs: dict[int, Filter], props: dict[str, object]) -> set[int]:
     return {k for k, f in subs.items() if filter_matches(f, normal)}
 
 
+@MATCHERS
 @settings(max_examples=600, deadline=None)
 @given(subs=st.lists(filters, min_size=1, max_size=8), batch=st.lists(messages, max_size=8))
 def test_the_index_agrees_with_the_reference_evaluator(
-    subs: list[Filter], batch: list[dict[str, object]]
+    native: bool, subs: list[Filter], batch: list[dict[str, object]]
 ) -> None:
-    index: FilterIndex[int] = FilterIndex()
+    index: FilterIndex[int] = FilterIndex(native=native)
     index.update(enumerate(subs))
     for props in batch:
         assert index.match(normalize_properties(props)) == _want(dict(enumerate(subs)), props)
 
 
+@MATCHERS
 @settings(max_examples=300, deadline=None)
 @given(
     steps=st.lists(
@@ -38,9 +61,9 @@ def test_the_index_agrees_with_the_reference_evaluator(
     batch=st.lists(messages, min_size=1, max_size=6),
 )
 def test_replacing_and_removing_filters_keeps_the_index_exact(
-    steps: list[tuple[int, Filter | None]], batch: list[dict[str, object]]
+    native: bool, steps: list[tuple[int, Filter | None]], batch: list[dict[str, object]]
 ) -> None:
-    index: FilterIndex[int] = FilterIndex()
+    index: FilterIndex[int] = FilterIndex(native=native)
     live: dict[int, Filter] = {}
     for key, filt in steps:
         if filt is None:
@@ -60,7 +83,8 @@ def test_replacing_and_removing_filters_keeps_the_index_exact(
     assert not index._groups
 
 
-def test_exact_edges() -> None:
+@MATCHERS
+def test_exact_edges(native: bool) -> None:
     """Cases a hash or a sorted list could get wrong: a bool beside the number it equals
     in Python, 2**53 + 1 beside its nearest double, -0.0, the empty prefix, datetimes in
     another zone, and a group with no anchor."""
@@ -77,7 +101,7 @@ def test_exact_edges() -> None:
         8: Filter.of(x.in_([1.0, "1", False])),
         9: Filter.of(x != 1),
     }
-    index: FilterIndex[int] = FilterIndex()
+    index: FilterIndex[int] = FilterIndex(native=native)
     index.update(cases.items())
     for value in (1, True, 1.0, 2**53, 2**53 + 1, float(2**53), -0.0, "", "1", False, 0):
         props: dict[str, object] = {"t.x": value}
@@ -95,7 +119,8 @@ def test_a_stored_filter_reads_back_equal_without_validation(filt: Filter) -> No
     assert back.to_json() == filt.to_json()
 
 
-def test_a_large_index_leaves_the_garbage_collector_almost_nothing_to_walk() -> None:
+@MATCHERS
+def test_a_large_index_leaves_the_garbage_collector_almost_nothing_to_walk(native: bool) -> None:
     """Every operator's groups are plain values after a collection: a full collection
     walks a few containers per property, not objects per subscription (closures made
     some seven per subscription, 700,000 at 100,000 subscriptions)."""
@@ -113,10 +138,84 @@ def test_a_large_index_leaves_the_garbage_collector_almost_nothing_to_walk() -> 
     filters = [to_filter(shapes[i % len(shapes)](i)) for i in range(3_000)]
     gc.collect()
     before = len(gc.get_objects())
-    index: FilterIndex[int] = FilterIndex()
+    index: FilterIndex[int] = FilterIndex(native=native)
     index.update(enumerate(filters))
+    index.match({})  # the compiled matcher packs the anchors on its first match
     for _ in range(4):  # a collection untracks one level of nested tuples and dicts
         gc.collect()
     added = len(gc.get_objects()) - before  # the filters' own objects were counted before
     assert added < 100, f"{added} objects tracked for 3,000 filters"
     assert index.match(normalize_properties({"c.Id": "C6", "c.Total": 10_000})) == {6}
+
+
+@MATCHERS
+def test_a_mapping_that_is_not_a_dict_matches_the_same(native: bool) -> None:
+    """The compiled matcher takes dicts; any other mapping is matched in Python."""
+    from types import MappingProxyType
+
+    index: FilterIndex[int] = FilterIndex(native=native)
+    index.update([(1, Filter.of(P("t.x") > 2)), (2, Filter.of(P("t.y").not_exists()))])
+    props = normalize_properties({"t.x": 3})
+    assert index.match(MappingProxyType(props)) == index.match(props) == {1, 2}
+
+
+def test_asking_for_the_compiled_matcher_where_it_was_not_built_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(index_module, "_native", None)
+    with pytest.raises(RuntimeError, match="compiled matcher"):
+        FilterIndex(native=True)
+    assert FilterIndex(native=False).native is False
+
+
+@MATCHERS
+def test_the_compiled_matcher_keeps_no_memory_per_match(native: bool) -> None:
+    """Every operator's path, matched many times, leaves no objects behind (a reference
+    the C code forgot to drop would grow with every match)."""
+    import tracemalloc
+
+    when = datetime(2024, 5, 1, tzinfo=UTC)
+    shapes = [
+        lambda i: (P("c.Id") == f"C{i % 50}") & (P("c.Total") > i) & (P("c.Qty") <= 7),
+        lambda i: P("c.Id").in_([f"C{i % 50}", True]) & P("c.Rush").exists(),
+        lambda i: P("c.Sku").prefix(f"S{i % 9}") & P("c.Flags").bitwise_and(i + 1),
+        lambda i: (P("c.Placed") <= when) & (P("c.Region") != f"R{i % 7}"),
+        lambda i: (P("c.Rush") == True) & P("c.Gone").not_exists() & (P("c.Qty") >= i % 9),  # noqa: E712
+        lambda i: (P("c.Total") < i) | (P("c.Id") == f"E{i}") | P("c.Sku").prefix("S1"),
+        lambda i: P("c.Flags").bitwise_and(2**62 + i) | (P("c.Region") != 3),
+        lambda i: P("c.Nothing").not_exists() & (P("c.Big") > 2**62),
+    ]
+    index: FilterIndex[int] = FilterIndex(native=native)
+    index.update((i, to_filter(shapes[i % len(shapes)](i))) for i in range(400))
+    messages = [
+        normalize_properties(
+            {
+                "c.Id": f"C{i % 60}",
+                "c.Total": i * 1.5,
+                "c.Qty": i % 11,
+                "c.Rush": i % 3 == 0,
+                "c.Sku": f"S{i}",
+                "c.Flags": 2**62 + i if i % 5 == 0 else i,
+                "c.Placed": datetime(2024, 1 + i % 12, 1, tzinfo=UTC),
+                "c.Region": f"R{i % 9}" if i % 4 else i,
+                "c.Big": 2**63 - 1 if i % 2 else 1.5,
+            }
+        )
+        for i in range(60)
+    ]
+    want = [index.match(m) for m in messages]
+    assert any(want)
+    assert all(isinstance(w, set) for w in want)
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            for m, w in zip(messages, want, strict=True):
+                assert index.match(m) == w
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(30):
+            for m in messages:
+                index.match(m)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 4_096, f"{grown} bytes kept by 1,800 matches"
