@@ -42,6 +42,29 @@ class _CachingDriver(duckdb_engine.Dialect):
 
     supports_statement_cache = True
 
+    # Whether the connection has a transaction open, kept from the calls that open and
+    # end one: the pool rolls back every connection it takes back, and on DuckDB a
+    # rollback with nothing open fails (0.4 ms, caught by duckdb_engine), after every
+    # committed transaction. Unknown (never begun or ended here) counts as open.
+    def do_begin(self, dbapi_connection: Any) -> None:
+        super().do_begin(dbapi_connection)
+        _driver(dbapi_connection).mb_open = True
+
+    def do_commit(self, dbapi_connection: Any) -> None:
+        super().do_commit(dbapi_connection)  # type: ignore[no-untyped-call]
+        _driver(dbapi_connection).mb_open = False
+
+    def do_rollback(self, dbapi_connection: Any) -> None:
+        driver = _driver(dbapi_connection)
+        if getattr(driver, "mb_open", True):
+            super().do_rollback(dbapi_connection)
+            driver.mb_open = False
+
+
+def _driver(conn: Any) -> Any:
+    """duckdb_engine's connection behind a pool's proxy (or itself)."""
+    return getattr(conn, "dbapi_connection", None) or conn
+
 
 sa.dialects.registry.register("duckdb.messagebox", __name__, "_CachingDriver")
 

@@ -1,10 +1,14 @@
-"""DuckDB engines compile each SQLAlchemy statement once (duckdb_engine leaves the
-compiled-statement cache off; every statement then cost 0.3-1 ms of compiling)."""
+"""What the store changes in duckdb_engine's SQLAlchemy dialect: each statement is
+compiled once (the driver leaves the compiled-statement cache off; every statement then
+cost 0.3-1 ms of compiling), and a connection given back to the pool is rolled back only
+when a transaction is open (a rollback with nothing open fails on DuckDB, 0.4 ms)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import duckdb_engine
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import default
 
@@ -30,3 +34,53 @@ def test_a_statement_run_twice_is_compiled_once(duckdb_url: str) -> None:
         assert again.context.cache_hit is default.CACHE_HIT  # same shape, other value
     finally:
         box.close()
+
+
+def test_a_connection_given_back_mid_transaction_is_rolled_back(duckdb_url: str) -> None:
+    box = MessageBox(duckdb_url)
+    try:
+        with box.store.engine.connect() as conn:  # begins a transaction, never commits
+            conn.execute(schema.meta.insert().values(key="test.lost", value="1"))
+        assert _test_keys(box) == []
+        box.create_host("kept")  # and the connection works on
+        assert [h.name for h in box.hosts()] == ["kept"]
+    finally:
+        box.close()
+
+
+def test_a_committed_transaction_costs_no_rollback(
+    duckdb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = MessageBox(duckdb_url)
+    rollbacks: list[object] = []
+    real = duckdb_engine.Dialect.do_rollback
+
+    def counted(self: Any, conn: Any) -> None:
+        rollbacks.append(conn)
+        real(self, conn)
+
+    monkeypatch.setattr(duckdb_engine.Dialect, "do_rollback", counted)
+    try:
+        for i in range(3):
+            with box.store.transaction() as conn:
+                conn.execute(schema.meta.insert().values(key=f"test.{i}", value="1"))
+        assert rollbacks == []
+        with pytest.raises(RuntimeError, match="the work failed"):
+            _insert_then_fail(box)
+        assert len(rollbacks) == 1  # the failed one, once
+        assert _test_keys(box) == ["test.0", "test.1", "test.2"]
+    finally:
+        box.close()
+
+
+def _test_keys(box: MessageBox) -> list[str]:
+    m = schema.meta
+    with box.store.engine.connect() as conn:
+        keys = conn.execute(sa.select(m.c.key).where(m.c.key.like("test.%")).order_by(m.c.key))
+        return list(keys.scalars())
+
+
+def _insert_then_fail(box: MessageBox) -> None:
+    with box.store.transaction() as conn:
+        conn.execute(schema.meta.insert().values(key="test.failed", value="1"))
+        raise RuntimeError("the work failed")
