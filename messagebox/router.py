@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain, islice, repeat
+from itertools import islice, repeat
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,17 +28,11 @@ from messagebox.models import (
     ROUTING_FAILURE,
     Kind,
     Outcome,
-    QueueState,
     Routed,
     RoutingPolicy,
-    State,
 )
 from messagebox.properties import Value, decode_context, family, sql_key
-
-# plain strings, compared and stored once per queue entry
-_STOPPED = State.STOPPED.value
-_HELD = QueueState.HELD.value
-_READY = QueueState.READY.value
+from messagebox.routing_index import QUEUE_COLUMNS, Matches
 
 
 def prelude(conn: sa.Connection, dialect: Dialect) -> None:
@@ -97,12 +91,35 @@ def route(
     if index is not None:
         per_message, correlated = index.route(conn, promoted)
     else:
-        per_message = [[] for _ in promoted]
-        for row in dialect.route(conn, stage(promoted)):
-            per_message[row.msg].append(Target._make(row[1:]))
+        per_message = _route_sql(conn, dialect, promoted)
         correlated = True  # _correlate looks
     if now is not None and correlated:
         _correlate(conn, dialect, per_message, promoted, now)
+    return per_message
+
+
+def route_matches(
+    conn: sa.Connection, dialect: Dialect, promoted: Sequence[Mapping[str, Value]], now: datetime
+) -> Matches:
+    """:func:`route` for a publish, as the queue columns of every match: with the
+    routing index and no correlation among the matches, gathered without a tuple per
+    match."""
+    index = routing_index.of(conn)
+    if index is None or not promoted:
+        return Matches.of(route(conn, dialect, promoted, now=now))
+    found = index.route_columns(conn, promoted)
+    if isinstance(found, Matches):
+        return found
+    _correlate(conn, dialect, found, promoted, now)
+    return Matches.of(found)
+
+
+def _route_sql(
+    conn: sa.Connection, dialect: Dialect, promoted: Sequence[Mapping[str, Value]]
+) -> list[list[Target]]:
+    per_message: list[list[Target]] = [[] for _ in promoted]
+    for row in dialect.route(conn, stage(promoted)):
+        per_message[row.msg].append(Target._make(row[1:]))
     return per_message
 
 
@@ -160,14 +177,11 @@ _SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
 
 @dataclass
 class _Writes:
-    """Rows a publish writes. Queue entries are kept as parallel lists (the match's
-    :class:`Target`, often one tuple shared by every message routed there; the entry id;
-    the position of its message in ``msgs``), turned into columns in one pass over the
-    targets (at 100,000 subscriptions they lie far apart in memory, and each pass cost
-    milliseconds of cache misses a batch), so a match allocates nothing; a message's id,
-    repeated over its entries, is converted once (:class:`Indexed`). Every row of one
-    publish has the same time, so time and other constant columns are written as one
-    value."""
+    """Rows a publish writes. Queue entries are kept as columns: a publish's matches
+    come as columns (:class:`Matches`); entries queued one by one (:meth:`enqueue`) are
+    kept as their targets and turned into columns once. A message's id, repeated over
+    its entries, is converted once (:class:`Indexed`). Every row of one publish has the
+    same time, so time and other constant columns are written as one value."""
 
     now: datetime
     targets: list[Target]
@@ -176,10 +190,10 @@ class _Writes:
     entry_msgs: list[int]
     suspended: list[tuple[Any, ...]]
     refs: dict[str, list[Any]]
-    columns: list[tuple[Any, ...]] | None = None
-    """The targets' fields as columns (Target's order), once :meth:`matched` made them."""
+    columns: Mapping[str, Sequence[Any]] | None = None
+    """The entries' :data:`QUEUE_COLUMNS`, once :meth:`matched` took them."""
     routed_entries: int = 0
-    """How many of ``targets`` :meth:`routed` has queued."""
+    """How many of the matched entries :meth:`routed` has queued."""
 
     @classmethod
     def empty(cls, now: datetime) -> _Writes:
@@ -193,12 +207,11 @@ class _Writes:
         self.entry_msgs.append(len(self.msgs))
         self.msgs.append(msg)
 
-    def matched(self, targets: list[Target]) -> Counter[str]:
-        """Take a publish's matches, every message's in message order (as :meth:`routed`
-        then queues them); returns the number of entries per host."""
-        self.targets = targets
-        self.columns = list(zip(*targets, strict=True)) if targets else [()] * len(Target._fields)
-        return Counter(self.columns[1])
+    def matched(self, matches: Matches) -> Counter[str]:
+        """Take a publish's matches (as :meth:`routed` then queues them, message by
+        message); returns the number of entries per host."""
+        self.columns = matches.columns
+        return Counter(matches.columns["host"])
 
     def routed(
         self,
@@ -213,7 +226,7 @@ class _Writes:
             raise RuntimeError("_Writes.routed before matched")
         start = self.routed_entries
         self.routed_entries += k
-        subs: tuple[int, ...] = self.columns[0][start : start + k]
+        subs: tuple[int, ...] = tuple(self.columns["sub"][start : start + k])
         if k:
             self.entry_ids.extend(islice(entry_ids, k))
             self.entry_msgs.extend(repeat(len(self.msgs), k))
@@ -256,20 +269,14 @@ class _Writes:
         writes = list(before)
         q: dict[str, Sequence[Any]] | None = None
         s: dict[str, Sequence[Any]] | None = None
-        if self.targets:
-            n = len(self.targets)
+        if self.entry_ids:
+            n = len(self.entry_ids)
             if self.columns is None:
-                self.columns = list(zip(*self.targets, strict=True))
-            sub, host, priority, state, _kind, instance, ordered, _service, _corr = self.columns
+                self.columns = Matches.of([self.targets]).columns
             q = {
                 "id": self.entry_ids,
                 "msg": Indexed(self.msgs, self.entry_msgs),  # each id converted once
-                "sub": sub,
-                "host": host,
-                "priority": priority,
-                "state": [_HELD if s == _STOPPED else _READY for s in state],
-                "instance_id": instance,
-                "ordered": ordered,
+                **{name: self.columns[name] for name in QUEUE_COLUMNS},
             }
             q["attempts"] = Same(0, n)
             q["available_at"] = Same(now, n)
@@ -344,24 +351,21 @@ def publish(
     forced = suspensions or {}
     matches = _route_unforced(conn, dialect, messages, forced, now)
     writes = _Writes.empty(now)
-    hosts = writes.matched(list(chain.from_iterable(matches)))
+    hosts = writes.matched(matches)
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
-    unrouted = [i for i, rows in enumerate(matches) if not rows and i not in forced]
+    counts = matches.counts
+    unrouted = [i for i, k in enumerate(counts) if not k and i not in forced]
     if unrouted and policy is RoutingPolicy.RAISE:
         raise _routing_failure(unrouted, ids)
-    keep = [
-        i
-        for i, rows in enumerate(matches)
-        if rows or i in forced or policy is RoutingPolicy.SUSPEND
-    ]
-    n_entries = sum(len(matches[i]) + (i in forced or not matches[i]) for i in keep)
+    keep = [i for i, k in enumerate(counts) if k or i in forced or policy is RoutingPolicy.SUSPEND]
+    n_entries = sum(counts[i] + (i in forced or not counts[i]) for i in keep)
     entry_ids = iter(allocate(conn, n_entries)) if n_entries else iter(())
     results = []
-    for i, rows in enumerate(matches):
+    for i, k in enumerate(counts):
         msg_id = ids[i]
-        if i in forced or rows:
-            results.append(writes.routed(entry_ids, msg_id, len(rows), forced.get(i)))
+        if i in forced or k:
+            results.append(writes.routed(entry_ids, msg_id, k, forced.get(i)))
         elif policy is RoutingPolicy.SUSPEND:  # its report is read from the spool
             writes.suspend(
                 next(entry_ids),
@@ -392,17 +396,17 @@ def _route_unforced(
     messages: Sequence[Message],
     forced: Mapping[int, Suspension],
     now: datetime,
-) -> list[list[Target]]:
+) -> Matches:
     """Each message's matches; none for a message stored suspended without routing
     (it was routed with no properties, so a filter of only ``not_exists`` took it)."""
-    if not forced:
-        return route(conn, dialect, [m.promoted for m in messages], now=now)
     routed = [i for i in range(len(messages)) if i not in forced or forced[i].route]
-    found = route(conn, dialect, [messages[i].promoted for i in routed], now=now)
-    matches: list[list[Target]] = [[] for _ in messages]
-    for i, rows in zip(routed, found, strict=True):
-        matches[i] = rows
-    return matches
+    found = route_matches(conn, dialect, [messages[i].promoted for i in routed], now)
+    if len(routed) == len(messages):
+        return found
+    counts = [0] * len(messages)
+    for i, k in zip(routed, found.counts, strict=True):
+        counts[i] = k  # the entries stay in message order: the others have none
+    return Matches(counts, found.columns)
 
 
 def _routing_failure(unrouted: Sequence[int], ids: Sequence[uuid.UUID]) -> RoutingFailure:

@@ -13,14 +13,16 @@ can see. The matching itself is :class:`messagebox.predicates.index.FilterIndex`
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from array import array
+from collections.abc import Mapping, MutableSequence, Sequence
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from messagebox import schema
 from messagebox.dialects import Target
-from messagebox.models import State
+from messagebox.models import QueueState, State
 from messagebox.predicates.index import FilterIndex
 from messagebox.predicates.model import Filter
 from messagebox.properties import Value
@@ -40,6 +42,43 @@ routing have committed here, so an index skips its query while nothing changed."
 _LOCAL_GUARD = threading.Lock()
 
 _UNENLISTED = State.UNENLISTED.value
+_STOPPED = State.STOPPED.value
+_HELD = QueueState.HELD.value
+_READY = QueueState.READY.value
+
+QUEUE_COLUMNS = ("sub", "host", "priority", "state", "instance_id", "ordered")
+"""The queue entry's columns a match gives (``state`` the entry's: held for a stopped
+subscription, else ready)."""
+
+
+class Matches(NamedTuple):
+    """A batch's matches as a publish queues them: how many each message has, and the
+    entries' :data:`QUEUE_COLUMNS`, message by message, each message's in
+    subscription-id order."""
+
+    counts: list[int]
+    columns: Mapping[str, Sequence[Any]]
+
+    @classmethod
+    def of(cls, per_message: Sequence[Sequence[Target]]) -> Matches:
+        """From each message's targets (the SQL router's, or after correlation)."""
+        targets = [t for rows in per_message for t in rows]
+        if not targets:
+            return cls([0] * len(per_message), dict.fromkeys(QUEUE_COLUMNS, ()))
+        sub, host, priority, state, _kind, instance, ordered, _service, _corr = zip(
+            *targets, strict=True
+        )
+        queue_state = tuple(_HELD if s == _STOPPED else _READY for s in state)
+        return cls(
+            [len(rows) for rows in per_message],
+            dict(
+                zip(
+                    QUEUE_COLUMNS,
+                    (sub, host, priority, queue_state, instance, ordered),
+                    strict=True,
+                )
+            ),
+        )
 
 
 def begin(conn: sa.Connection, index: RoutingIndex | None) -> None:
@@ -80,8 +119,14 @@ def of(conn: sa.Connection) -> RoutingIndex | None:
 class RoutingIndex:
     """One store's enlisted and stopped subscriptions, matched in memory.
 
-    Thread-safe: a batch is matched under a lock (matching is pure Python, so threads
-    gain nothing from running it at once)."""
+    Each held subscription has a *slot*, the key its filter is indexed under, and its
+    queue columns are lists by slot: a batch's entries are gathered from them in C
+    (``itemgetter``), not read field by field from a tuple per match (at 100,000
+    subscriptions those lie far apart in memory). A subscription keeps its slot while
+    the index lives; slots ascend with subscription ids unless a lower id came later.
+
+    Thread-safe: a batch is matched under a lock (matching holds the interpreter lock,
+    so threads gain nothing from running it at once)."""
 
     def __init__(self, local: str | None = None) -> None:
         self._local = local
@@ -90,7 +135,16 @@ class RoutingIndex:
         self._local_seen = -1
         self._lock = threading.Lock()
         self._filters: FilterIndex[int] = FilterIndex()
-        self._targets: dict[int, Target] = {}
+        self._slots: dict[int, int] = {}
+        """Subscription id -> slot."""
+        self._targets: list[Target | None] = []
+        """By slot: the subscription's target (None once it is gone)."""
+        self._columns: dict[str, MutableSequence[Any]] = _no_columns()
+        """By slot: the subscription's queue columns."""
+        self._free: list[int] = []
+        """Slots of subscriptions gone, for new ones."""
+        self._ascending = True
+        """Whether slots ascend with subscription ids."""
         self._correlated = 0
         """How many held subscriptions have a correlation."""
         self._version: int | None = None
@@ -108,21 +162,58 @@ class RoutingIndex:
         """The matches of each message of a batch, in subscription-id order, and whether
         any of them has a correlation. A subscription's :class:`Target` is one shared
         tuple: a batch allocates a list per message, nothing per match."""
-        out: list[list[Target]] = []
-        correlated = False
         with self._lock:
-            self._catch_up(conn)
-            match, target = self._filters.match, self._targets.__getitem__
-            for props in promoted:
-                found = match(props)
-                if not found:
-                    out.append([])
-                    continue
-                rows = list(map(target, sorted(found)))
-                if not correlated and self._correlated:
-                    correlated = any(row.correlation for row in rows)
-                out.append(rows)
-        return out, correlated
+            flat, counts = self._match(conn, promoted)
+            return self._per_message(flat, counts), self._any_correlated(flat)
+
+    def route_columns(
+        self, conn: sa.Connection, promoted: Sequence[Mapping[str, Value]]
+    ) -> Matches | list[list[Target]]:
+        """A batch's matches as columns; as each message's targets (as :meth:`route`)
+        when one of them has a correlation, which the router resolves per match."""
+        with self._lock:
+            flat, counts = self._match(conn, promoted)
+            if self._any_correlated(flat):
+                return self._per_message(flat, counts)
+            if not flat:
+                return Matches(counts, dict.fromkeys(QUEUE_COLUMNS, ()))
+            if len(flat) == 1:
+                columns = {k: (v[flat[0]],) for k, v in self._columns.items()}
+            else:
+                take = itemgetter(*flat)
+                columns = {k: take(v) for k, v in self._columns.items()}
+            return Matches(counts, columns)
+
+    def _match(
+        self, conn: sa.Connection, promoted: Sequence[Mapping[str, Value]]
+    ) -> tuple[list[int], list[int]]:
+        """Every match's slot, message by message, and how many each message has."""
+        self._catch_up(conn)
+        match = self._filters.match
+        order = None if self._ascending else self._columns["sub"].__getitem__
+        flat: list[int] = []
+        counts: list[int] = []
+        for props in promoted:
+            found = match(props)
+            counts.append(len(found))
+            if found:
+                flat.extend(sorted(found, key=order))
+        return flat, counts
+
+    def _per_message(self, flat: list[int], counts: list[int]) -> list[list[Target]]:
+        targets = self._targets.__getitem__
+        out: list[list[Target]] = []
+        start = 0
+        for n in counts:
+            out.append(list(map(targets, flat[start : start + n])))  # type: ignore[arg-type]
+            start += n
+        return out
+
+    def _any_correlated(self, flat: list[int]) -> bool:
+        if not self._correlated:
+            return False
+        targets = self._targets
+        return any(targets[slot].correlation for slot in flat)  # type: ignore[union-attr]
 
     def _catch_up(self, conn: sa.Connection) -> None:
         """Bring the index to the newest routing version this transaction sees."""
@@ -163,31 +254,42 @@ class RoutingIndex:
         if self._version is not None and version < self._version:
             return  # this transaction sees less than the index already holds
         self._filters = FilterIndex()
-        self._targets = {}
+        self._slots = {}
+        self._targets = []
+        self._columns = _no_columns()
+        self._free = []
+        self._ascending = True
         self._correlated = 0
-        for row in conn.execute(_select()):
+        for row in conn.execute(_select().order_by(schema.subscription.c.id)):
             self._add(row)
         self._version = version
         self.loads += 1
 
     def _reload(self, conn: sa.Connection, subs: list[int]) -> None:
         for sub in subs:
-            self._filters.remove(sub)
-            gone = self._targets.pop(sub, None)
+            slot = self._slots.get(sub)
+            if slot is None:
+                continue
+            self._filters.remove(slot)
+            gone = self._targets[slot]
+            self._targets[slot] = None
             if gone is not None and gone.correlation:
                 self._correlated -= 1
         s = schema.subscription
         for start in range(0, len(subs), 1000):
             for row in conn.execute(_select().where(s.c.id.in_(subs[start : start + 1000]))):
-                self._add(row)
+                self._add(row)  # a subscription still held keeps its slot
+        for sub in subs:
+            slot = self._slots.get(sub)
+            if slot is not None and self._targets[slot] is None:  # gone: free its slot
+                del self._slots[sub]
+                self._free.append(slot)
 
     def _add(self, row: Any) -> None:
         if row.state == _UNENLISTED:
             return
-        self._filters.add(row.id, Filter.from_stored_json(row.filter))
-        if row.correlation:
-            self._correlated += 1
-        self._targets[row.id] = Target(
+        filt = Filter.from_stored_json(row.filter)
+        target = Target(
             row.id,
             row.host,
             row.priority,
@@ -198,6 +300,41 @@ class RoutingIndex:
             row.service,
             row.correlation,
         )
+        queued = (
+            target.sub,
+            target.host,
+            target.priority,
+            _HELD if target.state == _STOPPED else _READY,
+            target.instance_id,
+            target.ordered,
+        )
+        slot = self._slots.get(row.id)
+        if slot is None and not self._free:  # a new subscription: a new slot
+            slot = self._slots[row.id] = len(self._targets)
+            if self._targets and row.id < self._columns["sub"][-1]:
+                self._ascending = False
+            self._targets.append(target)
+            for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
+                self._columns[name].append(value)
+        else:
+            if slot is None:  # a new subscription in a gone one's slot
+                slot = self._slots[row.id] = self._free.pop()
+                self._ascending = False
+            self._targets[slot] = target
+            for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
+                self._columns[name][slot] = value
+        self._filters.add(slot, filt)
+        if row.correlation:
+            self._correlated += 1
+
+
+def _no_columns() -> dict[str, MutableSequence[Any]]:
+    """Empty queue columns by slot. Ids are kept as machine integers: a batch's are
+    made anew, side by side, when gathered, instead of read from int objects spread
+    over the whole index (at 100,000 subscriptions, a cache miss each)."""
+    columns: dict[str, MutableSequence[Any]] = {name: [] for name in QUEUE_COLUMNS}
+    columns["sub"] = array("q")
+    return columns
 
 
 def _select() -> sa.Select[Any]:

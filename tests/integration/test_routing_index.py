@@ -130,3 +130,30 @@ def test_the_cleanup_job_trims_old_versions_and_a_lagging_index_reloads(backend_
 def test_an_unknown_router_is_refused_by_name(duckdb_url: str):
     with pytest.raises(ValidationError, match="router 'fast' is not one of index, sql"):
         MessageBox(duckdb_url, router="fast")
+
+
+def test_a_new_subscription_in_a_gone_ones_slot_routes_in_id_order(backend_url: str):
+    """The index files a subscription under a slot and reuses a removed one's: a batch's
+    matches still come in subscription-id order, with each one's queue columns."""
+    with MessageBox(backend_url) as box:
+        box.create_host("h")
+        box.create_host("k")
+        made = [
+            box.subscribe(f"s{i}", host="hk"[i % 2], filter=P("a.X") >= i, priority=i)
+            for i in range(4)
+        ]
+        assert _subs(box, {"a.X": 9}) == tuple(s.id for s in made)
+        box.unsubscribe(made[0].id, made[2].id)
+        later = [box.subscribe(f"t{i}", host="k", filter=P("a.X") >= 0) for i in range(3)]
+        index = _index(box)
+        assert index.loads == 1  # followed change by change, so the freed slots were reused
+        want = (made[1].id, made[3].id, *(s.id for s in later))
+        routed = box.publish([Message(b"", promoted={"a.X": x}) for x in (9, 0, 2)], policy="drop")
+        assert [r.subscriptions for r in routed] == [
+            want,
+            tuple(s.id for s in later),
+            (made[1].id, *(s.id for s in later)),
+        ]
+        entries = {(d.subscription, d.host) for d in box.queue_depth("k")}
+        assert {(s.id, "k") for s in later} <= entries
+        assert (made[1].id, "k") in entries
