@@ -144,6 +144,7 @@ def test_a_new_subscription_in_a_gone_ones_slot_routes_in_id_order(backend_url: 
         ]
         assert _subs(box, {"a.X": 9}) == tuple(s.id for s in made)
         box.unsubscribe(made[0].id, made[2].id)
+        assert _subs(box, {"a.X": 9}) == (made[1].id, made[3].id)  # their slots are free
         later = [box.subscribe(f"t{i}", host="k", filter=P("a.X") >= 0) for i in range(3)]
         index = _index(box)
         assert index.loads == 1  # followed change by change, so the freed slots were reused
