@@ -65,20 +65,23 @@ class Matches(NamedTuple):
         targets = [t for rows in per_message for t in rows]
         if not targets:
             return cls([0] * len(per_message), dict.fromkeys(QUEUE_COLUMNS, ()))
-        sub, host, priority, state, _kind, instance, ordered, _service, _corr = zip(
-            *targets, strict=True
-        )
-        queue_state = tuple(_HELD if s == _STOPPED else _READY for s in state)
+        columns = zip(*map(_queued, targets), strict=True)
         return cls(
-            [len(rows) for rows in per_message],
-            dict(
-                zip(
-                    QUEUE_COLUMNS,
-                    (sub, host, priority, queue_state, instance, ordered),
-                    strict=True,
-                )
-            ),
+            [len(rows) for rows in per_message], dict(zip(QUEUE_COLUMNS, columns, strict=True))
         )
+
+
+def _queued(target: Target) -> tuple[Any, ...]:
+    """A target's :data:`QUEUE_COLUMNS` values."""
+    held = target.state == _STOPPED
+    return (
+        target.sub,
+        target.host,
+        target.priority,
+        _HELD if held else _READY,
+        target.instance_id,
+        target.ordered,
+    )
 
 
 def begin(conn: sa.Connection, index: RoutingIndex | None) -> None:
@@ -300,14 +303,7 @@ class RoutingIndex:
             row.service,
             row.correlation,
         )
-        queued = (
-            target.sub,
-            target.host,
-            target.priority,
-            _HELD if target.state == _STOPPED else _READY,
-            target.instance_id,
-            target.ordered,
-        )
+        queued = _queued(target)
         slot = self._slots.get(row.id)
         if slot is None and not self._free:  # a new subscription: a new slot
             slot = self._slots[row.id] = len(self._targets)
