@@ -33,10 +33,17 @@ The limits beside every figure, measured in the same run (``route_limit``)
     the store's bulk path into a fresh database; publish+route is printed as a fraction
     of it. And a single-message publish beside a raw insert of the same rows.
 
+Scaling, measured in one process
+    The N=100,000 run publishes to a second store, of N=100, a batch of it after each
+    of its own, so a slow minute on the machine falls on both sizes alike; the ratio of
+    the two is the scaling figure. The ratio of the two sizes' separate runs is printed
+    beside it.
+
 Targets (shown beside the figures)
     at N=10,000: publish+route >= 0.6 of the write limit on DuckDB and >= 0.5 on
     PostgreSQL, on every workload; >= 100x the naive loop; a single-message publish
-    <= 3x the raw insert; per backend, throughput(N=100,000) / throughput(N=100) >= 0.8.
+    <= 3x the raw insert; per backend, throughput(N=100,000) / throughput(N=100) >= 0.8
+    (the alternating pair).
 
 Run it from the project root::
 
@@ -107,6 +114,11 @@ def _plan(workloads: Sequence[str], sizes: Sequence[int]) -> list[tuple[str, int
     return [(w, n) for w in workloads for n in (sizes if w == "orders" else other)]
 
 
+def _emptied(work: Workload) -> Workload:
+    """The workload with only what the report prints."""
+    return dataclasses.replace(work, specs=[], filters=[], warmup=[], messages=[], properties=[])
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.route",
@@ -170,7 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     works: dict[tuple[str, int], Workload] = {}
     naives: dict[tuple[str, int], NaiveResult] = {}
     results: list[RunResult] = []
+    # scaling is measured in one process: N=100,000's batches alternate with N=100's
+    pairs = {("orders", 100_000): ("orders", 100)}
     for name, n in _plan(args.workloads, args.sizes):
+        partner = works.get(pairs.get((name, n), ("", 0)))
         start = time.perf_counter()
         work = make_workload(n, args.messages, args.seed, name)
         works[(name, n)] = work
@@ -188,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.freeze()
         for backend in backends:
             gc.collect()
-            result = run_backend(backend, work, naive, args.pg_url)
+            result = run_backend(backend, work, naive, args.pg_url, partner=partner)
             results.append(result)
             limit = result.limit
             log(
@@ -200,14 +215,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if limit
                     else ""
                 )
+                + (
+                    f"; N={result.paired.n:,} alternating: {result.paired.msgs_per_s:,.0f} msgs/s"
+                    if result.paired
+                    else ""
+                )
             )
         # keep only what the report prints: a later run must not pay the garbage
-        # collector for this workload's objects
+        # collector for this workload's objects (a pair's smaller one waits for its run)
         gc.unfreeze()
-        works[(name, n)] = dataclasses.replace(
-            work, specs=[], filters=[], warmup=[], messages=[], properties=[]
-        )
-        del work
+        if (name, n) not in pairs.values():
+            works[(name, n)] = _emptied(work)
+        if partner is not None:
+            works[partner.name, partner.n] = _emptied(partner)
+        del work, partner
 
     print(report(args.messages, works, naives, results, backends))
     for note in notes:

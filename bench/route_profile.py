@@ -38,7 +38,7 @@ def run_profile(n_messages: int, seed: int) -> None:
             profiler = cProfile.Profile()
             profiler.enable()
             start = time.perf_counter()
-            routed, _ = timed_publish(box, work.messages)
+            routed, _, _ = timed_publish(box, work.messages)
             elapsed = time.perf_counter() - start
             profiler.disable()
         finally:

@@ -11,7 +11,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -108,6 +108,20 @@ def backend_url(backend: str, n: int, pg_url: str) -> Iterator[str]:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """Another store (another N) published to in the same process, a batch of it after
+    each batch of the run's own, so that the machine's drift falls on both alike."""
+
+    n: int
+    messages: int
+    publish_s: float
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.publish_s
+
+
+@dataclass(frozen=True)
 class RunResult:
     backend: str
     workload: str
@@ -119,6 +133,7 @@ class RunResult:
     avg_matches: float
     agree: tuple[int, int] | None  # (messages where SQL routing == naive, messages compared)
     limit: Limit | None  # the write limit and single-message figures, same run
+    paired: Paired | None = None  # a smaller store's batches, alternating with these
 
     @property
     def msgs_per_s(self) -> float:
@@ -163,14 +178,27 @@ def checkpoint(box: MessageBox) -> None:
         log(f"CHECKPOINT before the run skipped: {exc.orig}")
 
 
-def timed_publish(box: MessageBox, messages: Sequence[Message]) -> tuple[list[Routed], list[float]]:
+def timed_publish(
+    box: MessageBox,
+    messages: Sequence[Message],
+    partner: tuple[MessageBox, Sequence[Message]] | None = None,
+) -> tuple[list[Routed], list[float], list[float]]:
+    """Publish ``messages`` in batches, timing each; with a ``partner`` (another box and
+    its messages), publish one of its batches after each of ours, timed apart."""
     routed: list[Routed] = []
     batch_s: list[float] = []
+    partner_s: list[float] = []
+    theirs = iter(_batches(partner[1])) if partner is not None else iter(())
     for batch in _batches(messages):
         start = time.perf_counter()
         routed.extend(box.publish(batch))
         batch_s.append(time.perf_counter() - start)
-    return routed, batch_s
+        other = next(theirs, None)
+        if partner is not None and other is not None:
+            start = time.perf_counter()
+            partner[0].publish(other)
+            partner_s.append(time.perf_counter() - start)
+    return routed, batch_s, partner_s
 
 
 def log_disagreement(work: Workload, i: int, got: list[int], expected: list[int]) -> None:
@@ -185,17 +213,32 @@ def log_disagreement(work: Workload, i: int, got: list[int], expected: list[int]
 
 
 def run_backend(
-    backend: str, work: Workload, naive: NaiveResult | None, pg_url: str, *, limit: bool = True
+    backend: str,
+    work: Workload,
+    naive: NaiveResult | None,
+    pg_url: str,
+    *,
+    limit: bool = True,
+    partner: Workload | None = None,
 ) -> RunResult:
+    """Publish ``work`` on a fresh store; with a ``partner`` workload, alternate its
+    batches (on a second fresh store) with ours."""
     singles: list[float] = []
-    with backend_url(backend, work.n, pg_url) as url:
+    partner_s: list[float] = []
+    with ExitStack() as stack:
+        url = stack.enter_context(backend_url(backend, work.n, pg_url))
         box, subscribe_s, index_of = prepare(url, work)
-        try:
-            routed, batch_s = timed_publish(box, work.messages)
-            if limit:
-                singles = timed_singles(box, work.messages)
-        finally:
-            box.close()
+        stack.callback(box.close)
+        other = None
+        if partner is not None:
+            other_url = stack.enter_context(backend_url(backend, partner.n, pg_url))
+            other = prepare(other_url, partner)[0]
+            stack.callback(other.close)
+        routed, batch_s, partner_s = timed_publish(
+            box, work.messages, (other, partner.messages) if other and partner else None
+        )
+        if limit:
+            singles = timed_singles(box, work.messages)
     measured = None
     if limit:
         with backend_url(backend, work.n, pg_url) as url:
@@ -221,6 +264,11 @@ def run_backend(
         avg_matches=sum(len(r.subscriptions) for r in routed) / max(1, len(routed)),
         agree=agree,
         limit=measured,
+        paired=(
+            Paired(partner.n, len(partner_s) * BATCH, sum(partner_s))
+            if partner is not None and partner_s
+            else None
+        ),
     )
 
 
