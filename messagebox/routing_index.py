@@ -192,7 +192,7 @@ class RoutingIndex:
     ) -> tuple[list[int], list[int]]:
         """Every match's slot, message by message, and how many each message has."""
         self._catch_up(conn)
-        match = self._filters.match
+        match = self._filters.matching
         order = None if self._ascending else self._columns["sub"].__getitem__
         flat: list[int] = []
         counts: list[int] = []

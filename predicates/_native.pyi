@@ -1,9 +1,17 @@
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+class Groups:
+    """Filed groups compiled by compile(): read by match()."""
+
+    def __len__(self) -> int: ...
+
+def compile(
+    groups: Sequence[tuple[Any, Any, tuple[Any, ...]]], bounds: Sequence[Any] | None = ...
+) -> Groups: ...
 def match(
-    packed: dict[str, tuple[Any, ...]], unanchored: dict[int, Any], properties: Mapping[str, Any]
-) -> set[Any]: ...
+    packed: dict[str, tuple[Any, ...]], unanchored: Groups | None, properties: Mapping[str, Any]
+) -> list[Any]: ...
 def setup(
     family_map: dict[type, int],
     family_fn: Callable[[Any], int],

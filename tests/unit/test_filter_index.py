@@ -15,7 +15,7 @@ from messagebox.predicates import Filter, P, filter_matches, normalize_propertie
 from messagebox.predicates import index as index_module
 from messagebox.predicates.index import FilterIndex
 from tests.conftest import IN_CI
-from tests.strategies import filters, messages
+from tests.strategies import EDGE_FLOATS, EDGE_INTS, filters, messages
 
 MATCHERS = pytest.mark.parametrize(
     "native",
@@ -109,6 +109,38 @@ def test_exact_edges(native: bool) -> None:
     early = datetime(2023, 12, 31, 23, 0, tzinfo=UTC).astimezone()
     assert index.match(normalize_properties({"t.x": early})) == {7}  # != needs one family
     assert index.match({}) == {5}
+
+
+@MATCHERS
+def test_numbers_compare_exactly_at_every_edge(native: bool) -> None:
+    """Every comparison and mask, with every edge number as the bound, against every
+    edge number: the compiled matcher compares int64s and doubles directly only where
+    that is exact (beyond 2**53 an int is not a double) and must agree with Python's
+    exact comparisons everywhere else, also in a range whose bounds are not all
+    doubles."""
+    numbers = sorted({*EDGE_INTS, *EDGE_FLOATS, 2**53 - 1, 2**62 + 1, 0.1, -(2**53) - 2.0})
+    x = P("t.x")
+    shapes = [
+        lambda b: x > b,
+        lambda b: x >= b,
+        lambda b: x < b,
+        lambda b: x <= b,
+        lambda b: x != b,
+        lambda b: (x == 0.25) & (P("t.y") > b),  # not the anchor: checked after it
+        lambda b: P("t.y").exists() & (x <= b),
+    ]
+    cases: dict[int, Filter] = {}
+    for b in numbers:
+        for shape in shapes:
+            cases[len(cases)] = Filter.of(shape(b))
+        if isinstance(b, int) and b:
+            cases[len(cases)] = Filter.of(x.bitwise_and(b))
+    index: FilterIndex[int] = FilterIndex(native=native)
+    index.update(cases.items())
+    for v in numbers:
+        batch: list[dict[str, object]] = [{"t.x": v}, {"t.x": v, "t.y": v}, {"t.x": 0.25, "t.y": v}]
+        for props in batch:
+            assert index.match(normalize_properties(props)) == _want(cases, props), props
 
 
 @settings(max_examples=300, deadline=None)
@@ -219,3 +251,60 @@ def test_the_compiled_matcher_keeps_no_memory_per_match(native: bool) -> None:
     finally:
         tracemalloc.stop()
     assert grown < 4_096, f"{grown} bytes kept by 1,800 matches"
+
+
+@MATCHERS
+def test_replacing_filters_keeps_no_memory(native: bool) -> None:
+    """Filters replaced and removed over and over, matched between the changes: the
+    compiled buckets of what changed are rebuilt and the old ones freed, with the
+    references they held."""
+    import gc
+    import sys
+    import tracemalloc
+
+    key = 10**30  # a key object of its own, to count the references to it
+    bound = 2**62 + 12_345  # and a bound
+    shapes = [
+        lambda i: (P("c.Id") == f"C{i % 5}") & (P("c.Total") > i) & (P("c.Big") < bound),
+        lambda i: (P("c.Total") <= i) | P("c.Sku").prefix(f"S{i % 3}"),
+        lambda i: P("c.Flags").bitwise_and(i + 1) & (P("c.Region") != "R1"),
+        lambda i: P("c.Rush").exists() & P("c.Gone").not_exists(),
+        lambda i: P("c.Gone").not_exists(),
+    ]
+    made = [[to_filter(shape(r)) for shape in shapes] for r in range(3)]
+    props = normalize_properties(
+        {
+            "c.Id": "C1",
+            "c.Total": 3,
+            "c.Sku": "S1",
+            "c.Flags": 3,
+            "c.Region": "R2",
+            "c.Rush": 1,
+            "c.Big": 1,
+        }
+    )
+    index: FilterIndex[int] = FilterIndex(native=native)
+    index.update((i, to_filter(shapes[i % len(shapes)](i))) for i in range(50))
+    index.match(props)  # compiled: the compiled buckets hold their own references
+    refs = sys.getrefcount(key), sys.getrefcount(bound)
+
+    def churn(rounds: int) -> None:
+        for r in range(rounds):
+            for filt in made[r % len(made)]:
+                index.add(key, filt)
+                index.match(props)
+            index.remove(key)
+            index.match(props)
+
+    tracemalloc.start()  # before the warm-up: a dict resized later frees what it traced
+    try:
+        churn(10)  # the index's dicts reach their working size
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        churn(60)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert (sys.getrefcount(key), sys.getrefcount(bound)) == refs
+    assert grown < 4_096, f"{grown} bytes kept by 300 replacements"
