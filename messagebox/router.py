@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 from typing import Any
 
 import sqlalchemy as sa
@@ -239,6 +239,34 @@ class _Writes:
         self.reference(msg_id, k + 1)
         return Routed(msg_id, Outcome.SUSPENDED, subs)
 
+    def routed_all(
+        self, entry_ids: list[int], ids: Sequence[uuid.UUID], counts: Sequence[int]
+    ) -> list[Routed]:
+        """:meth:`routed` of every message at once, in order, for a batch with nothing
+        to suspend: a message that matched nothing is dropped. The columns are made
+        whole instead of message by message."""
+        if self.columns is None or self.routed_entries:
+            raise RuntimeError("_Writes.routed_all before matched, or after routed")
+        subs = self.columns["sub"]
+        kept = [i for i, k in enumerate(counts) if k]
+        msgs = [ids[i] for i in kept]
+        kept_counts = [counts[i] for i in kept]
+        self.routed_entries = total = sum(kept_counts)
+        self.entry_ids.extend(entry_ids[:total])
+        self.entry_msgs.extend(chain.from_iterable(map(repeat, range(len(msgs)), kept_counts)))
+        self.msgs.extend(msgs)
+        self.refs["msg"].extend(msgs)
+        self.refs["n"].extend(kept_counts)
+        results = []
+        start = 0
+        for msg_id, k in zip(ids, counts, strict=True):
+            if k:
+                results.append(Routed(msg_id, Outcome.ROUTED, tuple(subs[start : start + k])))
+                start += k
+            else:
+                results.append(Routed(msg_id, Outcome.DROPPED, ()))
+        return results
+
     def suspend(
         self,
         entry_id: int,
@@ -360,6 +388,32 @@ def publish(
         raise _routing_failure(unrouted, ids)
     keep = [i for i, k in enumerate(counts) if k or i in forced or policy is RoutingPolicy.SUSPEND]
     n_entries = sum(counts[i] + (i in forced or not counts[i]) for i in keep)
+    if not forced and all(counts[i] for i in keep):  # every message kept is only routed
+        results = writes.routed_all(allocate(conn, n_entries), ids, counts)
+    else:
+        results = _routed_each(writes, conn, n_entries, ids, counts, forced, policy)
+    kept = [(ids[i], messages[i]) for i in keep]
+    stored = spool.message_rows(conn, dialect, kept, now, publisher)
+    tracking.record(
+        conn, dialect, tracking.PUBLISHED, [ids[i] for i in keep], details=[publisher] * len(keep)
+    )
+    if unrouted:
+        outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
+        tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
+    writes.flush(conn, dialect, stored, hosts=hosts)
+    return results, hosts
+
+
+def _routed_each(
+    writes: _Writes,
+    conn: sa.Connection,
+    n_entries: int,
+    ids: Sequence[uuid.UUID],
+    counts: Sequence[int],
+    forced: Mapping[int, Suspension],
+    policy: RoutingPolicy,
+) -> list[Routed]:
+    """Queue, suspend or drop each message in turn (see :func:`publish`)."""
     entry_ids = iter(allocate(conn, n_entries)) if n_entries else iter(())
     results = []
     for i, k in enumerate(counts):
@@ -378,16 +432,7 @@ def publish(
             results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
         else:
             results.append(Routed(msg_id, Outcome.DROPPED, ()))
-    kept = [(ids[i], messages[i]) for i in keep]
-    stored = spool.message_rows(conn, dialect, kept, now, publisher)
-    tracking.record(
-        conn, dialect, tracking.PUBLISHED, [ids[i] for i in keep], details=[publisher] * len(keep)
-    )
-    if unrouted:
-        outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
-        tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
-    writes.flush(conn, dialect, stored, hosts=hosts)
-    return results, hosts
+    return results
 
 
 def _route_unforced(
