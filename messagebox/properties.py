@@ -216,7 +216,12 @@ def _typed(props: Mapping[str, Value]) -> dict[str, list[Any]]:
     tags = _PLAIN_TAGS
     for k, v in props.items():
         tag = tags.get(type(v))
-        out[k] = [tag, v] if tag is not None else encode_value(v)
+        if tag is not None:
+            out[k] = [tag, v]
+        elif type(v) is datetime and v.tzinfo is UTC:  # as normalised: orjson writes it
+            out[k] = ["d", v]  # exactly as isoformat() does, and faster
+        else:
+            out[k] = encode_value(v)
     return out
 
 

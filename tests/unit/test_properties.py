@@ -524,3 +524,28 @@ def test_decoding_a_payload_that_does_not_match_its_tag_raises_value_error(
     # Then decoding refuses it rather than returning the other type
     with pytest.raises(ValueError, match="malformed"):
         decode_context(text)
+
+
+@settings(max_examples=300)
+@given(
+    when=st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(seconds=3_630))]
+        ),
+    )
+)
+def test_a_context_writes_datetimes_as_isoformat_does(when: datetime) -> None:
+    """UTC datetimes (what normalisation makes) are written by the JSON encoder itself,
+    others by ``isoformat``: the stored text is the same either way, and reads back."""
+    utc = normalize_value(when, promoted=True)
+    assert isinstance(utc, datetime)
+    promoted = {"t.when": utc}
+    written = {"t.raw": when}  # not normalised: kept as given
+    text = encode_context(promoted, written)
+    assert json.loads(text) == {
+        "promoted": {"t.when": ["d", utc.isoformat()]},
+        "written": {"t.raw": ["d", when.isoformat()]},
+    }
+    assert decode_context(text)[0] == promoted
