@@ -72,6 +72,9 @@ class Matches(NamedTuple):
         )
 
 
+_CORRELATION = Target._fields.index("correlation")
+
+
 def _queued(target: Target) -> tuple[Any, ...]:
     """A target's :data:`QUEUE_COLUMNS` values."""
     held = target.state == _STOPPED
@@ -141,8 +144,10 @@ class RoutingIndex:
         self._filters: FilterIndex[int] = FilterIndex()
         self._slots: dict[int, int] = {}
         """Subscription id -> slot."""
-        self._targets: list[Target | None] = []
-        """By slot: the subscription's target (None once it is gone)."""
+        self._targets: list[tuple[Any, ...] | None] = []
+        """By slot: the subscription's target, as a plain tuple (None once it is gone):
+        the garbage collector stops tracking a plain tuple of plain values, not a
+        Target, and would walk 100,000 of them in every full collection."""
         self._columns: dict[str, MutableSequence[Any]] = _no_columns()
         """By slot: the subscription's queue columns."""
         self._free: list[int] = []
@@ -208,10 +213,11 @@ class RoutingIndex:
 
     def _per_message(self, flat: list[int], counts: list[int]) -> list[list[Target]]:
         targets = self._targets.__getitem__
+        make = Target._make
         out: list[list[Target]] = []
         start = 0
         for n in counts:
-            out.append(list(map(targets, flat[start : start + n])))  # type: ignore[arg-type]
+            out.append([make(targets(slot)) for slot in flat[start : start + n]])  # type: ignore[arg-type]
             start += n
         return out
 
@@ -219,7 +225,7 @@ class RoutingIndex:
         if not self._correlated:
             return False
         targets = self._targets
-        return any(targets[slot].correlation for slot in flat)  # type: ignore[union-attr]
+        return any(targets[slot][_CORRELATION] for slot in flat)  # type: ignore[index]
 
     def _catch_up(self, conn: sa.Connection) -> None:
         """Bring the index to the newest routing version this transaction sees."""
@@ -279,7 +285,7 @@ class RoutingIndex:
             self._filters.remove(slot)
             gone = self._targets[slot]
             self._targets[slot] = None
-            if gone is not None and gone.correlation:
+            if gone is not None and gone[_CORRELATION]:
                 self._correlated -= 1
         s = schema.subscription
         for start in range(0, len(subs), 1000):
@@ -315,14 +321,14 @@ class RoutingIndex:
             slot = self._slots[row.id] = len(self._targets)
             if self._targets and row.id < self._columns["sub"][-1]:
                 self._ascending = False
-            self._targets.append(target)
+            self._targets.append(tuple(target))
             for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
                 self._columns[name].append(value)
         else:
             if slot is None:  # a new subscription in a gone one's slot
                 slot = self._slots[row.id] = self._free.pop()
                 self._ascending = False
-            self._targets[slot] = target
+            self._targets[slot] = tuple(target)
             for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
                 self._columns[name][slot] = value
         self._filters.add(slot, filt)
