@@ -220,10 +220,6 @@ fill_check(Check *c, PyObject *data)
             return -1;
         }
         c->operand = Py_NewRef(PyTuple_GET_ITEM(data, 2));
-        if (code == MEMBER && !PyDict_Check(c->operand)) {
-            PyErr_SetString(PyExc_TypeError, "compile(): members are a dict");
-            return -1;
-        }
         if (code == PREFIX && !PyUnicode_Check(c->operand)) {
             PyErr_SetString(PyExc_TypeError, "compile(): a prefix is a str");
             return -1;
@@ -470,8 +466,10 @@ holds(const Check *c, PyObject *props)
         return PyObject_RichCompareBool(v, c->operand, ops[code]);
     }
     switch (code) {
-    case MEMBER:
-        return PyDict_Contains(c->operand, hash_key(v));
+    case MEMBER: /* several values in a dict, one as itself */
+        if (PyDict_CheckExact(c->operand))
+            return PyDict_Contains(c->operand, hash_key(v));
+        return PyObject_RichCompareBool(hash_key(v), c->operand, Py_EQ);
     case EXISTS:
         return 1;
     case MASK: {

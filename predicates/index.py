@@ -128,8 +128,11 @@ def _check_data(pred: Predicate) -> CheckData:
         return (_NOT_EXISTS, name)
     if op is Op.EXISTS:
         return (_EXISTS, name)
-    if op is Op.IN or op is Op.EQ:  # a dict of atoms is untracked too, unlike a set
-        return (_MEMBER, name, dict.fromkeys(_key(v) for v in (value if op is Op.IN else (value,))))
+    if op is Op.IN or op is Op.EQ:
+        keys = [_key(v) for v in (value if op is Op.IN else (value,))]
+        # one value as itself: a tuple holding a dict stays tracked by the collector
+        # (any dict may hold objects it must walk); several in a dict (of atoms)
+        return (_MEMBER, name, keys[0] if len(keys) == 1 else dict.fromkeys(keys))
     if op is Op.BITWISE_AND:
         return (_MASK, name, int(value))
     if op is Op.PREFIX:
@@ -159,7 +162,9 @@ def _holds(check: CheckData, props: Mapping[str, Value]) -> bool:
             return v <= bound  # type: ignore[no-any-return]
         return v != bound  # type: ignore[no-any-return]
     if code == _MEMBER:
-        return (("bool", v) if type(v) is bool else v) in check[2]  # as _key(v)
+        key = ("bool", v) if type(v) is bool else v  # as _key(v)
+        members = check[2]
+        return key in members if type(members) is dict else key == members
     if code == _EXISTS:
         return True
     if code == _MASK:
