@@ -403,29 +403,13 @@ seen_add(Seen *s, PyObject *key)
     return 0;
 }
 
-static inline int
-compare_i64(int64_t a, int64_t b, int code)
-{
-    switch (code) {
-    case GT: return a > b;
-    case GE: return a >= b;
-    case LT: return a < b;
-    case LE: return a <= b;
-    default: return a != b;
-    }
-}
-
-static inline int
-compare_double(double a, double b, int code)
-{
-    switch (code) {
-    case GT: return a > b;
-    case GE: return a >= b;
-    case LT: return a < b;
-    case LE: return a <= b;
-    default: return a != b;
-    }
-}
+/* a <op> b for a comparison's check code: one body for int64s and for doubles. */
+#define COMPARED(a, b, code)                                                                   \
+    ((code) == GT   ? (a) > (b)                                                                \
+     : (code) == GE ? (a) >= (b)                                                               \
+     : (code) == LT ? (a) < (b)                                                                \
+     : (code) == LE ? (a) <= (b)                                                               \
+                    : (a) != (b))
 
 /* Whether a non-zero v & mask, v an exact int: 1, 0 or -1. */
 static int
@@ -458,9 +442,9 @@ holds(const Check *c, PyObject *props)
         if (c->kinds) {
             Typed t = typed(v);
             if ((t.kinds & HAS_I64) && (c->kinds & HAS_I64))
-                return compare_i64(t.i, c->i, code);
+                return COMPARED(t.i, c->i, code);
             if ((t.kinds & HAS_DOUBLE) && (c->kinds & HAS_DOUBLE))
-                return compare_double(t.d, c->d, code);
+                return COMPARED(t.d, c->d, code);
         }
         static const int ops[] = {Py_GT, Py_GE, Py_LT, Py_LE, Py_NE};
         return PyObject_RichCompareBool(v, c->operand, ops[code]);
