@@ -74,28 +74,36 @@ def message_rows(
     links: dict[str, list[Any]] = {k: [] for k in ("msg", "idx", "name", "part")}
     parts: dict[str, list[Any]] = {k: [] for k in ("id", "size", "n_fragments", "data")}
     part_ids = iter(uuid7s(sum(len(message.parts) for _, message in messages)))
+    # the columns' appends bound once: this runs for every message published
+    add_id, add_context, add_n_parts, add_body = (spool[k].append for k in spool)
+    add_msg, add_idx, add_name, add_part = (links[k].append for k in links)
+    add_part_id, add_size, add_fragments, add_data = (parts[k].append for k in parts)
     for msg_id, message in messages:
-        spool["id"].append(msg_id)
-        spool["context"].append(encode_context(message.promoted, message.written))
-        spool["n_parts"].append(len(message.parts))
-        spool["body_part"].append(message.body_part)
+        add_id(msg_id)
+        add_context(encode_context(message.promoted, message.written))
+        add_n_parts(len(message.parts))
+        add_body(message.body_part)
         for idx, (name, data) in enumerate(message.parts.items()):
             part_id = next(part_ids)
-            first, rest = _first_fragment(data)
-            size, seq = len(first), 0
-            for seq, chunk in enumerate(rest, start=1):
-                dialect.insert(
-                    conn, schema.fragment, {"part": [part_id], "seq": [seq], "data": [chunk]}
-                )
-                size += len(chunk)
-            links["msg"].append(msg_id)
-            links["idx"].append(idx)
-            links["name"].append(name)
-            links["part"].append(part_id)
-            parts["id"].append(part_id)
-            parts["size"].append(size)
-            parts["n_fragments"].append(seq + 1)
-            parts["data"].append(first)
+            if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case
+                first, size, n_fragments = data, len(data), 1
+            else:
+                first, rest = _first_fragment(data)
+                size, seq = len(first), 0
+                for seq, chunk in enumerate(rest, start=1):
+                    dialect.insert(
+                        conn, schema.fragment, {"part": [part_id], "seq": [seq], "data": [chunk]}
+                    )
+                    size += len(chunk)
+                n_fragments = seq + 1
+            add_msg(msg_id)
+            add_idx(idx)
+            add_name(name)
+            add_part(part_id)
+            add_part_id(part_id)
+            add_size(size)
+            add_fragments(n_fragments)
+            add_data(first)
     if not spool["id"]:
         return []
     n = len(spool["id"])
