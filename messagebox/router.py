@@ -173,6 +173,7 @@ def _correlate(
 
 
 _SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
+_MATCHED_NOTHING = "the message matched no subscription"
 
 
 @dataclass
@@ -240,11 +241,17 @@ class _Writes:
         return Routed(msg_id, Outcome.SUSPENDED, subs)
 
     def routed_all(
-        self, entry_ids: list[int], ids: Sequence[uuid.UUID], counts: Sequence[int]
+        self,
+        entry_ids: list[int],
+        ids: Sequence[uuid.UUID],
+        counts: Sequence[int],
+        *,
+        suspend_unrouted: bool,
     ) -> list[Routed]:
-        """:meth:`routed` of every message at once, in order, for a batch with nothing
-        to suspend: a message that matched nothing is dropped. The columns are made
-        whole instead of message by message."""
+        """:meth:`routed` of every message at once, in order, for a batch with no
+        suspension asked for: a message that matched nothing is stored suspended (with
+        ``suspend_unrouted``, taking the next entry id as the message-by-message path
+        does) or dropped. The columns are made whole instead of message by message."""
         if self.columns is None or self.routed_entries:
             raise RuntimeError("_Writes.routed_all before matched, or after routed")
         subs = self.columns["sub"]
@@ -252,17 +259,28 @@ class _Writes:
         msgs = [ids[i] for i in kept]
         kept_counts = [counts[i] for i in kept]
         self.routed_entries = total = sum(kept_counts)
-        self.entry_ids.extend(entry_ids[:total])
+        unrouted = suspend_unrouted and len(kept) < len(counts)
+        if not unrouted:
+            self.entry_ids.extend(entry_ids[:total])
+            self.refs["msg"].extend(msgs)
+            self.refs["n"].extend(kept_counts)
         self.entry_msgs.extend(chain.from_iterable(map(repeat, range(len(msgs)), kept_counts)))
         self.msgs.extend(msgs)
-        self.refs["msg"].extend(msgs)
-        self.refs["n"].extend(kept_counts)
         results = []
-        start = 0
+        start = taken = 0
         for msg_id, k in zip(ids, counts, strict=True):
             if k:
                 results.append(Routed(msg_id, Outcome.ROUTED, tuple(subs[start : start + k])))
                 start += k
+                if unrouted:
+                    self.entry_ids.extend(entry_ids[taken : taken + k])
+                    self.reference(msg_id, k)
+                    taken += k
+            elif unrouted:  # its report is read from the spool
+                self.suspend(entry_ids[taken], msg_id, ROUTING_FAILURE, _MATCHED_NOTHING, None)
+                self.reference(msg_id, 1)
+                taken += 1
+                results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
             else:
                 results.append(Routed(msg_id, Outcome.DROPPED, ()))
         return results
@@ -388,8 +406,13 @@ def publish(
         raise _routing_failure(unrouted, ids)
     keep = [i for i, k in enumerate(counts) if k or i in forced or policy is RoutingPolicy.SUSPEND]
     n_entries = sum(counts[i] + (i in forced or not counts[i]) for i in keep)
-    if not forced and all(counts[i] for i in keep):  # every message kept is only routed
-        results = writes.routed_all(allocate(conn, n_entries), ids, counts)
+    if not forced:  # no message is stored suspended but by the routing policy
+        results = writes.routed_all(
+            allocate(conn, n_entries),
+            ids,
+            counts,
+            suspend_unrouted=policy is RoutingPolicy.SUSPEND,
+        )
     else:
         results = _routed_each(writes, conn, n_entries, ids, counts, forced, policy)
     kept = [(ids[i], messages[i]) for i in keep]
@@ -421,13 +444,7 @@ def _routed_each(
         if i in forced or k:
             results.append(writes.routed(entry_ids, msg_id, k, forced.get(i)))
         elif policy is RoutingPolicy.SUSPEND:  # its report is read from the spool
-            writes.suspend(
-                next(entry_ids),
-                msg_id,
-                ROUTING_FAILURE,
-                "the message matched no subscription",
-                None,
-            )
+            writes.suspend(next(entry_ids), msg_id, ROUTING_FAILURE, _MATCHED_NOTHING, None)
             writes.reference(msg_id, 1)
             results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
         else:

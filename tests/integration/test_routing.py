@@ -107,6 +107,34 @@ def test_a_routing_failure_report_is_read_from_the_spool_not_stored_twice(hosts:
     assert hosts.suspended_entry(entry.id).report == old
 
 
+@pytest.mark.parametrize("policy", ["suspend", "drop"])
+def test_a_batch_of_routed_and_unrouted_messages_takes_entry_ids_in_message_order(
+    hosts: MessageBox, policy: str
+):
+    """The batch path (routed_all) gives each message its entries as the one-by-one path
+    did: queue entries and routing-failure entries interleaved in message order, one
+    reference per entry, nothing at all for a dropped message."""
+    sub = hosts.subscribe("eu", host="shipping", filter=P("orders.Region") == "EU")
+    regions = ["EU", "APAC", "EU", "EU", "US", "EU"]
+    results = hosts.publish(
+        [Message(b"x", promoted={"orders.Region": r}) for r in regions], policy=policy
+    )
+    unrouted = Outcome.SUSPENDED if policy == "suspend" else Outcome.DROPPED
+    assert [r.outcome for r in results] == [
+        Outcome.ROUTED if r == "EU" else unrouted for r in regions
+    ]
+    assert [r.subscriptions for r in results] == [(sub.id,) if r == "EU" else () for r in regions]
+    with hosts.store.transaction() as conn:
+        q = schema.queue
+        s = schema.suspended
+        entries = [(row.id, row.msg) for row in conn.execute(sa.select(q.c.id, q.c.msg))]
+        entries += [(row.id, row.msg) for row in conn.execute(sa.select(s.c.id, s.c.msg))]
+    stored = [r for r in results if r.outcome is not Outcome.DROPPED]
+    assert [msg for _, msg in sorted(entries)] == [r.message_id for r in stored]
+    for r in results:
+        assert hosts.references(r.message_id) == (r.outcome is not Outcome.DROPPED)
+
+
 def test_routing_failure_is_dropped_with_policy_drop(hosts: MessageBox):
     before = table_counts(hosts)
     [routed] = hosts.publish([Message(b"x", promoted={"a.B": 1})], policy="drop")

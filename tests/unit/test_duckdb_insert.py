@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox.dialects import duckdb as duck
+from messagebox.ids import uuid7s
 from tests.every_type import ROWS, every_type, metadata
 
 
@@ -56,7 +57,17 @@ def test_uuid_columns_store_the_same_as_objects_text_or_none(
         dialect = duck.DuckDBDialect()
         dialect.insert(conn, table, {"n": [0, 1, 2, 3], "u": [ids[0], None, ids[2], ids[3]]})
         dialect.insert(conn, table, {"n": [4, 5], "u": [str(ids[1]), ids[0]]})  # text among
+        edges = [uuid.UUID(int=0), uuid.UUID(int=2**128 - 1), uuid.uuid4(), *uuid7s(2)]
+        dialect.insert(conn, table, {"n": [6, 7, 8, 9, 10], "u": edges})  # UUIDs only
         got = [tuple(r) for r in conn.execute(sa.select(table).order_by(table.c.n))]
-    assert got == [(0, ids[0]), (1, None), (2, ids[2]), (3, ids[3]), (4, ids[1]), (5, ids[0])]
+    assert got == [
+        (0, ids[0]),
+        (1, None),
+        (2, ids[2]),
+        (3, ids[3]),
+        (4, ids[1]),
+        (5, ids[0]),
+        *zip(range(6, 11), edges, strict=True),
+    ]
     if native:
         assert duck._native_uuids()  # this machine's pyarrow and DuckDB take them
