@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from messagebox import schema
-from messagebox.dialects import Target
+from messagebox.dialects import Same, Target
 from messagebox.models import QueueState, State
 from messagebox.predicates.index import FilterIndex
 from messagebox.predicates.model import Filter
@@ -46,6 +46,11 @@ _UNENLISTED = State.UNENLISTED.value
 _STOPPED = State.STOPPED.value
 _HELD = QueueState.HELD.value
 _READY = QueueState.READY.value
+
+_COMMON: dict[str, Any] = {"priority": 0, "state": _READY, "instance_id": None, "ordered": False}
+"""Queue columns whose value is nearly always this one: while no subscription of the
+index holds another, a batch's column is that value repeated (:class:`Same`), written
+without a value per entry."""
 
 QUEUE_COLUMNS = ("sub", "host", "priority", "state", "instance_id", "ordered")
 """The queue entry's columns a match gives (``state`` the entry's: held for a stopped
@@ -150,6 +155,9 @@ class RoutingIndex:
         Target, and would walk 100,000 of them in every full collection."""
         self._columns: dict[str, MutableSequence[Any]] = _no_columns()
         """By slot: the subscription's queue columns."""
+        self._uncommon: dict[str, int] = dict.fromkeys(_COMMON, 0)
+        """Per column of :data:`_COMMON`, how many slots hold another value (a gone
+        subscription's slot still counts until it is reused)."""
         self._free: list[int] = []
         """Slots of subscriptions gone, for new ones."""
         self._shared: dict[int, int] = {}
@@ -188,11 +196,13 @@ class RoutingIndex:
                 return self._per_message(flat, counts)
             if not flat:
                 return Matches(counts, dict.fromkeys(QUEUE_COLUMNS, ()))
-            if len(flat) == 1:
-                columns = {k: (v[flat[0]],) for k, v in self._columns.items()}
-            else:
-                take = itemgetter(*flat)
-                columns = {k: take(v) for k, v in self._columns.items()}
+            n = len(flat)
+            take = (lambda v: (v[flat[0]],)) if n == 1 else itemgetter(*flat)
+            uncommon = self._uncommon
+            columns: dict[str, Sequence[Any]] = {
+                k: take(v) if uncommon.get(k, 1) else Same(_COMMON[k], n)
+                for k, v in self._columns.items()
+            }
             return Matches(counts, columns)
 
     def _match(
@@ -269,6 +279,7 @@ class RoutingIndex:
         self._slots = {}
         self._targets = []
         self._columns = _no_columns()
+        self._uncommon = dict.fromkeys(_COMMON, 0)
         self._free = []
         self._ascending = True
         self._correlated = 0
@@ -324,13 +335,19 @@ class RoutingIndex:
             self._targets.append(tuple(target))
             for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
                 self._columns[name].append(value)
+                if name in _COMMON and value != _COMMON[name]:
+                    self._uncommon[name] += 1
         else:
             if slot is None:  # a new subscription in a gone one's slot
                 slot = self._slots[row.id] = self._free.pop()
                 self._ascending = False
             self._targets[slot] = tuple(target)
             for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
-                self._columns[name][slot] = value
+                column = self._columns[name]
+                if name in _COMMON:
+                    common = _COMMON[name]
+                    self._uncommon[name] += (value != common) - (column[slot] != common)
+                column[slot] = value
         self._filters.add(slot, filt)
         if row.correlation:
             self._correlated += 1

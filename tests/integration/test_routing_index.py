@@ -158,3 +158,42 @@ def test_a_new_subscription_in_a_gone_ones_slot_routes_in_id_order(backend_url: 
         entries = {(d.subscription, d.host) for d in box.queue_depth("k")}
         assert {(s.id, "k") for s in later} <= entries
         assert (made[1].id, "k") in entries
+
+
+def test_queue_columns_follow_every_subscription_s_own_values(backend_url: str):
+    """While every subscription has the common priority, state, instance and order, a
+    batch writes those columns as one repeated value; a subscription with its own
+    values (added, or taking a removed one's slot) is queued with them, and so are the
+    others with theirs, on both routes of the columns."""
+    from messagebox import schema
+
+    def queued(box: MessageBox) -> set[tuple[object, ...]]:
+        q = schema.queue
+        with box.store.transaction() as conn:
+            rows = conn.execute(
+                sa.select(q.c.sub, q.c.priority, q.c.state, q.c.instance_id, q.c.ordered)
+            )
+            found = {tuple(r) for r in rows}
+            conn.execute(q.delete())
+        return found
+
+    with MessageBox(backend_url) as box:
+        box.create_host("h")
+        plain = [box.subscribe(f"p{i}", host="h", filter=P("a.X") >= 0) for i in range(2)]
+        box.publish([Message(b"", promoted={"a.X": 1})])
+        assert queued(box) == {(s.id, 0, "ready", None, False) for s in plain}
+        own = box.subscribe("own", host="h", filter=P("a.X") >= 0, priority=5, ordered=True)
+        held = box.subscribe("held", host="h", filter=P("a.X") >= 0, state="stopped")
+        box.publish([Message(b"", promoted={"a.X": 1})])
+        assert queued(box) == {
+            *((s.id, 0, "ready", None, False) for s in plain),
+            (own.id, 5, "ready", None, True),
+            (held.id, 0, "held", None, False),
+        }
+        box.unsubscribe(own.id, held.id)
+        box.publish([Message(b"", promoted={"a.X": 1})])
+        assert queued(box) == {(s.id, 0, "ready", None, False) for s in plain}
+        later = box.subscribe("later", host="h", filter=P("a.X") >= 0)  # in a freed slot
+        box.publish([Message(b"", promoted={"a.X": 1})])
+        assert queued(box) == {(s.id, 0, "ready", None, False) for s in [*plain, later]}
+        assert _index(box).loads == 1
