@@ -200,7 +200,7 @@ class Subscription:
     routes to (a convoy, docs/concepts.md: Orchestrations); empty for a plain subscription."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Routed:
     """What publish did with one message."""
 

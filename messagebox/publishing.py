@@ -67,7 +67,10 @@ def _message_ids(batch: Sequence[object], trusted: bool) -> list[uuid.UUID]:
                     "location may set it"
                 )
         given.append(message.id)
-    new = iter(uuid7s(given.count(None)))
+    made = given.count(None)
+    if made == len(given):  # new ids only (the common case): none can repeat
+        return uuid7s(made)
+    new = iter(uuid7s(made))
     ids = [next(new) if m is None else m for m in given]
     if len(set(ids)) != len(ids):
         raise MessageValidationError("the batch gives one message id twice")
