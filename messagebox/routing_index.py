@@ -210,8 +210,10 @@ class RoutingIndex:
     ) -> tuple[list[int], list[int]]:
         """Every match's slot, message by message, and how many each message has."""
         self._catch_up(conn)
+        if self._ascending:  # slots in id order: matches sorted by slot are in id order
+            return self._filters.matching_all(promoted)
         match = self._filters.matching
-        order = None if self._ascending else self._columns["sub"].__getitem__
+        order = self._columns["sub"].__getitem__
         flat: list[int] = []
         counts: list[int] = []
         for props in promoted:

@@ -631,28 +631,11 @@ holding(PyObject *packed, PyObject *v, PyObject *props, Seen *seen)
     return 0;
 }
 
-PyDoc_STRVAR(match_doc,
-             "match(packed, unanchored, properties) -> list\n\n"
-             "The keys of the filters that the dict ``properties`` matches, each once:\n"
-             "``packed`` maps a property to its anchors as _Anchors.packed() gives them,\n"
-             "``unanchored`` is the compiled groups with no anchor (or None).");
-
+/* The keys that one dict of properties matches, each once, as a new list; NULL with an
+ * exception set. */
 static PyObject *
-match(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+match_one(PyObject *packed, PyObject *unanchored, PyObject *props)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "match() takes packed, unanchored, properties");
-        return NULL;
-    }
-    PyObject *packed = args[0], *unanchored = args[1], *props = args[2];
-    if (family_map == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "messagebox.predicates._native: setup() not called");
-        return NULL;
-    }
-    if (!PyDict_CheckExact(packed) || !PyDict_Check(props)) {
-        PyErr_SetString(PyExc_TypeError, "match() takes packed and properties as dicts");
-        return NULL;
-    }
     Seen seen;
     memset(seen.small, 0, sizeof(seen.small));
     seen.slots = seen.small;
@@ -682,6 +665,95 @@ fail:
     if (seen.slots != seen.small)
         PyMem_Free(seen.slots);
     Py_DECREF(seen.found);
+    return NULL;
+}
+
+static int
+check_ready(PyObject *packed)
+{
+    if (family_map == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "messagebox.predicates._native: setup() not called");
+        return -1;
+    }
+    if (!PyDict_CheckExact(packed)) {
+        PyErr_SetString(PyExc_TypeError, "match(): packed must be a dict");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(match_doc,
+             "match(packed, unanchored, properties) -> list\n\n"
+             "The keys of the filters that the dict ``properties`` matches, each once:\n"
+             "``packed`` maps a property to its anchors as _Anchors.packed() gives them,\n"
+             "``unanchored`` is the compiled groups with no anchor (or None).");
+
+static PyObject *
+match(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "match() takes packed, unanchored, properties");
+        return NULL;
+    }
+    if (check_ready(args[0]) < 0)
+        return NULL;
+    if (!PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "match(): properties must be a dict");
+        return NULL;
+    }
+    return match_one(args[0], args[1], args[2]);
+}
+
+PyDoc_STRVAR(match_all_doc,
+             "match_all(packed, unanchored, batch) -> (list, list)\n\n"
+             "match() of each dict of a list, in order: every message's keys, sorted, one\n"
+             "after another in one list, and how many each message has.");
+
+static PyObject *
+match_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "match_all() takes packed, unanchored, batch");
+        return NULL;
+    }
+    PyObject *packed = args[0], *unanchored = args[1], *batch = args[2];
+    if (check_ready(packed) < 0)
+        return NULL;
+    if (!PyList_CheckExact(batch)) {
+        PyErr_SetString(PyExc_TypeError, "match_all(): batch must be a list of dicts");
+        return NULL;
+    }
+    PyObject *flat = PyList_New(0);
+    PyObject *counts = PyList_New(PyList_GET_SIZE(batch));
+    if (flat == NULL || counts == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *props = PyList_GET_ITEM(batch, i);
+        if (!PyDict_Check(props)) {
+            PyErr_SetString(PyExc_TypeError, "match_all(): batch must be a list of dicts");
+            goto fail;
+        }
+        PyObject *found = match_one(packed, unanchored, props);
+        if (found == NULL)
+            goto fail;
+        Py_ssize_t n = PyList_GET_SIZE(found);
+        int failed = (n > 1 && PyList_Sort(found) < 0) ||
+                     (n && PyList_SetSlice(flat, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, found) < 0);
+        Py_DECREF(found);
+        if (failed)
+            goto fail;
+        PyObject *count = PyLong_FromSsize_t(n);
+        if (count == NULL)
+            goto fail;
+        PyList_SET_ITEM(counts, i, count);
+    }
+    PyObject *out = PyTuple_Pack(2, flat, counts);
+    Py_DECREF(flat);
+    Py_DECREF(counts);
+    return out;
+fail:
+    Py_XDECREF(flat);
+    Py_XDECREF(counts);
     return NULL;
 }
 
@@ -733,6 +805,7 @@ setup(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"match", (PyCFunction)(void (*)(void))match, METH_FASTCALL, match_doc},
+    {"match_all", (PyCFunction)(void (*)(void))match_all, METH_FASTCALL, match_all_doc},
     {"compile", compile_groups, METH_VARARGS, compile_doc},
     {"setup", setup, METH_VARARGS, setup_doc},
     {NULL, NULL, 0, NULL},

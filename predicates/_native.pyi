@@ -12,6 +12,9 @@ def compile(
 def match(
     packed: dict[str, tuple[Any, ...]], unanchored: Groups | None, properties: Mapping[str, Any]
 ) -> list[Any]: ...
+def match_all(
+    packed: dict[str, tuple[Any, ...]], unanchored: Groups | None, batch: list[dict[str, Any]]
+) -> tuple[list[Any], list[int]]: ...
 def setup(
     family_map: dict[type, int],
     family_fn: Callable[[Any], int],

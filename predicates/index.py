@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -492,6 +492,21 @@ class FilterIndex(Generic[K]):
         if self._repack or self._stale_unanchored:
             self._pack()
         return _native.match(self._packed, self._compiled_unanchored, properties)
+
+    def matching_all(self, batch: Sequence[Mapping[str, Value]]) -> tuple[list[K], list[int]]:
+        """:meth:`matching` of each message in turn, in one call: every message's keys,
+        sorted, one after another, and how many each message has."""
+        if self._native and type(batch) is list and all(type(p) is dict for p in batch):
+            if self._repack or self._stale_unanchored:
+                self._pack()
+            return _native.match_all(self._packed, self._compiled_unanchored, batch)
+        flat: list[K] = []
+        counts: list[int] = []
+        for properties in batch:
+            found = sorted(self.matching(properties))  # type: ignore[type-var]
+            counts.append(len(found))
+            flat.extend(found)
+        return flat, counts
 
     def _pack(self) -> None:
         """Compile what changed since the last match, for the compiled matcher."""

@@ -48,8 +48,11 @@ def test_the_index_agrees_with_the_reference_evaluator(
 ) -> None:
     index: FilterIndex[int] = FilterIndex(native=native)
     index.update(enumerate(subs))
-    for props in batch:
-        assert index.match(normalize_properties(props)) == _want(dict(enumerate(subs)), props)
+    want = [sorted(_want(dict(enumerate(subs)), props)) for props in batch]
+    for props, keys in zip(batch, want, strict=True):
+        assert index.match(normalize_properties(props)) == set(keys)
+    flat, counts = index.matching_all([normalize_properties(props) for props in batch])
+    assert (flat, counts) == ([k for keys in want for k in keys], [len(keys) for keys in want])
 
 
 @MATCHERS
@@ -243,10 +246,12 @@ def test_the_compiled_matcher_keeps_no_memory_per_match(native: bool) -> None:
         for _ in range(3):
             for m, w in zip(messages, want, strict=True):
                 assert index.match(m) == w
+            index.matching_all(messages)
         before = tracemalloc.get_traced_memory()[0]
         for _ in range(30):
             for m in messages:
                 index.match(m)
+            index.matching_all(messages)
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
