@@ -668,14 +668,19 @@ fail:
     return NULL;
 }
 
+/* The arguments of match() and match_all(): three, the first a dict, after setup(). */
 static int
-check_ready(PyObject *packed)
+check_args(PyObject *const *args, Py_ssize_t nargs, const char *usage)
 {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
     if (family_map == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "messagebox.predicates._native: setup() not called");
         return -1;
     }
-    if (!PyDict_CheckExact(packed)) {
+    if (!PyDict_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "match(): packed must be a dict");
         return -1;
     }
@@ -691,11 +696,7 @@ PyDoc_STRVAR(match_doc,
 static PyObject *
 match(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "match() takes packed, unanchored, properties");
-        return NULL;
-    }
-    if (check_ready(args[0]) < 0)
+    if (check_args(args, nargs, "match() takes packed, unanchored, properties") < 0)
         return NULL;
     if (!PyDict_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "match(): properties must be a dict");
@@ -712,13 +713,9 @@ PyDoc_STRVAR(match_all_doc,
 static PyObject *
 match_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "match_all() takes packed, unanchored, batch");
+    if (check_args(args, nargs, "match_all() takes packed, unanchored, batch") < 0)
         return NULL;
-    }
     PyObject *packed = args[0], *unanchored = args[1], *batch = args[2];
-    if (check_ready(packed) < 0)
-        return NULL;
     if (!PyList_CheckExact(batch)) {
         PyErr_SetString(PyExc_TypeError, "match_all(): batch must be a list of dicts");
         return NULL;
