@@ -276,14 +276,19 @@ class _Writes:
                     self.entry_ids.extend(entry_ids[taken : taken + k])
                     self.reference(msg_id, k)
                     taken += k
-            elif unrouted:  # its report is read from the spool
-                self.suspend(entry_ids[taken], msg_id, ROUTING_FAILURE, _MATCHED_NOTHING, None)
-                self.reference(msg_id, 1)
+            elif unrouted:
+                results.append(self.unrouted(entry_ids[taken], msg_id))
                 taken += 1
-                results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
             else:
                 results.append(Routed(msg_id, Outcome.DROPPED, ()))
         return results
+
+    def unrouted(self, entry_id: int, msg_id: uuid.UUID) -> Routed:
+        """Store a message that matched nothing suspended, as a routing failure (its
+        report is read from the spool)."""
+        self.suspend(entry_id, msg_id, ROUTING_FAILURE, _MATCHED_NOTHING, None)
+        self.reference(msg_id, 1)
+        return Routed(msg_id, Outcome.SUSPENDED, ())
 
     def suspend(
         self,
@@ -443,10 +448,8 @@ def _routed_each(
         msg_id = ids[i]
         if i in forced or k:
             results.append(writes.routed(entry_ids, msg_id, k, forced.get(i)))
-        elif policy is RoutingPolicy.SUSPEND:  # its report is read from the spool
-            writes.suspend(next(entry_ids), msg_id, ROUTING_FAILURE, _MATCHED_NOTHING, None)
-            writes.reference(msg_id, 1)
-            results.append(Routed(msg_id, Outcome.SUSPENDED, ()))
+        elif policy is RoutingPolicy.SUSPEND:
+            results.append(writes.unrouted(next(entry_ids), msg_id))
         else:
             results.append(Routed(msg_id, Outcome.DROPPED, ()))
     return results

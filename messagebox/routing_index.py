@@ -179,8 +179,8 @@ class RoutingIndex:
         self, conn: sa.Connection, promoted: Sequence[Mapping[str, Value]]
     ) -> tuple[list[list[Target]], bool]:
         """The matches of each message of a batch, in subscription-id order, and whether
-        any of them has a correlation. A subscription's :class:`Target` is one shared
-        tuple: a batch allocates a list per message, nothing per match."""
+        any of them has a correlation (the SQL router's form: a :class:`Target` per
+        match; a publish takes :meth:`route_columns`)."""
         with self._lock:
             flat, counts = self._match(conn, promoted)
             return self._per_message(flat, counts), self._any_correlated(flat)
@@ -328,28 +328,26 @@ class RoutingIndex:
             row.service,
             row.correlation,
         )
-        queued = _queued(target)
         slot = self._slots.get(row.id)
-        if slot is None and not self._free:  # a new subscription: a new slot
-            slot = self._slots[row.id] = len(self._targets)
-            if self._targets and row.id < self._columns["sub"][-1]:
+        if slot is None:  # a new subscription: a gone one's slot, or a new one
+            if self._free:
+                slot = self._free.pop()
                 self._ascending = False
-            self._targets.append(tuple(target))
-            for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
-                self._columns[name].append(value)
-                if name in _COMMON and value != _COMMON[name]:
-                    self._uncommon[name] += 1
-        else:
-            if slot is None:  # a new subscription in a gone one's slot
-                slot = self._slots[row.id] = self._free.pop()
-                self._ascending = False
-            self._targets[slot] = tuple(target)
-            for name, value in zip(QUEUE_COLUMNS, queued, strict=True):
-                column = self._columns[name]
-                if name in _COMMON:
-                    common = _COMMON[name]
-                    self._uncommon[name] += (value != common) - (column[slot] != common)
-                column[slot] = value
+            else:
+                slot = len(self._targets)
+                if self._targets and row.id < self._columns["sub"][-1]:
+                    self._ascending = False
+                self._targets.append(None)
+                for name, column in self._columns.items():
+                    column.append(_COMMON.get(name, 0))  # a placeholder, set below
+            self._slots[row.id] = slot
+        self._targets[slot] = tuple(target)
+        for name, value in zip(QUEUE_COLUMNS, _queued(target), strict=True):
+            column = self._columns[name]
+            if name in _COMMON:
+                common = _COMMON[name]
+                self._uncommon[name] += (value != common) - (column[slot] != common)
+            column[slot] = value
         self._filters.add(slot, filt)
         if row.correlation:
             self._correlated += 1
