@@ -6,6 +6,7 @@ Python one."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -313,3 +314,41 @@ def test_replacing_filters_keeps_no_memory(native: bool) -> None:
         tracemalloc.stop()
     assert (sys.getrefcount(key), sys.getrefcount(bound)) == refs
     assert grown < 4_096, f"{grown} bytes kept by 300 replacements"
+
+
+@pytest.mark.skipif(
+    not index_module.BUILT and not IN_CI, reason="the compiled matcher was not built"
+)
+def test_the_compiled_matcher_refuses_malformed_input_by_name() -> None:
+    """Its entry points are index.py's, but a wrong shape is a clear TypeError or
+    ValueError naming what is wrong, never a crash or a half-built object."""
+    from messagebox.predicates import _native
+
+    native: Any = _native  # called with wrong types on purpose
+
+    cases = [
+        (lambda: native.compile([(1, None)]), "a group is \\(key, anchor, checks\\)"),
+        (lambda: native.compile([(1, None, ((99, "t.x"),))]), "unknown check code"),
+        (lambda: native.compile([(1, None, ((0, "t.x", 1),))]), "a comparison is 4 items"),
+        (lambda: native.compile([(1, None, ((9, "t.x", 5),))]), "a prefix is a str"),
+        (lambda: native.compile([(1, None, ())], [1, 2]), "one bound a group"),
+        (lambda: native.compile(5), "groups must be a sequence"),
+        (lambda: native.match({}, None), "match\\(\\) takes packed, unanchored, properties"),
+        (lambda: native.match([], None, {}), "packed must be a dict"),
+        (lambda: native.match({}, None, []), "properties must be a dict"),
+        (lambda: native.match_all({}, None, ({},)), "batch must be a list of dicts"),
+        (lambda: native.match_all({}, None, [{}, 3]), "batch must be a list of dicts"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()
+    groups = native.compile([(7, None, ((0, "t.x", index_module._family(1), 2),))])
+    assert len(groups) == 1
+    assert native.match({}, groups, {"t.x": 3}) == [7]
+    assert native.match_all({}, groups, [{"t.x": 3}, {"t.x": 1}]) == ([7], [1, 0])
+    # a mapping that is not a dict is matched in Python, not refused
+    from types import MappingProxyType
+
+    index: FilterIndex[int] = FilterIndex()
+    index.add(1, Filter.of(P("t.x") > 2))
+    assert index.matching_all([MappingProxyType({"t.x": 3})]) == ([1], [1])
