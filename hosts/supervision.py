@@ -127,7 +127,7 @@ class Supervision(Handling):
         has ordered subscriptions (an ordered run stays with one thread)."""
         if not self.queue.claims_serialised or self._has_ordered():
             return 0
-        return self._permits.take(self.settings.max_in_flight, self._stopping, wait=False)
+        return self._permits.take(self.settings.in_flight, self._stopping, wait=False)
 
     def _claim(self, n: int, outcomes: Outcomes | None = None) -> list[Claim]:
         """Claim up to ``n`` entries, recording ``outcomes`` in the same transaction."""

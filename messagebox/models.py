@@ -109,9 +109,10 @@ class HostSettings(BaseModel):
     it has in flight)."""
     dead_after_seconds: float = Field(30.0, gt=0)
     """An instance whose heartbeat is older than this is dead: its leases are released."""
-    max_in_flight: int = Field(100, ge=1)
+    max_in_flight: int | None = Field(None, ge=1)
     """Claimed but unfinished entries per instance, across its threads (on DuckDB one
-    claim takes up to this many for all the threads: docs/concepts.md, Hosts)."""
+    claim takes up to this many for all the threads: docs/concepts.md, Hosts). ``None``:
+    a batch for every dequeue thread (``dequeue_threads * claim_batch``), at least 100."""
     max_attempts: int = Field(5, ge=1)
     """Failed deliveries of one entry before it is suspended (resumable); a delivery
     during which its host process ended counts too (``crashed-host``)."""
@@ -137,6 +138,13 @@ class HostSettings(BaseModel):
         if self.dead_after_seconds <= self.heartbeat_seconds:
             raise ValueError("dead_after_seconds must be longer than heartbeat_seconds")
         return self
+
+    @property
+    def in_flight(self) -> int:
+        """``max_in_flight``, or its default when unset."""
+        if self.max_in_flight is not None:
+            return self.max_in_flight
+        return max(100, self.dequeue_threads * self.claim_batch)
 
     @classmethod
     def checked(cls, what: str, values: Mapping[str, Any]) -> HostSettings:

@@ -39,42 +39,47 @@ RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, c
 -- UPDATE costs milliseconds whatever its row count. A service instance handles one
 -- message at a time, in publish order: only the oldest entry of each instance is
 -- claimable, while none of its entries is leased and none is suspended (resumable).
--- Those heads and the other ready entries are each ranked by priority and age, and
--- interleaved one of each kind at a time ($first_kind first: 1 for instance heads), so
--- neither kind takes more than half the batch while the other waits.
+-- The first few of those heads and of the other ready entries, each by priority and
+-- age, are interleaved one of each kind at a time ($first_kind first: 1 for instance
+-- heads), so neither kind takes more than half the batch while the other waits. The
+-- heads come from one pass over the host's instance entries (each one's oldest row by
+-- arg_min, its latest lease by max): a CTE and a join back took 0.7 ms more a claim.
 UPDATE mb_queue
 -- include: claim_set
 WHERE id IN (
-    WITH heads AS (
-        SELECT instance_id, min(id) AS id,
-               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
-        FROM mb_queue
-        WHERE host = $host AND instance_id IS NOT NULL
-        GROUP BY instance_id
-    ),
-    candidates AS (
-        SELECT q.id, q.priority, 1 AS kind
-        FROM heads h
-        JOIN mb_queue q ON q.id = h.id
-        WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
-          AND NOT EXISTS (
-              SELECT 1 FROM mb_suspended s
-              WHERE s.instance_id = h.instance_id AND s.resumable
-          )
+    SELECT id FROM (
+        SELECT id, 1 AS kind, row_number() OVER (ORDER BY priority DESC, id) AS rn
+        FROM (
+            SELECT h.id, h.priority
+            FROM (
+                SELECT instance_id, min(id) AS id, arg_min(priority, id) AS priority,
+                       arg_min(state, id) AS state, arg_min(available_at, id) AS available_at,
+                       max(lease_expires) AS last_lease
+                FROM mb_queue
+                WHERE host = $host AND instance_id IS NOT NULL
+                GROUP BY instance_id
+            ) h
+            WHERE (h.last_lease IS NULL OR h.last_lease < now())
+              AND h.state = 'ready' AND h.available_at <= now()
+              AND NOT EXISTS (
+                  SELECT 1 FROM mb_suspended s
+                  WHERE s.instance_id = h.instance_id AND s.resumable
+              )
+            ORDER BY h.priority DESC, h.id
+            LIMIT $n
+        )
         UNION ALL
-        SELECT id, priority, 0 AS kind
-        FROM mb_queue
-        WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
-          AND available_at <= now()
-          AND (lease_expires IS NULL OR lease_expires < now())
-    ),
-    ranked AS (
-        SELECT id, kind,
-               row_number() OVER (PARTITION BY kind ORDER BY priority DESC, id) AS rn
-        FROM candidates
-        QUALIFY rn <= $n
+        SELECT id, 0 AS kind, row_number() OVER (ORDER BY priority DESC, id) AS rn
+        FROM (
+            SELECT id, priority
+            FROM mb_queue
+            WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
+              AND available_at <= now()
+              AND (lease_expires IS NULL OR lease_expires < now())
+            ORDER BY priority DESC, id
+            LIMIT $n
+        )
     )
-    SELECT id FROM ranked
     ORDER BY rn, CASE WHEN kind = $first_kind THEN 0 ELSE 1 END
     LIMIT $n
 )

@@ -34,3 +34,18 @@ def test_no_values_give_the_defaults() -> None:
 def test_bad_settings_are_one_error_naming_each(values: dict[str, object], says: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(says)):
         HostSettings.checked("host 'h'", values)
+
+
+@pytest.mark.parametrize(
+    ("values", "in_flight"),
+    [
+        ({}, 100),  # 4 threads of 10: at least 100
+        ({"dequeue_threads": 4, "claim_batch": 50}, 200),  # a batch for every thread
+        ({"dequeue_threads": 1, "claim_batch": 500}, 500),
+        ({"dequeue_threads": 4, "claim_batch": 50, "max_in_flight": 60}, 60),  # as set
+    ],
+)
+def test_max_in_flight_defaults_to_a_batch_for_every_thread(
+    values: dict[str, object], in_flight: int
+) -> None:
+    assert HostSettings.checked("host 'h'", values).in_flight == in_flight
