@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from messagebox.consumer import Outcomes
+from messagebox.consumer import Outcomes, merged
 from messagebox.leases import Claim, Failure
 
 
@@ -269,22 +269,6 @@ class Ahead:
             batches, self._batches = list(self._batches), deque()
             owed, self._owed = self._owed, []
         return batches, owed
-
-
-def merged(all_outcomes: list[Outcomes]) -> Outcomes | None:
-    """Several batches' outcomes as one, to record in one transaction (None for none)."""
-    if not all_outcomes:
-        return None
-    if len(all_outcomes) == 1:
-        return all_outcomes[0]
-    last = all_outcomes[-1]
-    return Outcomes(
-        [c for o in all_outcomes for c in o.done],
-        [f for o in all_outcomes for f in o.failed],
-        [c for o in all_outcomes for c in o.unstarted],
-        last.settings,
-        set().union(*(o.stop_on_failure for o in all_outcomes)),
-    )
 
 
 class Permits:

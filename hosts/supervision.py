@@ -11,11 +11,10 @@ import threading
 import time
 
 from messagebox import metrics, rollup
-from messagebox.consumer import Outcomes
+from messagebox.consumer import Outcomes, merged
 from messagebox.errors import (
     MessageBoxError,
 )
-from messagebox.hosts.dispatch import merged
 from messagebox.hosts.handling import Handling
 from messagebox.leases import Claim, Failure
 

@@ -42,6 +42,22 @@ class Outcomes:
         return len(self.done) + len(self.failed) + len(self.unstarted)
 
 
+def merged(all_outcomes: list[Outcomes]) -> Outcomes | None:
+    """Several batches' outcomes as one, to record in one transaction (None for none)."""
+    if not all_outcomes:
+        return None
+    if len(all_outcomes) == 1:
+        return all_outcomes[0]
+    last = all_outcomes[-1]
+    return Outcomes(
+        [c for o in all_outcomes for c in o.done],
+        [f for o in all_outcomes for f in o.failed],
+        [c for o in all_outcomes for c in o.unstarted],
+        last.settings,
+        set().union(*(o.stop_on_failure for o in all_outcomes)),
+    )
+
+
 @dataclass(frozen=True)
 class Recorded:
     """What recording a batch's outcomes did: the entries finished and given back."""
@@ -67,6 +83,43 @@ class _Steps:
         """Set once committed: the messages its completions discarded."""
         self.alone = False
         """Set when a shared commit failed: its thread commits it alone."""
+
+
+class _ClaimAsk:
+    """One thread's claim waiting for a transaction (see :meth:`Consumer.claim`)."""
+
+    __slots__ = ("alone", "claims", "instances", "n", "outcomes")
+
+    def __init__(self, n: int, instances: bool, outcomes: Outcomes | None) -> None:
+        self.n = n
+        self.instances = instances
+        self.outcomes = outcomes
+        self.claims: list[Claim] | None = None
+        """Set once claimed: this thread's share."""
+        self.alone = False
+        """Set when a shared claim failed: its thread claims alone."""
+
+
+class _ClaimGroup:
+    """The claims of one host instance waiting for the next transaction."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.pending: list[_ClaimAsk] = []
+
+
+_CLAIM_GROUPS: weakref.WeakKeyDictionary[Store, dict[str, _ClaimGroup]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _claim_group(store: Store, owner: str) -> _ClaimGroup:
+    with _GROUPS_GUARD:
+        groups = _CLAIM_GROUPS.setdefault(store, {})
+        group = groups.get(owner)
+        if group is None:
+            group = groups[owner] = _ClaimGroup()
+        return group
 
 
 class _StepGroup:
@@ -168,7 +221,55 @@ class Consumer:
     ) -> tuple[list[Claim], Recorded | None]:
         """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
         record those first in the same transaction: one commit per batch instead of
-        two. Returns the claims and what was recorded (None without ``outcomes``)."""
+        two. Returns the claims and what was recorded (None without ``outcomes``).
+
+        Where transactions are serialised in-process (DuckDB), the claims that other
+        threads of this instance ask for while one transaction runs are made together
+        in the next one, with all their outcomes: one claim statement for the lot, each
+        thread taking its share in claim order. What was recorded is returned to the
+        thread that made the claim (it holds the others' outcomes too), None to the
+        others. If that shared claim fails, each thread claims alone."""
+        if not self._dialect.one_process or ordered:  # an ordered run stays with one thread
+            return self._claim(n, lease_seconds, ordered, instances, outcomes)
+        group = _claim_group(self._store, self.owner)
+        mine = _ClaimAsk(n, instances, outcomes)
+        with group.mutex:
+            group.pending.append(mine)
+        with self._dialect.serial():  # held by the claim that may take this one too
+            if mine.claims is not None:
+                return mine.claims, None
+            if mine.alone:
+                return self._claim(n, lease_seconds, ordered, instances, outcomes)
+            with group.mutex:
+                together, group.pending = group.pending, []
+            try:
+                claims, recorded = self._claim(
+                    sum(a.n for a in together),
+                    lease_seconds,
+                    False,
+                    any(a.instances for a in together),
+                    merged([a.outcomes for a in together if a.outcomes is not None]),
+                )
+            except BaseException as exc:
+                for other in together:
+                    other.alone = True  # each claims alone next, with its own outcomes
+                if len(together) == 1 or not isinstance(exc, Exception):
+                    raise
+                return self._claim(n, lease_seconds, ordered, instances, outcomes)
+            start = 0
+            for asked in together:  # in claim order, a share each
+                asked.claims = claims[start : start + asked.n]
+                start += asked.n
+            return mine.claims or [], recorded
+
+    def _claim(
+        self,
+        n: int,
+        lease_seconds: float,
+        ordered: bool,
+        instances: bool,
+        outcomes: Outcomes | None,
+    ) -> tuple[list[Claim], Recorded | None]:
         fused = (
             self._dialect.complete_claim_sql is not None
             and not (ordered or instances)
