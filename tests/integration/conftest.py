@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from messagebox import MessageBox
 from messagebox.hosts import HostApp, HostInstance
+from messagebox.predicates import P
 from tests.conftest import scratch_url
 
 
@@ -40,6 +42,19 @@ def shared_box(
             yield box
         finally:
             box.close()
+
+
+@contextmanager
+def catch_all_box(url: str) -> Iterator[MessageBox]:
+    """A store with a host ``h`` and a subscription ``s`` there to every message with
+    ``a.N`` (closed after)."""
+    box = MessageBox(url, publisher="tests")
+    box.create_host("h")
+    box.subscribe("s", host="h", filter=P("a.N") >= 0, name="s")
+    try:
+        yield box
+    finally:
+        box.close()
 
 
 @pytest.fixture

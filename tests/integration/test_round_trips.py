@@ -14,20 +14,15 @@ from messagebox import Message, MessageBox, rollup, service_instances
 from messagebox.consumer import Outcomes
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import HostSettings
-from messagebox.predicates import P
+from tests.integration.conftest import catch_all_box
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def box(pg_url: str) -> Iterator[MessageBox]:
-    b = MessageBox(pg_url, publisher="tests")
-    b.create_host("h")
-    b.subscribe("s", host="h", filter=P("a.N") >= 0, name="s")
-    try:
+    with catch_all_box(pg_url) as b:
         yield b
-    finally:
-        b.close()
 
 
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
