@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain, islice, repeat
+from itertools import accumulate, chain, islice, repeat
 from typing import Any
 
 import sqlalchemy as sa
@@ -259,29 +259,43 @@ class _Writes:
         msgs = [ids[i] for i in kept]
         kept_counts = [counts[i] for i in kept]
         self.routed_entries = total = sum(kept_counts)
-        unrouted = suspend_unrouted and len(kept) < len(counts)
-        if not unrouted:
+        if suspend_unrouted and len(kept) < len(counts):
+            self._interleave_unrouted(entry_ids, ids, counts)
+        else:
             self.entry_ids.extend(entry_ids[:total])
             self.refs["msg"].extend(msgs)
             self.refs["n"].extend(kept_counts)
         self.entry_msgs.extend(chain.from_iterable(map(repeat, range(len(msgs)), kept_counts)))
         self.msgs.extend(msgs)
+        unmatched = Outcome.SUSPENDED if suspend_unrouted else Outcome.DROPPED
         results = []
-        start = taken = 0
+        start = 0
         for msg_id, k in zip(ids, counts, strict=True):
             if k:
                 results.append(Routed(msg_id, Outcome.ROUTED, tuple(subs[start : start + k])))
                 start += k
-                if unrouted:
-                    self.entry_ids.extend(entry_ids[taken : taken + k])
-                    self.reference(msg_id, k)
-                    taken += k
-            elif unrouted:
-                results.append(self.unrouted(entry_ids[taken], msg_id))
-                taken += 1
             else:
-                results.append(Routed(msg_id, Outcome.DROPPED, ()))
+                results.append(Routed(msg_id, unmatched, ()))
         return results
+
+    def _interleave_unrouted(
+        self, entry_ids: list[int], ids: Sequence[uuid.UUID], counts: Sequence[int]
+    ) -> None:
+        """The entry ids and references of a batch where some messages matched nothing
+        and are stored suspended: each message takes its entry ids in message order (a
+        routed one one per match, an unrouted one one for its suspended entry), as the
+        message-by-message path does; the runs between unrouted messages go whole."""
+        widths = [k or 1 for k in counts]
+        starts = list(accumulate(widths, initial=0))
+        taken = 0
+        for i in [i for i, k in enumerate(counts) if not k]:
+            at = starts[i]
+            self.entry_ids.extend(entry_ids[taken:at])
+            self.suspend(entry_ids[at], ids[i], ROUTING_FAILURE, _MATCHED_NOTHING, None)
+            taken = at + 1
+        self.entry_ids.extend(entry_ids[taken : starts[-1]])
+        self.refs["msg"].extend(ids)
+        self.refs["n"].extend(widths)
 
     def unrouted(self, entry_id: int, msg_id: uuid.UUID) -> Routed:
         """Store a message that matched nothing suspended, as a routing failure (its
