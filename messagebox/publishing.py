@@ -5,6 +5,7 @@ one transaction), what a message would route to and why, and reading stored mess
 from __future__ import annotations
 
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -84,6 +85,29 @@ def _promoted(properties: Mapping[str, object]) -> dict[str, Value]:
         raise MessageValidationError(f"properties: {exc}") from exc
 
 
+class _Batch:
+    """One thread's batch waiting to be published (see ``Messages._publish_once``)."""
+
+    __slots__ = ("alone", "ids", "messages", "results")
+
+    def __init__(self, messages: list[Message], ids: list[uuid.UUID]) -> None:
+        self.messages = messages
+        self.ids = ids
+        self.results: list[Routed] | None = None
+        """Set once published with others: this batch's results."""
+        self.alone = False
+        """Set when a shared publish failed: its thread publishes it alone."""
+
+
+class _PublishGroup:
+    """The batches waiting for the next publish of one routing policy."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.turn = threading.Lock()
+        self.pending: list[_Batch] = []
+
+
 class Messages:
     """Publishing to and reading from one store's spool."""
 
@@ -91,6 +115,7 @@ class Messages:
         self._store = store
         self.publisher = publisher
         self._throttle = Throttle()
+        self._groups = {policy: _PublishGroup() for policy in RoutingPolicy}
 
     def publish(
         self,
@@ -138,6 +163,56 @@ class Messages:
                 time.sleep(random.uniform(0, 0.002 * 2 ** min(conflicts, 8)))
 
     def _publish_once(
+        self,
+        batch: list[Message],
+        ids: list[uuid.UUID],
+        routing: RoutingPolicy,
+        suspend: Mapping[int, router.Suspension] | None,
+        given: Sequence[Receipt],
+    ) -> list[Routed]:
+        """One attempt at publishing a batch in one transaction. Where transactions
+        are serialised in-process (DuckDB), the batches that other threads publish
+        through this object (same policy, no receipts, no suspension asked for) while
+        one publish runs go in the next transaction together: a handler's publish of
+        one message costs the statements of a whole batch there. If that shared publish
+        fails, each thread publishes its own batch alone, so an error (a routing failure,
+        a throttled host) stays with the batch that caused it."""
+        if given or suspend or not self._store.dialect.one_process:
+            return self._publish_tx(batch, ids, routing, suspend, given)
+        group = self._groups[routing]
+        mine = _Batch(batch, ids)
+        with group.mutex:
+            group.pending.append(mine)
+        with group.turn:  # one publish of the group at a time: the others wait to join
+            if mine.results is not None:
+                return mine.results
+            if mine.alone:
+                return self._publish_tx(batch, ids, routing, None, ())
+            with group.mutex:
+                together, group.pending = group.pending, []
+            if len(together) == 1:
+                return self._publish_tx(batch, ids, routing, None, ())
+            try:
+                results = self._publish_tx(
+                    [m for b in together for m in b.messages],
+                    [i for b in together for i in b.ids],
+                    routing,
+                    None,
+                    (),
+                )
+            except BaseException as exc:
+                for other in together:
+                    other.alone = True  # each publishes its own next, and gets its own error
+                if not isinstance(exc, Exception):
+                    raise
+                return self._publish_tx(batch, ids, routing, None, ())
+            start = 0
+            for b in together:
+                b.results = results[start : start + len(b.ids)]
+                start += len(b.ids)
+            return mine.results or []
+
+    def _publish_tx(
         self,
         batch: list[Message],
         ids: list[uuid.UUID],

@@ -5,7 +5,9 @@ instance that wait for one another share transactions:
   next one, with every thread's outcomes: one claim for the lot, each thread taking its
   share;
 - the orchestration steps that threads bring while a commit runs are committed
-  together in the next one.
+  together in the next one;
+- the batches that threads publish through one ``MessageBox`` while a publish runs
+  are published together in the next one.
 
 A shared transaction that fails leaves each thread to do its own work alone, so an
 error stays with what caused it. On PostgreSQL each thread does its own."""
@@ -19,11 +21,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, consumer, schema, service_instances
+from messagebox import Message, MessageBox, consumer, publishing, schema, service_instances
 from messagebox.consumer import Outcomes
-from messagebox.errors import BackendUnavailable
+from messagebox.errors import AlreadyExists, BackendUnavailable
 from messagebox.leases import Claim
-from messagebox.models import HostSettings
+from messagebox.models import HostSettings, Outcome, RoutingPolicy
 from messagebox.service_instances import LeaseLost
 from tests.integration.conftest import catch_all_box
 from tests.integration.orchestration_support import wait_until
@@ -218,3 +220,72 @@ def test_a_failing_shared_commit_leaves_each_thread_its_own_outcome(box: Message
     assert sum(d.depth for d in box.queue_depth()) == 2  # the bad steps' entries stay
     # the shared attempt, then each thread alone
     assert commits == ([3, 1, 1, 1] if _serialised(box) else [1, 1, 1])
+
+
+# --- publishes ---
+
+
+def _publishes_in_threads(
+    box: MessageBox, batches: list[list[Message]]
+) -> tuple[list[Any], list[int]]:
+    """Publish each batch from a thread of its own; each thread's result and the size
+    of each publish transaction."""
+    group = box.messages._groups[RoutingPolicy.SUSPEND]
+    results: list[Any] = [None] * len(batches)
+    sizes: list[int] = []
+    real = publishing.Messages._publish_tx
+
+    def spy(self: publishing.Messages, batch: list[Message], *args: Any) -> Any:
+        sizes.append(len(batch))
+        return real(self, batch, *args)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = box.publish(batches[i])
+        except Exception as exc:
+            results[i] = exc
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(publishing.Messages, "_publish_tx", spy)
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batches))]
+        if _serialised(box):
+            with group.turn:  # a publish runs: the threads wait to join the next one
+                for t in threads:
+                    t.start()
+                wait_until(lambda: len(group.pending) == len(batches), what="all batches waiting")
+        else:
+            for t in threads:
+                t.start()
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive()
+    finally:
+        mp.undo()
+    return results, sizes
+
+
+def test_batches_of_several_threads_publish_together(box: MessageBox) -> None:
+    batches = [
+        [Message(b"x", promoted={"a.N": 10 * t + i}) for i in range(t + 1)] for t in range(3)
+    ]
+    results, sizes = _publishes_in_threads(box, batches)
+    for batch, routed in zip(batches, results, strict=True):
+        assert [r.outcome for r in routed] == [Outcome.ROUTED] * len(batch)
+        for message, r in zip(batch, routed, strict=True):  # each its own results, in order
+            assert box.read_message(r.message_id).promoted == message.promoted
+    assert sum(d.depth for d in box.queue_depth()) == 6
+    assert sorted(sizes) == ([6] if _serialised(box) else [1, 2, 3])  # one transaction for three
+
+
+def test_a_failing_shared_publish_leaves_each_thread_its_own_outcome(box: MessageBox) -> None:
+    [stored] = box.publish([Message(b"x", promoted={"a.N": 0})])
+    again = Message(b"x", promoted={"a.N": 0}, id=stored.message_id)  # stored already
+    batches = [[Message(b"a", promoted={"a.N": 1})], [again], [Message(b"c", promoted={"a.N": 2})]]
+    results, sizes = _publishes_in_threads(box, batches)
+    assert [r.outcome for r in results[0]] == [Outcome.ROUTED]
+    assert [r.outcome for r in results[2]] == [Outcome.ROUTED]
+    assert isinstance(results[1], AlreadyExists)
+    assert sum(d.depth for d in box.queue_depth()) == 3  # the first, and the two good ones
+    # the shared attempt, then each thread alone
+    assert sizes == ([3, 1, 1, 1] if _serialised(box) else [1, 1, 1])
