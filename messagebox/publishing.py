@@ -187,25 +187,23 @@ class Messages:
             if mine.results is not None:
                 return mine.results
             if mine.alone:
-                return self._publish_tx(batch, ids, routing, None, ())
+                return self._publish_tx(batch, ids, routing)
             with group.mutex:
                 together, group.pending = group.pending, []
             if len(together) == 1:
-                return self._publish_tx(batch, ids, routing, None, ())
+                return self._publish_tx(batch, ids, routing)
             try:
                 results = self._publish_tx(
                     [m for b in together for m in b.messages],
                     [i for b in together for i in b.ids],
                     routing,
-                    None,
-                    (),
                 )
             except BaseException as exc:
                 for other in together:
                     other.alone = True  # each publishes its own next, and gets its own error
                 if not isinstance(exc, Exception):
                     raise
-                return self._publish_tx(batch, ids, routing, None, ())
+                return self._publish_tx(batch, ids, routing)
             start = 0
             for b in together:
                 b.results = results[start : start + len(b.ids)]
@@ -217,9 +215,10 @@ class Messages:
         batch: list[Message],
         ids: list[uuid.UUID],
         routing: RoutingPolicy,
-        suspend: Mapping[int, router.Suspension] | None,
-        given: Sequence[Receipt],
+        suspend: Mapping[int, router.Suspension] | None = None,
+        given: Sequence[Receipt] = (),
     ) -> list[Routed]:
+        """Publish a batch in one transaction of its own."""
         with self._store.transaction() as conn:
             router.prelude(conn, self._store.dialect)
             now = clock.now(conn)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -45,17 +46,20 @@ def _in_threads(
     box: MessageBox,
     calls: list[Callable[[], Any]],
     pending: Callable[[], list[Any]],
-    spied: str,
+    spied: tuple[type, str],
+    busy: AbstractContextManager[Any] | None = None,
 ) -> tuple[list[Any], list[Any]]:
-    """Run each call on a thread of its own, all started while this thread holds the
-    store's in-process lock (where there is one), until ``pending()`` holds them all;
-    returns each call's result (or exception) and the first argument of each call of
-    ``Consumer.<spied>`` (what each transaction took)."""
+    """Run each call on a thread of its own, all started while this thread holds
+    ``busy`` (by default the store's in-process lock; where there is none, they run as
+    they come), until ``pending()`` holds them all; returns each call's result (or
+    exception) and the first argument of each call of the ``spied`` method (what each
+    transaction took)."""
     results: list[Any] = [None] * len(calls)
     taken: list[Any] = []
-    real = getattr(consumer.Consumer, spied)
+    owner, name = spied
+    real = getattr(owner, name)
 
-    def spy(self: consumer.Consumer, first: Any, *args: Any) -> Any:
+    def spy(self: Any, first: Any, *args: Any) -> Any:
         taken.append(first)
         return real(self, first, *args)
 
@@ -66,12 +70,12 @@ def _in_threads(
             results[i] = exc
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(consumer.Consumer, spied, spy)
+    mp.setattr(owner, name, spy)
     try:
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
         dialect = box.messages._store.dialect
         if dialect.one_process:
-            with dialect.serial():
+            with busy if busy is not None else dialect.serial():
                 for t in threads:
                     t.start()
                 wait_until(lambda: len(pending()) == len(calls), what="all threads waiting")
@@ -101,7 +105,9 @@ def _claims_in_threads(
         )
 
     group = consumer._claim_group(box.messages._store, "a")
-    return _in_threads(box, [call(*a) for a in asks], lambda: group.pending, "_claim")
+    return _in_threads(
+        box, [call(*a) for a in asks], lambda: group.pending, (consumer.Consumer, "_claim")
+    )
 
 
 def _done(claims: list[Claim]) -> Outcomes:
@@ -187,7 +193,10 @@ def _steps_in_threads(
 
     group = consumer._step_group(box.messages._store)
     results, taken = _in_threads(
-        box, [call(b) for b in batches], lambda: group.pending, "_commit_steps"
+        box,
+        [call(b) for b in batches],
+        lambda: group.pending,
+        (consumer.Consumer, "_commit_steps"),
     )
     return results, [len(together) for together in taken]
 
@@ -228,41 +237,21 @@ def test_a_failing_shared_commit_leaves_each_thread_its_own_outcome(box: Message
 def _publishes_in_threads(
     box: MessageBox, batches: list[list[Message]]
 ) -> tuple[list[Any], list[int]]:
-    """Publish each batch from a thread of its own; each thread's result and the size
-    of each publish transaction."""
+    """Publish each batch from a thread of its own, all started while a publish runs;
+    each thread's result and the size of each publish transaction."""
     group = box.messages._groups[RoutingPolicy.SUSPEND]
-    results: list[Any] = [None] * len(batches)
-    sizes: list[int] = []
-    real = publishing.Messages._publish_tx
 
-    def spy(self: publishing.Messages, batch: list[Message], *args: Any) -> Any:
-        sizes.append(len(batch))
-        return real(self, batch, *args)
+    def call(batch: list[Message]) -> Callable[[], Any]:
+        return lambda: box.publish(batch)
 
-    def run(i: int) -> None:
-        try:
-            results[i] = box.publish(batches[i])
-        except Exception as exc:
-            results[i] = exc
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(publishing.Messages, "_publish_tx", spy)
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batches))]
-        if _serialised(box):
-            with group.turn:  # a publish runs: the threads wait to join the next one
-                for t in threads:
-                    t.start()
-                wait_until(lambda: len(group.pending) == len(batches), what="all batches waiting")
-        else:
-            for t in threads:
-                t.start()
-        for t in threads:
-            t.join(30)
-            assert not t.is_alive()
-    finally:
-        mp.undo()
-    return results, sizes
+    results, taken = _in_threads(
+        box,
+        [call(b) for b in batches],
+        lambda: group.pending,
+        (publishing.Messages, "_publish_tx"),
+        busy=group.turn,
+    )
+    return results, [len(batch) for batch in taken]
 
 
 def test_batches_of_several_threads_publish_together(box: MessageBox) -> None:
