@@ -14,12 +14,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
 from messagebox import clock, leases, notify, registry, service_instances
 from messagebox.leases import Claim, Failure, Finished
 from messagebox.models import HostSettings, InstanceInfo
+from messagebox.sharing import Group
 from messagebox.store import Store
 
 
@@ -71,75 +73,45 @@ def timer_channel(host: str) -> str:
     return f"{host}#timers"
 
 
+@dataclass(frozen=True)
 class _Steps:
     """One thread's steps waiting for a commit (see :meth:`Consumer.commit_steps`)."""
 
-    __slots__ = ("alone", "discarded", "publisher", "steps")
-
-    def __init__(self, steps: Sequence[service_instances.Step], publisher: str) -> None:
-        self.steps = steps
-        self.publisher = publisher
-        self.discarded: int | None = None
-        """Set once committed: the messages its completions discarded."""
-        self.alone = False
-        """Set when a shared commit failed: its thread commits it alone."""
+    steps: Sequence[service_instances.Step]
+    publisher: str
 
 
+@dataclass(frozen=True)
 class _ClaimAsk:
     """One thread's claim waiting for a transaction (see :meth:`Consumer.claim`)."""
 
-    __slots__ = ("alone", "claims", "instances", "n", "outcomes")
-
-    def __init__(self, n: int, instances: bool, outcomes: Outcomes | None) -> None:
-        self.n = n
-        self.instances = instances
-        self.outcomes = outcomes
-        self.claims: list[Claim] | None = None
-        """Set once claimed: this thread's share."""
-        self.alone = False
-        """Set when a shared claim failed: its thread claims alone."""
+    n: int
+    instances: bool
+    outcomes: Outcomes | None
 
 
-class _ClaimGroup:
-    """The claims of one host instance waiting for the next transaction."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.pending: list[_ClaimAsk] = []
-
-
-_CLAIM_GROUPS: weakref.WeakKeyDictionary[Store, dict[str, _ClaimGroup]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _claim_group(store: Store, owner: str) -> _ClaimGroup:
-    with _GROUPS_GUARD:
-        groups = _CLAIM_GROUPS.setdefault(store, {})
-        group = groups.get(owner)
-        if group is None:
-            group = groups[owner] = _ClaimGroup()
-        return group
-
-
-class _StepGroup:
-    """The steps of a store waiting for the next commit."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.pending: list[_Steps] = []
-
-
-_GROUPS: weakref.WeakKeyDictionary[Store, _StepGroup] = weakref.WeakKeyDictionary()
+_GROUPS: weakref.WeakKeyDictionary[Store, dict[str, Group[Any, Any]]] = weakref.WeakKeyDictionary()
 _GROUPS_GUARD = threading.Lock()
 
 
-def _step_group(store: Store) -> _StepGroup:
+def _group(store: Store, key: str) -> Group[Any, Any]:
+    """The store's group ``key``, its turn the in-process lock."""
     with _GROUPS_GUARD:
-        group = _GROUPS.get(store)
+        groups = _GROUPS.setdefault(store, {})
+        group = groups.get(key)
         if group is None:
-            group = _GROUPS[store] = _StepGroup()
+            group = groups[key] = Group(store.dialect.serial())
         return group
+
+
+def _claim_group(store: Store, owner: str) -> Group[_ClaimAsk, tuple[list[Claim], Recorded | None]]:
+    """The claims of one host instance waiting for the next transaction."""
+    return _group(store, f"claims {owner}")
+
+
+def _step_group(store: Store) -> Group[_Steps, int]:
+    """The steps of a store waiting for the next commit."""
+    return _group(store, "steps")
 
 
 class Consumer:
@@ -226,41 +198,35 @@ class Consumer:
         Where transactions are serialised in-process (DuckDB), the claims that other
         threads of this instance ask for while one transaction runs are made together
         in the next one, with all their outcomes: one claim statement for the lot, each
-        thread taking its share in claim order. What was recorded is returned to the
-        thread that made the claim (it holds the others' outcomes too), None to the
-        others. If that shared claim fails, each thread claims alone."""
+        thread taking its share in claim order. What was recorded is returned to one of
+        them (it holds the others' outcomes too; all are the same host instance's), None
+        to the others. If that shared claim fails, each thread claims alone."""
         if not self._dialect.one_process or ordered:  # an ordered run stays with one thread
             return self._claim(n, lease_seconds, ordered, instances, outcomes)
-        group = _claim_group(self._store, self.owner)
-        mine = _ClaimAsk(n, instances, outcomes)
-        with group.mutex:
-            group.pending.append(mine)
-        with self._dialect.serial():  # held by the claim that may take this one too
-            if mine.claims is not None:
-                return mine.claims, None
-            if mine.alone:
-                return self._claim(n, lease_seconds, ordered, instances, outcomes)
-            with group.mutex:
-                together, group.pending = group.pending, []
-            try:
-                claims, recorded = self._claim(
-                    sum(a.n for a in together),
-                    lease_seconds,
-                    False,
-                    any(a.instances for a in together),
-                    merged([a.outcomes for a in together if a.outcomes is not None]),
-                )
-            except BaseException as exc:
-                for other in together:
-                    other.alone = True  # each claims alone next, with its own outcomes
-                if len(together) == 1 or not isinstance(exc, Exception):
-                    raise
-                return self._claim(n, lease_seconds, ordered, instances, outcomes)
-            start = 0
-            for asked in together:  # in claim order, a share each
-                asked.claims = claims[start : start + asked.n]
-                start += asked.n
-            return mine.claims or [], recorded
+        return _claim_group(self._store, self.owner).run(
+            _ClaimAsk(n, instances, outcomes),
+            lambda asks: self._claim_shares(asks, lease_seconds),
+            lambda ask: self._claim(ask.n, lease_seconds, False, ask.instances, ask.outcomes),
+        )
+
+    def _claim_shares(
+        self, asks: list[_ClaimAsk], lease_seconds: float
+    ) -> list[tuple[list[Claim], Recorded | None]]:
+        """One claim for every ask, with all their outcomes; a share each in claim order,
+        what was recorded to the first."""
+        claims, recorded = self._claim(
+            sum(a.n for a in asks),
+            lease_seconds,
+            False,
+            any(a.instances for a in asks),
+            merged([a.outcomes for a in asks if a.outcomes is not None]),
+        )
+        shares: list[tuple[list[Claim], Recorded | None]] = []
+        start = 0
+        for ask in asks:
+            shares.append((claims[start : start + ask.n], None if shares else recorded))
+            start += ask.n
+        return shares
 
     def _claim(
         self,
@@ -369,45 +335,28 @@ class Consumer:
         next one (a group commit: DuckDB costs about a millisecond a statement whatever
         its row count). If that shared commit fails, each thread commits its own steps
         alone, so an error stays with the steps that caused it."""
-        if not self._dialect.one_process:
-            return self._commit_steps([_Steps(steps, publisher)])
-        group = _step_group(self._store)
         mine = _Steps(steps, publisher)
-        with group.mutex:
-            group.pending.append(mine)
-        with self._dialect.serial():  # held by the commit that may take these steps too
-            if mine.discarded is not None:
-                return mine.discarded
-            if mine.alone:
-                return self._commit_steps([mine])
-            with group.mutex:
-                together, group.pending = group.pending, []
-            try:
-                return self._commit_steps(together)
-            except BaseException as exc:
-                for other in together:
-                    other.alone = True  # each commits its own next, and gets its own error
-                if len(together) == 1 or not isinstance(exc, Exception):
-                    raise
-            return self._commit_steps([mine])
+        if not self._dialect.one_process:
+            return self._commit_steps([mine])[0]
+        return _step_group(self._store).run(
+            mine, self._commit_steps, lambda alone: self._commit_steps([alone])[0]
+        )
 
-    def _commit_steps(self, together: list[_Steps]) -> int:
+    def _commit_steps(self, together: list[_Steps]) -> list[int]:
         """Commit the steps of ``together`` in one transaction (those of one publisher and
-        owner set-based); sets each one's ``discarded`` and returns the first's."""
-        by_run: dict[tuple[str, str], list[_Steps]] = {}
-        for asked in together:
-            by_run.setdefault((asked.publisher, asked.steps[0].owner), []).append(asked)
-        discarded: dict[int, int] = {}
+        owner set-based); the messages each one's completions discarded, counted once
+        per run (by its first)."""
+        by_run: dict[tuple[str, str], list[int]] = {}
+        for i, asked in enumerate(together):
+            by_run.setdefault((asked.publisher, asked.steps[0].owner), []).append(i)
+        discarded = [0] * len(together)
         with self._store.transaction(serial=True) as conn:
-            for (publisher, _), asks in by_run.items():
-                steps = [s for asked in asks for s in asked.steps]
-                _, n = service_instances.commit_steps(
+            for (publisher, _), run in by_run.items():
+                steps = [s for i in run for s in together[i].steps]
+                _, discarded[run[0]] = service_instances.commit_steps(
                     conn, self._dialect, steps, publisher=publisher
                 )
-                discarded[id(asks[0])] = n  # reported once, by the first of the run
             timers = {timer_channel(s.host) for a in together for s in a.steps if s.timers}
             if timers:
                 notify.after_commit(conn, timers)
-        for asked in together:
-            asked.discarded = discarded.get(id(asked), 0)
-        return together[0].discarded or 0
+        return discarded

@@ -35,10 +35,13 @@ from messagebox.predicates import normalize_properties
 from messagebox.predicates.explain import explain as explain_filter
 from messagebox.properties import Value, decode_context
 from messagebox.receipts import Receipt
+from messagebox.sharing import Group
 from messagebox.store import Store
 from messagebox.throttle import Throttle
 
 PUBLISH_CONFLICT_RETRIES = 20
+
+_Batch = tuple[list[Message], list[uuid.UUID]]
 
 
 def _policy(policy: RoutingPolicy | str) -> RoutingPolicy:
@@ -85,29 +88,6 @@ def _promoted(properties: Mapping[str, object]) -> dict[str, Value]:
         raise MessageValidationError(f"properties: {exc}") from exc
 
 
-class _Batch:
-    """One thread's batch waiting to be published (see ``Messages._publish_once``)."""
-
-    __slots__ = ("alone", "ids", "messages", "results")
-
-    def __init__(self, messages: list[Message], ids: list[uuid.UUID]) -> None:
-        self.messages = messages
-        self.ids = ids
-        self.results: list[Routed] | None = None
-        """Set once published with others: this batch's results."""
-        self.alone = False
-        """Set when a shared publish failed: its thread publishes it alone."""
-
-
-class _PublishGroup:
-    """The batches waiting for the next publish of one routing policy."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.turn = threading.Lock()
-        self.pending: list[_Batch] = []
-
-
 class Messages:
     """Publishing to and reading from one store's spool."""
 
@@ -115,7 +95,10 @@ class Messages:
         self._store = store
         self.publisher = publisher
         self._throttle = Throttle()
-        self._groups = {policy: _PublishGroup() for policy in RoutingPolicy}
+        self._groups: dict[RoutingPolicy, Group[_Batch, list[Routed]]] = {
+            policy: Group(threading.Lock()) for policy in RoutingPolicy
+        }
+        """Batches waiting for the next publish, by routing policy (DuckDB)."""
 
     def publish(
         self,
@@ -179,36 +162,27 @@ class Messages:
         a throttled host) stays with the batch that caused it."""
         if given or suspend or not self._store.dialect.one_process:
             return self._publish_tx(batch, ids, routing, suspend, given)
-        group = self._groups[routing]
-        mine = _Batch(batch, ids)
-        with group.mutex:
-            group.pending.append(mine)
-        with group.turn:  # one publish of the group at a time: the others wait to join
-            if mine.results is not None:
-                return mine.results
-            if mine.alone:
-                return self._publish_tx(batch, ids, routing)
-            with group.mutex:
-                together, group.pending = group.pending, []
-            if len(together) == 1:
-                return self._publish_tx(batch, ids, routing)
-            try:
-                results = self._publish_tx(
-                    [m for b in together for m in b.messages],
-                    [i for b in together for i in b.ids],
-                    routing,
-                )
-            except BaseException as exc:
-                for other in together:
-                    other.alone = True  # each publishes its own next, and gets its own error
-                if not isinstance(exc, Exception):
-                    raise
-                return self._publish_tx(batch, ids, routing)
-            start = 0
-            for b in together:
-                b.results = results[start : start + len(b.ids)]
-                start += len(b.ids)
-            return mine.results or []
+        return self._groups[routing].run(
+            (batch, ids),
+            lambda batches: self._publish_together(batches, routing),
+            lambda alone: self._publish_tx(*alone, routing),
+        )
+
+    def _publish_together(
+        self, batches: list[_Batch], routing: RoutingPolicy
+    ) -> list[list[Routed]]:
+        """Several batches in one transaction; each one's results."""
+        results = self._publish_tx(
+            [m for messages, _ in batches for m in messages],
+            [i for _, ids in batches for i in ids],
+            routing,
+        )
+        out: list[list[Routed]] = []
+        start = 0
+        for _, ids in batches:
+            out.append(results[start : start + len(ids)])
+            start += len(ids)
+        return out
 
     def _publish_tx(
         self,
