@@ -3,7 +3,8 @@
 - **write limit**: the rows a publish writes (a spool row, a part and its link, one
   queue entry per match, a suspended entry with its report for a message that matched
   nothing, and the reference count) written with no routing at all, in
-  batches of 1,000 messages, one transaction each, through the store's own bulk path
+  batches of 1,000 messages, one transaction each, each batch right after publish wrote
+  it (so both meet the disk in the same moment), through the store's own bulk path
   (Arrow ``INSERT … SELECT`` on DuckDB, ids as native UUIDs and the table read by a
   replacement scan; ``COPY`` on PostgreSQL), into a fresh database
   of the same schema. The Arrow tables and the COPY text are built before the clock
@@ -26,12 +27,12 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from bench.route_workload import BATCH, HOSTS, Workload
+from bench.route_workload import HOSTS, Workload
 from messagebox import schema
 from messagebox.dialects.duckdb import arrow_type, uuid_column
 from messagebox.engine import MessageBox
 from messagebox.message import Message
-from messagebox.models import ROUTING_FAILURE, Outcome, Routed
+from messagebox.models import ROUTING_FAILURE, Outcome
 from messagebox.properties import encode_context
 
 SINGLE_MESSAGES = 200
@@ -63,11 +64,21 @@ class Limit:
         return statistics.quantiles(self.publish_single_ms, n=100)[98]
 
 
+Kept = tuple[str, tuple[int, ...]]
+"""What the bench keeps of a publish result: its outcome (text) and its subscriptions.
+
+A plain tuple of untracked values, which the garbage collector stops tracking (not a
+named tuple: the collector untracks exact tuples only). Kept as ``Routed`` objects with
+their ``uuid.UUID``, the 20,000 results of a run made the collector run a full pass over
+the whole heap, most of it the bench's own workload, inside the timed publishes (7 µs a
+message of a 40 µs publish on fanout1)."""
+
+
 Columns = dict[str, list[Any]]
 
 
 def _rows(
-    messages: Sequence[Message], routed: Sequence[Routed], ids: Iterator[int], now: datetime
+    messages: Sequence[Message], routed: Sequence[Kept], ids: Iterator[int], now: datetime
 ) -> dict[sa.Table, Columns]:
     """The rows publishing ``messages`` with these results writes, as columns."""
     out: dict[sa.Table, Columns] = {
@@ -123,12 +134,13 @@ def _rows(
             links[k].append(v)
         for k, v in zip(parts, (part, len(data), 1, data), strict=True):
             parts[k].append(v)
-        for sub in result.subscriptions:
+        outcome, subs = result
+        for sub in subs:
             row = (next(ids), msg, sub, HOSTS[sub % len(HOSTS)], 0, "ready", 0, now, now)
             for k, v in zip(queue, (*row, None, False), strict=True):
                 queue[k].append(v)
-        n_refs = len(result.subscriptions)
-        if result.outcome is Outcome.SUSPENDED and not result.subscriptions:  # no match
+        n_refs = len(subs)
+        if outcome == Outcome.SUSPENDED and not subs:  # no match
             # no report: as publish, it is read from the spool row
             failed = (next(ids), msg, ROUTING_FAILURE, "matched nothing", None, False, 0, now)
             for k, v in zip(suspended, failed, strict=True):
@@ -235,27 +247,37 @@ def _write_one(box: MessageBox, rows: dict[sa.Table, Columns]) -> float:
     return time.perf_counter() - start
 
 
-def measure(
-    url: str, work: Workload, routed: Sequence[Routed], publish_single_ms: list[float]
-) -> Limit:
-    """The write limit and the single-message raw insert, in a fresh database at
-    ``url``; ``routed`` are the publish run's results (their match counts are written)."""
-    now = datetime.now(UTC)
-    ids = iter(range(1, 1 << 62))
-    box = MessageBox(url, publisher="bench.route.limit")
-    try:
-        seconds = 0.0
-        for start in range(0, len(routed), BATCH):
-            end = start + BATCH
-            rows = _rows(work.messages[start:end], routed[start:end], ids, now)
-            seconds += _write(box, _prepare(box, rows))
+class LimitRun:
+    """The write limit measured beside a publish run, in a fresh database at ``url``:
+    after each published batch, the rows that batch wrote are written here the fastest
+    way (:func:`_write`), so the two share the machine's moment (the disk's fsync times
+    vary by 2x over a minute here; measured a run apart, the ratio did too)."""
+
+    def __init__(self, url: str, work: Workload) -> None:
+        self._work = work
+        self._now = datetime.now(UTC)
+        self._ids = iter(range(1, 1 << 62))
+        self._box = MessageBox(url, publisher="bench.route.limit")
+        self.messages = 0
+        self.seconds = 0.0
+
+    def write(self, messages: Sequence[Message], routed: Sequence[Kept]) -> None:
+        """Write the rows of one published batch; prepared before the clock starts."""
+        rows = _rows(messages, routed, self._ids, self._now)
+        self.seconds += _write(self._box, _prepare(self._box, rows))
+        self.messages += len(messages)
+
+    def result(self, routed: Sequence[Kept], publish_single_ms: list[float]) -> Limit:
+        """The limit, with the single-message raw inserts (of the first messages)."""
+        messages = self._work.messages
         single = [
-            _write_one(box, _rows([work.messages[i]], [routed[i]], ids, now)) * 1000
+            _write_one(self._box, _rows([messages[i]], [routed[i]], self._ids, self._now)) * 1000
             for i in range(min(SINGLE_MESSAGES, len(routed)))
         ]
-    finally:
-        box.close()
-    return Limit(len(routed), seconds, single, publish_single_ms)
+        return Limit(self.messages, self.seconds, single, publish_single_ms)
+
+    def close(self) -> None:
+        self._box.close()
 
 
 def timed_singles(box: MessageBox, messages: Sequence[Message]) -> list[float]:

@@ -43,7 +43,7 @@ def run_profile(n_messages: int, seed: int) -> None:
             profiler.disable()
         finally:
             box.close()
-    matches = sum(len(r.subscriptions) for r in routed) / len(routed)
+    matches = sum(len(subs) for _, subs in routed) / len(routed)
     print(
         f"\nProfile: DuckDB, N={n:,}, {len(routed):,} messages in batches of {BATCH:,} "
         f"(subscribe {subscribe_s:.2f}s); {elapsed:.2f}s under cProfile = "
