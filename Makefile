@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking lint format clean
 
-$(STAMP): pyproject.toml setup.py predicates/_native.c
+$(STAMP): pyproject.toml setup.py predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

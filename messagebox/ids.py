@@ -6,6 +6,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 
@@ -22,6 +23,17 @@ _RANDOM_BITS = ((1 << 80) - 1) & ~(0xF << 76) & ~(0x3 << 62)
 """The 80 low bits of a version-7 UUID less its version and variant bits."""
 _VERSION_7 = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
 
+
+try:  # the compiled helpers, built at install time where a C compiler is found
+    from messagebox import _native
+except ImportError:  # pragma: no cover (an install without a compiler)
+    _native = None  # type: ignore[assignment]
+else:
+    _native.setup(uuid.UUID, uuid.SafeUUID.unknown)
+
+NATIVE = _native is not None and os.environ.get("MESSAGEBOX_NATIVE", "1") != "0"
+"""Whether ids and UUID bytes are made in C (``MESSAGEBOX_NATIVE=0``: in Python, the
+same values, slower)."""
 
 _new = object.__new__
 _set = object.__setattr__
@@ -42,10 +54,32 @@ def _uuid(value: int) -> uuid.UUID:
 def uuid7s(n: int) -> list[uuid.UUID]:
     """``n`` version-7 UUIDs: milliseconds since the epoch, then random bits
     (index-friendly), from one read of the random source."""
-    head = ((time.time_ns() // 1_000_000) & ((1 << 48) - 1)) << 80 | _VERSION_7
+    ms = (time.time_ns() // 1_000_000) & ((1 << 48) - 1)
     rand = os.urandom(10 * n)
+    if NATIVE:
+        return _native.uuid7s(ms, rand)
+    return _uuid7s(ms, rand)
+
+
+def _uuid7s(ms: int, rand: bytes) -> list[uuid.UUID]:
+    """:func:`uuid7s` in Python, from its time and random bytes (10 a UUID)."""
+    head = ms << 80 | _VERSION_7
     number = int.from_bytes
-    return [_uuid(head | number(rand[i : i + 10]) & _RANDOM_BITS) for i in range(0, 10 * n, 10)]
+    return [_uuid(head | number(rand[i : i + 10]) & _RANDOM_BITS) for i in range(0, len(rand), 10)]
+
+
+def uuid_bytes(values: Sequence[object]) -> bytes | None:
+    """Each UUID's 16 bytes, big-endian, joined (a UUID column's Arrow buffer); None if
+    a value is not a ``uuid.UUID`` (text, None)."""
+    if NATIVE:
+        try:
+            return _native.uuid_bytes(values)
+        except TypeError:
+            return None
+    try:
+        return b"".join([v.int.to_bytes(16, "big") for v in values])  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
 
 
 def uuid7() -> uuid.UUID:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -225,9 +226,26 @@ def _typed(props: Mapping[str, Value]) -> dict[str, list[Any]]:
     return out
 
 
+try:  # the compiled helpers, built at install time where a C compiler is found
+    from messagebox import _native
+except ImportError:  # pragma: no cover (an install without a compiler)
+    _native = None  # type: ignore[assignment]
+else:
+    _native.setup_values(UTC, encode_value)
+
+_NATIVE = _native is not None and os.environ.get("MESSAGEBOX_NATIVE", "1") != "0"
+
+
+def _typed_any(props: Mapping[str, Value]) -> dict[str, list[Any]]:
+    """:func:`_typed`, in C where it was built (for a dict; the same result)."""
+    if _NATIVE and type(props) is dict:
+        return _native.typed(props)
+    return _typed(props)
+
+
 def encode_context(promoted: Mapping[str, Value], written: Mapping[str, Value]) -> str:
     """Serialise a message context to typed JSON (compact, UTF-8 as it is)."""
-    return orjson.dumps({"promoted": _typed(promoted), "written": _typed(written)}).decode()
+    return orjson.dumps({"promoted": _typed_any(promoted), "written": _typed_any(written)}).decode()
 
 
 def decode_context(text: str) -> tuple[dict[str, Value], dict[str, Value]]:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from messagebox import clock, routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
-from messagebox.dialects import Dialect, Indexed, Same, StagedBatch, Target
+from messagebox.dialects import Dialect, Indexed, Same, StagedBatch, Target, Uuids
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.ids import seed as seed_ids
@@ -195,6 +195,10 @@ class _Writes:
     """The entries' :data:`QUEUE_COLUMNS`, once :meth:`matched` took them."""
     routed_entries: int = 0
     """How many of the matched entries :meth:`routed` has queued."""
+    batch_ids: Sequence[uuid.UUID] | None = None
+    """The batch's ids when :meth:`routed_all` queued it whole: then the messages of the
+    entries, the references and the suspended rows are positions in it, so that the
+    ids are converted for the database once (:class:`Uuids`)."""
 
     @classmethod
     def empty(cls, now: datetime) -> _Writes:
@@ -254,19 +258,20 @@ class _Writes:
         does) or dropped. The columns are made whole instead of message by message."""
         if self.columns is None or self.routed_entries:
             raise RuntimeError("_Writes.routed_all before matched, or after routed")
+        if self.msgs or self.refs["msg"] or self.suspended:
+            raise RuntimeError("_Writes.routed_all after other entries")
+        self.batch_ids = ids
         subs = self.columns["sub"]
         kept = [i for i, k in enumerate(counts) if k]
-        msgs = [ids[i] for i in kept]
         kept_counts = [counts[i] for i in kept]
         self.routed_entries = total = sum(kept_counts)
         if suspend_unrouted and len(kept) < len(counts):
             self._interleave_unrouted(entry_ids, ids, counts)
         else:
             self.entry_ids.extend(entry_ids[:total])
-            self.refs["msg"].extend(msgs)
+            self.refs["msg"].extend(kept)
             self.refs["n"].extend(kept_counts)
-        self.entry_msgs.extend(chain.from_iterable(map(repeat, range(len(msgs)), kept_counts)))
-        self.msgs.extend(msgs)
+        self.entry_msgs.extend(chain.from_iterable(map(repeat, kept, kept_counts)))
         unmatched = Outcome.SUSPENDED if suspend_unrouted else Outcome.DROPPED
         results = []
         start = 0
@@ -291,10 +296,11 @@ class _Writes:
         for i in [i for i, k in enumerate(counts) if not k]:
             at = starts[i]
             self.entry_ids.extend(entry_ids[taken:at])
-            self.suspend(entry_ids[at], ids[i], ROUTING_FAILURE, _MATCHED_NOTHING, None)
+            # the message as its position in batch_ids, as the references below
+            self.suspended.append((entry_ids[at], i, ROUTING_FAILURE, _MATCHED_NOTHING, None))
             taken = at + 1
         self.entry_ids.extend(entry_ids[taken : starts[-1]])
-        self.refs["msg"].extend(ids)
+        self.refs["msg"].extend(range(len(ids)))  # positions in batch_ids
         self.refs["n"].extend(widths)
 
     def unrouted(self, entry_id: int, msg_id: uuid.UUID) -> Routed:
@@ -338,9 +344,10 @@ class _Writes:
             n = len(self.entry_ids)
             if self.columns is None:
                 self.columns = Matches.of([self.targets]).columns
+            msgs = self.msgs if self.batch_ids is None else self.batch_ids
             q = {
                 "id": self.entry_ids,
-                "msg": Indexed(self.msgs, self.entry_msgs),  # each id converted once
+                "msg": Indexed(msgs, self.entry_msgs),  # each id converted once
                 **{name: self.columns[name] for name in QUEUE_COLUMNS},
             }
             q["attempts"] = Same(0, n)
@@ -350,6 +357,8 @@ class _Writes:
         if self.suspended:
             n = len(self.suspended)
             s = dict(zip(_SUSPENDED_COLUMNS, zip(*self.suspended, strict=True), strict=True))
+            if self.batch_ids is not None:  # positions in it (routed_all)
+                s["msg"] = Indexed(self.batch_ids, s["msg"])
             s.update(
                 sub=Same(None, n),
                 host=Same(None, n),
@@ -359,9 +368,11 @@ class _Writes:
             )
             writes.append((schema.suspended, s))
         if self.refs["msg"]:
-            writes.append(
-                (schema.ref_add, dict(self.refs, logged_at=Same(now, len(self.refs["msg"]))))
-            )
+            refs: dict[str, Sequence[Any]] = dict(self.refs)
+            if self.batch_ids is not None:
+                refs["msg"] = Indexed(self.batch_ids, self.refs["msg"])
+            refs["logged_at"] = Same(now, len(refs["msg"]))
+            writes.append((schema.ref_add, refs))
         dialect.insert_many(conn, writes, wake=sorted(hosts or ()))
         if q is not None:
             tracking.record(
@@ -414,6 +425,7 @@ def publish(
     of entries queued per host.
     """
     forced = suspensions or {}
+    ids = Uuids(ids)  # the messages' ids go to several tables: converted once
     matches = _route_unforced(conn, dialect, messages, forced, now)
     writes = _Writes.empty(now)
     hosts = writes.matched(matches)
@@ -434,11 +446,12 @@ def publish(
         )
     else:
         results = _routed_each(writes, conn, n_entries, ids, counts, forced, policy)
-    kept = [(ids[i], messages[i]) for i in keep]
-    stored = spool.message_rows(conn, dialect, kept, now, publisher)
-    tracking.record(
-        conn, dialect, tracking.PUBLISHED, [ids[i] for i in keep], details=[publisher] * len(keep)
-    )
+    if len(keep) == len(messages):
+        kept, stored_ids = messages, ids
+    else:
+        kept, stored_ids = [messages[i] for i in keep], Uuids([ids[i] for i in keep])
+    stored = spool.message_rows(conn, dialect, stored_ids, kept, now, publisher)
+    tracking.record(conn, dialect, tracking.PUBLISHED, stored_ids, details=[publisher] * len(keep))
     if unrouted:
         outcome = "suspended" if policy is RoutingPolicy.SUSPEND else "dropped"
         tracking.count(conn, "routing_failures", [outcome] * len(unrouted))
@@ -547,7 +560,9 @@ def enqueue_direct(
     for (msg_id, _, target), entry_id in zip(items, allocate(conn, len(items)), strict=True):
         writes.enqueue(entry_id, msg_id, target)
         writes.reference(msg_id, 1)
-    stored = spool.message_rows(conn, dialect, [(m, msg) for m, msg, _ in items], now, publisher)
+    stored = spool.message_rows(
+        conn, dialect, [m for m, _, _ in items], [msg for _, msg, _ in items], now, publisher
+    )
     tracking.record(
         conn,
         dialect,

@@ -17,7 +17,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 
 from messagebox import clock, schema
-from messagebox.dialects import Dialect, Same
+from messagebox.dialects import Dialect, Indexed, Same, Uuids
 from messagebox.errors import UnknownMessage
 from messagebox.ids import uuid7s
 from messagebox.message import Message, MessageSummary, PartData, StoredMessage
@@ -52,39 +52,51 @@ def _first_fragment(data: PartData) -> tuple[bytes, Iterator[bytes]]:
 def write_messages(
     conn: sa.Connection,
     dialect: Dialect,
-    messages: Sequence[tuple[uuid.UUID, Message]],
+    ids: Sequence[uuid.UUID],
+    messages: Sequence[Message],
     now: datetime,
     publisher: str,
 ) -> None:
     """Write spool rows, parts and fragments for messages (each stored once)."""
-    dialect.insert_many(conn, message_rows(conn, dialect, messages, now, publisher))
+    dialect.insert_many(conn, message_rows(conn, dialect, ids, messages, now, publisher))
 
 
 def message_rows(
     conn: sa.Connection,
     dialect: Dialect,
-    messages: Sequence[tuple[uuid.UUID, Message]],
+    ids: Sequence[uuid.UUID],
+    messages: Sequence[Message],
     now: datetime,
     publisher: str,
 ) -> list[tuple[sa.Table, dict[str, Sequence[Any]]]]:
-    """The spool rows, part links and parts of messages, as columns per table, for the
-    caller to insert with its other rows (fragments past a part's first are written
-    here, as the part is read)."""
-    spool: dict[str, list[Any]] = {k: [] for k in ("id", "context", "n_parts", "body_part")}
-    links: dict[str, list[Any]] = {k: [] for k in ("msg", "idx", "name", "part")}
-    parts: dict[str, list[Any]] = {k: [] for k in ("id", "size", "n_fragments", "data")}
-    part_ids = iter(uuid7s(sum(len(message.parts) for _, message in messages)))
+    """The spool rows, part links and parts of messages (with these ids), as columns per
+    table, for the caller to insert with its other rows (fragments past a part's first
+    are written here, as the part is read). The ids go as given (a :class:`Uuids`
+    column stays one, converted once), and so do the parts' new ids to both tables."""
+    if not messages:
+        return []
+    context: list[str] = []
+    n_parts: list[int] = []
+    body: list[str] = []
+    owner: list[int] = []  # per part, its message's position in ids
+    links: dict[str, list[Any]] = {"idx": [], "name": []}
+    parts: dict[str, list[Any]] = {"size": [], "n_fragments": [], "data": []}
+    part_ids = Uuids(uuid7s(sum(len(message.parts) for message in messages)))
     # the columns' appends bound once: this runs for every message published
-    add_id, add_context, add_n_parts, add_body = (spool[k].append for k in spool)
-    add_msg, add_idx, add_name, add_part = (links[k].append for k in links)
-    add_part_id, add_size, add_fragments, add_data = (parts[k].append for k in parts)
-    for msg_id, message in messages:
-        add_id(msg_id)
+    add_context, add_n_parts, add_body, add_owner = (
+        context.append,
+        n_parts.append,
+        body.append,
+        owner.append,
+    )
+    add_idx, add_name = (links[k].append for k in links)
+    add_size, add_fragments, add_data = (parts[k].append for k in parts)
+    k = 0  # the next part's position in part_ids
+    for i, message in enumerate(messages):
         add_context(encode_context(message.promoted, message.written))
         add_n_parts(len(message.parts))
         add_body(message.body_part)
         for idx, (name, data) in enumerate(message.parts.items()):
-            part_id = next(part_ids)
             if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case
                 first, size, n_fragments = data, len(data), 1
             else:
@@ -92,25 +104,33 @@ def message_rows(
                 size, seq = len(first), 0
                 for seq, chunk in enumerate(rest, start=1):
                     dialect.insert(
-                        conn, schema.fragment, {"part": [part_id], "seq": [seq], "data": [chunk]}
+                        conn,
+                        schema.fragment,
+                        {"part": [part_ids.values[k]], "seq": [seq], "data": [chunk]},
                     )
                     size += len(chunk)
                 n_fragments = seq + 1
-            add_msg(msg_id)
+            add_owner(i)
             add_idx(idx)
             add_name(name)
-            add_part(part_id)
-            add_part_id(part_id)
             add_size(size)
             add_fragments(n_fragments)
             add_data(first)
-    if not spool["id"]:
-        return []
-    n = len(spool["id"])
-    rows: dict[str, Sequence[Any]] = dict(spool)
-    rows["published_at"] = Same(now, n)
-    rows["publisher"] = Same(publisher, n)
-    return [(schema.spool, rows), (schema.message_part, dict(links)), (schema.part, dict(parts))]
+            k += 1
+    n = len(messages)
+    spool = {
+        "id": ids,
+        "context": context,
+        "n_parts": n_parts,
+        "body_part": body,
+        "published_at": Same(now, n),
+        "publisher": Same(publisher, n),
+    }
+    return [
+        (schema.spool, spool),
+        (schema.message_part, {"msg": Indexed(ids, owner), **links, "part": part_ids}),
+        (schema.part, {"id": part_ids, **parts}),
+    ]
 
 
 def promoted_page(

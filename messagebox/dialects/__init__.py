@@ -11,10 +11,27 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from messagebox.dialects.base import Dialect, Indexed, RouteRow, Same, StagedBatch, Target
+from messagebox.dialects.base import (
+    Dialect,
+    Indexed,
+    RouteRow,
+    Same,
+    StagedBatch,
+    Target,
+    Uuids,
+)
 from messagebox.errors import BackendUnavailable
 
-__all__ = ["Dialect", "Indexed", "RouteRow", "Same", "StagedBatch", "Target", "dialect_for"]
+__all__ = [
+    "Dialect",
+    "Indexed",
+    "RouteRow",
+    "Same",
+    "StagedBatch",
+    "Target",
+    "Uuids",
+    "dialect_for",
+]
 
 
 def dialect_for(url: sa.URL) -> Dialect:

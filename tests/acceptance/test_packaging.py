@@ -73,8 +73,9 @@ def test_the_wheel_holds_one_top_level_package_with_its_data(wheels: tuple[Path,
     top = {n.split("/")[0] for n in names}
     name, version = ours.name.split("-")[:2]  # the wheel is platform-specific: it has C
     assert top == {"messagebox", f"{name}-{version}.dist-info"}, sorted(top)
-    compiled = [n for n in names if n.startswith("messagebox/predicates/_native.")]
-    assert any(n.endswith((".so", ".pyd")) for n in compiled), compiled  # the matcher, built
+    for module in ("messagebox/predicates/_native.", "messagebox/_native."):
+        compiled = [n for n in names if n.startswith(module)]  # the matcher, the UUID helpers
+        assert any(n.endswith((".so", ".pyd")) for n in compiled), compiled  # built
     for needed in (
         "messagebox/predicates/__init__.py",
         "messagebox/hosts/app.py",

@@ -1,0 +1,307 @@
+/* Compiled helpers of the publish path (optional: messagebox/ids.py falls back).
+ *
+ * A publish makes a version-7 UUID for every message and part, writes every UUID column
+ * (on DuckDB) as one buffer of 16 bytes a value, and tags every property of every
+ * context with its type. In Python each costs a few attribute sets, an int.to_bytes
+ * call or a dict lookup per value. Here they are loops in C. The UUIDs made are
+ * ordinary uuid.UUID objects, with `int` and `is_safe` set through the slots as
+ * uuid.UUID's constructor sets them. ids.py's and properties.py's Python code is the
+ * reference, and the tests hold the two equal.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <datetime.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *uuid_type = NULL; /* uuid.UUID */
+static PyObject *is_safe = NULL;   /* uuid.SafeUUID.unknown */
+static PyObject *str_int = NULL;   /* "int" */
+static PyObject *str_is_safe = NULL;
+static PyObject *utc = NULL;       /* datetime.UTC */
+static PyObject *encode_value = NULL; /* properties.encode_value, for other values */
+static PyObject *tag_b, *tag_i, *tag_f, *tag_s, *tag_d;
+
+static PyObject *
+int_from_bytes(const unsigned char *b)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromUnsignedNativeBytes(b, 16, Py_ASNATIVEBYTES_BIG_ENDIAN);
+#else
+    return _PyLong_FromByteArray(b, 16, 0, 0);
+#endif
+}
+
+/* The 16 big-endian bytes of a non-negative int below 2**128; -1 with an exception. */
+static int
+int_to_bytes(PyObject *v, unsigned char *out)
+{
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "a UUID's int is %.100s, not int", Py_TYPE(v)->tp_name);
+        return -1;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t n = PyLong_AsNativeBytes(
+        v, out, 16, Py_ASNATIVEBYTES_BIG_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                        Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (n < 0)
+        return -1;
+    if (n > 16) {
+        PyErr_SetString(PyExc_OverflowError, "a UUID's int is over 128 bits");
+        return -1;
+    }
+    return 0;
+#else
+    return _PyLong_AsByteArray((PyLongObject *)v, out, 16, 0, 0);
+#endif
+}
+
+PyDoc_STRVAR(setup_doc, "setup(uuid_type, is_safe): the uuid.UUID type and SafeUUID.unknown.");
+
+static PyObject *
+setup(PyObject *self, PyObject *args)
+{
+    PyObject *type, *safe;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &safe))
+        return NULL;
+    Py_INCREF(type);
+    Py_XSETREF(uuid_type, type);
+    Py_INCREF(safe);
+    Py_XSETREF(is_safe, safe);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(setup_values_doc,
+             "setup_values(utc, encode_value): datetime.UTC and properties.encode_value.");
+
+static PyObject *
+setup_values(PyObject *self, PyObject *args)
+{
+    PyObject *tz, *fn;
+    if (!PyArg_ParseTuple(args, "OO", &tz, &fn))
+        return NULL;
+    Py_INCREF(tz);
+    Py_XSETREF(utc, tz);
+    Py_INCREF(fn);
+    Py_XSETREF(encode_value, fn);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(typed_doc,
+             "typed(props) -> dict: each value as [tag, value] (properties._typed): a bool,\n"
+             "int, float or str (exact types) tagged b, i, f, s; a datetime in UTC d; any\n"
+             "other through encode_value.");
+
+static PyObject *
+typed(PyObject *self, PyObject *props)
+{
+    if (encode_value == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "messagebox._native.setup_values was not called");
+        return NULL;
+    }
+    if (!PyDict_Check(props)) {
+        PyErr_Format(PyExc_TypeError, "typed takes a dict, not %.100s", Py_TYPE(props)->tp_name);
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(props, &pos, &key, &value)) {
+        PyObject *tag = NULL;
+        if (PyBool_Check(value))
+            tag = tag_b;
+        else if (PyLong_CheckExact(value))
+            tag = tag_i;
+        else if (PyFloat_CheckExact(value))
+            tag = tag_f;
+        else if (PyUnicode_CheckExact(value))
+            tag = tag_s;
+        else if (PyDateTime_CheckExact(value) && PyDateTime_DATE_GET_TZINFO(value) == utc)
+            tag = tag_d;
+        PyObject *pair;
+        if (tag != NULL) {
+            pair = PyList_New(2);
+            if (pair == NULL)
+                goto fail;
+            Py_INCREF(tag);
+            PyList_SET_ITEM(pair, 0, tag);
+            Py_INCREF(value);
+            PyList_SET_ITEM(pair, 1, value);
+        }
+        else {
+            pair = PyObject_CallOneArg(encode_value, value);
+            if (pair == NULL)
+                goto fail;
+        }
+        int failed = PyDict_SetItem(out, key, pair);
+        Py_DECREF(pair);
+        if (failed < 0)
+            goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *
+make_uuid(const unsigned char *b)
+{
+    PyObject *value = int_from_bytes(b);
+    if (value == NULL)
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)uuid_type;
+    PyObject *made = type->tp_alloc(type, 0);
+    if (made == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    /* object.__setattr__: uuid.UUID's own __setattr__ refuses every set */
+    if (PyObject_GenericSetAttr(made, str_int, value) < 0 ||
+        PyObject_GenericSetAttr(made, str_is_safe, is_safe) < 0) {
+        Py_DECREF(value);
+        Py_DECREF(made);
+        return NULL;
+    }
+    Py_DECREF(value);
+    return made;
+}
+
+PyDoc_STRVAR(uuid7s_doc,
+             "uuid7s(ms, random) -> list[uuid.UUID]: one version-7 UUID per 10 bytes of\n"
+             "random: the 48-bit millisecond time ms, the version, 12 random bits, the\n"
+             "variant, 62 random bits (ids.uuid7s's layout).");
+
+static PyObject *
+uuid7s(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "uuid7s(ms, random) takes 2 arguments");
+        return NULL;
+    }
+    if (uuid_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "messagebox._native.setup was not called");
+        return NULL;
+    }
+    unsigned long long ms = PyLong_AsUnsignedLongLong(args[0]);
+    if (ms == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer random;
+    if (PyObject_GetBuffer(args[1], &random, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (random.len % 10) {
+        PyBuffer_Release(&random);
+        PyErr_SetString(PyExc_ValueError, "random must be 10 bytes per UUID");
+        return NULL;
+    }
+    Py_ssize_t n = random.len / 10;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        PyBuffer_Release(&random);
+        return NULL;
+    }
+    const unsigned char *r = random.buf;
+    unsigned char b[16];
+    for (int i = 0; i < 6; i++)
+        b[i] = (unsigned char)(ms >> (8 * (5 - i)));
+    for (Py_ssize_t k = 0; k < n; k++, r += 10) {
+        b[6] = (unsigned char)(0x70 | (r[0] & 0x0F)); /* version 7 */
+        b[7] = r[1];
+        b[8] = (unsigned char)(0x80 | (r[2] & 0x3F)); /* RFC 4122 variant */
+        memcpy(b + 9, r + 3, 7);
+        PyObject *made = make_uuid(b);
+        if (made == NULL) {
+            Py_DECREF(out);
+            PyBuffer_Release(&random);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, made);
+    }
+    PyBuffer_Release(&random);
+    return out;
+}
+
+PyDoc_STRVAR(uuid_bytes_doc,
+             "uuid_bytes(values) -> bytes: each uuid.UUID's 16 bytes, big-endian, joined;\n"
+             "TypeError if a value is not a uuid.UUID (text, None).");
+
+static PyObject *
+uuid_bytes(PyObject *self, PyObject *values)
+{
+    if (uuid_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "messagebox._native.setup was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(values, "uuid_bytes takes a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 16 * n);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = items[i];
+        int is = PyObject_TypeCheck(v, (PyTypeObject *)uuid_type);
+        if (!is) {
+            PyErr_Format(PyExc_TypeError, "value %zd is %.100s, not a UUID", i,
+                         Py_TYPE(v)->tp_name);
+            goto fail;
+        }
+        PyObject *number = PyObject_GenericGetAttr(v, str_int);
+        if (number == NULL)
+            goto fail;
+        int failed = int_to_bytes(number, buf + 16 * i);
+        Py_DECREF(number);
+        if (failed < 0)
+            goto fail;
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, setup_doc},
+    {"setup_values", setup_values, METH_VARARGS, setup_values_doc},
+    {"typed", typed, METH_O, typed_doc},
+    {"uuid7s", (PyCFunction)(void (*)(void))uuid7s, METH_FASTCALL, uuid7s_doc},
+    {"uuid_bytes", uuid_bytes, METH_O, uuid_bytes_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "messagebox._native",
+    "Compiled helpers of the publish path: UUIDs, typed contexts (optional).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    str_int = PyUnicode_InternFromString("int");
+    str_is_safe = PyUnicode_InternFromString("is_safe");
+    if (str_int == NULL || str_is_safe == NULL)
+        return NULL;
+    tag_b = PyUnicode_InternFromString("b");
+    tag_i = PyUnicode_InternFromString("i");
+    tag_f = PyUnicode_InternFromString("f");
+    tag_s = PyUnicode_InternFromString("s");
+    tag_d = PyUnicode_InternFromString("d");
+    if (!tag_b || !tag_i || !tag_f || !tag_s || !tag_d)
+        return NULL;
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,119 @@
+"""The compiled helpers of the publish path (messagebox/_native.c) against their Python
+reference (ids.py, properties.py): the same UUIDs from the same time and random bytes,
+the same bytes of a UUID column, the same typed context. Where the helpers were not
+built the tests skip, except when ``CI=true``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from enum import IntEnum
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from messagebox import ids, properties
+from messagebox.properties import Value
+from tests.conftest import IN_CI
+
+try:
+    from messagebox import _native as native
+except ImportError:  # pragma: no cover (an install without a compiler)
+    native = None  # type: ignore[assignment]
+pytestmark = pytest.mark.skipif(
+    native is None and not IN_CI, reason="the compiled helpers were not built"
+)
+
+
+class Level(IntEnum):
+    LOW = 1
+
+
+@given(st.integers(0, 2**48 - 1), st.lists(st.binary(min_size=10, max_size=10), max_size=20))
+def test_compiled_uuid7s_are_the_python_ones(ms: int, chunks: list[bytes]) -> None:
+    rand = b"".join(chunks)
+    made = native.uuid7s(ms, rand)
+    expected = ids._uuid7s(ms, rand)
+    assert made == expected
+    for u, same in zip(made, expected, strict=True):
+        assert type(u) is uuid.UUID
+        assert (u.int, u.is_safe, u.version, u.variant) == (
+            same.int,
+            same.is_safe,
+            7,
+            uuid.RFC_4122,
+        )
+        assert u.int >> 80 == ms
+
+
+def test_compiled_uuid7s_refuse_a_partial_id() -> None:
+    with pytest.raises(ValueError, match="10 bytes per UUID"):
+        native.uuid7s(0, b"123456789")
+
+
+@given(st.lists(st.integers(0, 2**128 - 1), max_size=30))
+def test_compiled_uuid_bytes_are_each_uuids_bytes(numbers: list[int]) -> None:
+    values = [uuid.UUID(int=n) for n in numbers]
+    assert native.uuid_bytes(values) == b"".join(v.bytes for v in values)
+    assert ids.uuid_bytes(values) == b"".join(v.bytes for v in values)
+
+
+@pytest.mark.parametrize("odd", ["6f1c…", None, 7])
+def test_a_column_with_a_value_not_a_uuid_has_no_bytes(
+    odd: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = [uuid.UUID(int=1), odd]
+    with pytest.raises(TypeError, match="value 1 is"):
+        native.uuid_bytes(values)
+    assert ids.uuid_bytes(values) is None
+    monkeypatch.setattr(ids, "NATIVE", False)  # the Python reference says the same
+    assert ids.uuid_bytes(values) is None
+    assert ids.uuid_bytes(values[:1]) == uuid.UUID(int=1).bytes
+
+
+values = st.one_of(
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-3))])),
+    st.datetimes(),  # naive
+    st.sampled_from([Level.LOW, Decimal("1.5")]),  # subclasses and other types
+)
+
+
+@given(st.dictionaries(st.text(max_size=4), values, max_size=8))
+def test_compiled_typed_context_is_the_python_one(props: dict[str, object]) -> None:
+    """Every value tagged as properties._typed tags it (exact types only; a datetime in
+    UTC kept for the encoder; anything else through encode_value, errors included)."""
+    try:
+        expected = properties._typed(props)  # type: ignore[arg-type]
+    except (ValueError, TypeError) as exc:
+        with pytest.raises(type(exc)):
+            native.typed(props)
+        return
+    got = native.typed(props)
+    assert got == expected
+    assert [type(v[1]) for v in got.values()] == [type(v[1]) for v in expected.values()]
+
+
+def test_encode_context_is_the_same_with_and_without_the_compiled_helpers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    promoted: dict[str, Value] = {
+        "o.Rush": True,
+        "o.Qty": 3,
+        "o.Total": 12.5,
+        "o.Region": "EU",
+        "o.When": datetime(2024, 5, 1, 10, tzinfo=UTC),
+    }
+    written: dict[str, Value] = {
+        "o.Note": 'é\n"x"',
+        "o.Sent": datetime(2024, 5, 1, 7, tzinfo=timezone(timedelta(hours=-3))),
+    }
+    made = properties.encode_context(promoted, written)
+    monkeypatch.setattr(properties, "_NATIVE", False)
+    assert properties.encode_context(promoted, written) == made
+    assert properties.decode_context(made)[0] == promoted
