@@ -1,8 +1,8 @@
 /* Compiled helpers of the publish path (optional: messagebox/ids.py falls back).
  *
  * A publish makes a version-7 UUID for every message and part, writes every UUID column
- * (on DuckDB) as one buffer of 16 bytes a value, and tags every property of every
- * context with its type. In Python each costs a few attribute sets, an int.to_bytes
+ * (on DuckDB) as one buffer of 16 bytes a value, tags every property of every context
+ * with its type, and returns a frozen Routed result for every message. In Python each costs a few attribute sets, an int.to_bytes
  * call or a dict lookup per value. Here they are loops in C. The UUIDs made are
  * ordinary uuid.UUID objects, with `int` and `is_safe` set through the slots as
  * uuid.UUID's constructor sets them. ids.py's and properties.py's Python code is the
@@ -21,6 +21,7 @@ static PyObject *str_is_safe = NULL;
 static PyObject *utc = NULL;       /* datetime.UTC */
 static PyObject *encode_value = NULL; /* properties.encode_value, for other values */
 static PyObject *tag_b, *tag_i, *tag_f, *tag_s, *tag_d;
+static PyObject *str_message_id, *str_outcome, *str_subscriptions;
 
 static PyObject *
 int_from_bytes(const unsigned char *b)
@@ -269,10 +270,86 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(routed_doc,
+             "routed(cls, ids, counts, subs, routed, unmatched) -> list: per message, a\n"
+             "cls (models.Routed) of its id, with `routed` and its next counts[i] subs (a\n"
+             "tuple) when it has any, else `unmatched` and (); set through the slots, as\n"
+             "the frozen dataclass's __init__ sets them (router._Writes.routed_all).");
+
+static int
+set_routed(PyObject *made, PyObject *id, PyObject *outcome, PyObject *subs)
+{
+    return PyObject_GenericSetAttr(made, str_message_id, id) < 0 ||
+                   PyObject_GenericSetAttr(made, str_outcome, outcome) < 0 ||
+                   PyObject_GenericSetAttr(made, str_subscriptions, subs) < 0
+               ? -1
+               : 0;
+}
+
+static PyObject *
+routed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "routed takes 6 arguments");
+        return NULL;
+    }
+    PyObject *cls = args[0], *ids = args[1], *counts = args[2], *subs = args[3];
+    PyObject *ok = args[4], *unmatched = args[5];
+    if (!PyType_Check(cls) || !PyList_Check(counts) || !PyTuple_Check(subs)) {
+        PyErr_SetString(PyExc_TypeError, "routed(type, ids, list, tuple, outcome, outcome)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(ids, "routed takes a sequence of ids");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (PyList_GET_SIZE(counts) != n) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "routed: one count per id");
+        return NULL;
+    }
+    PyObject *empty = PyTuple_New(0);
+    PyObject *out = PyList_New(n);
+    if (empty == NULL || out == NULL)
+        goto fail;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    Py_ssize_t start = 0, total = PyTuple_GET_SIZE(subs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PyList_GET_ITEM(counts, i));
+        if (k < 0 || start + k > total) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "routed: the counts do not fit the subs");
+            goto fail;
+        }
+        PyObject *mine = k ? PyTuple_GetSlice(subs, start, start + k) : Py_NewRef(empty);
+        if (mine == NULL)
+            goto fail;
+        start += k;
+        PyObject *made = type->tp_alloc(type, 0);
+        if (made == NULL ||
+            set_routed(made, PySequence_Fast_GET_ITEM(seq, i), k ? ok : unmatched, mine) < 0) {
+            Py_XDECREF(made);
+            Py_DECREF(mine);
+            goto fail;
+        }
+        Py_DECREF(mine);
+        PyList_SET_ITEM(out, i, made);
+    }
+    Py_DECREF(seq);
+    Py_DECREF(empty);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(empty);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, setup_doc},
     {"setup_values", setup_values, METH_VARARGS, setup_values_doc},
     {"typed", typed, METH_O, typed_doc},
+    {"routed", (PyCFunction)(void (*)(void))routed, METH_FASTCALL, routed_doc},
     {"uuid7s", (PyCFunction)(void (*)(void))uuid7s, METH_FASTCALL, uuid7s_doc},
     {"uuid_bytes", uuid_bytes, METH_O, uuid_bytes_doc},
     {NULL, NULL, 0, NULL},
@@ -299,6 +376,11 @@ PyInit__native(void)
     tag_s = PyUnicode_InternFromString("s");
     tag_d = PyUnicode_InternFromString("d");
     if (!tag_b || !tag_i || !tag_f || !tag_s || !tag_d)
+        return NULL;
+    str_message_id = PyUnicode_InternFromString("message_id");
+    str_outcome = PyUnicode_InternFromString("outcome");
+    str_subscriptions = PyUnicode_InternFromString("subscriptions");
+    if (!str_message_id || !str_outcome || !str_subscriptions)
         return NULL;
     PyDateTime_IMPORT;
     if (PyDateTimeAPI == NULL)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from messagebox import compiled
+from messagebox.compiled import native
 from messagebox.schema import ID_BLOCK, block_seq
 
 _SEED = "mb_id_seed"
@@ -24,16 +26,8 @@ _RANDOM_BITS = ((1 << 80) - 1) & ~(0xF << 76) & ~(0x3 << 62)
 _VERSION_7 = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
 
 
-try:  # the compiled helpers, built at install time where a C compiler is found
-    from messagebox import _native
-except ImportError:  # pragma: no cover (an install without a compiler)
-    _native = None  # type: ignore[assignment]
-else:
-    _native.setup(uuid.UUID, uuid.SafeUUID.unknown)
-
-NATIVE = _native is not None and os.environ.get("MESSAGEBOX_NATIVE", "1") != "0"
-"""Whether ids and UUID bytes are made in C (``MESSAGEBOX_NATIVE=0``: in Python, the
-same values, slower)."""
+if native is not None:
+    native.setup(uuid.UUID, uuid.SafeUUID.unknown)
 
 _new = object.__new__
 _set = object.__setattr__
@@ -56,8 +50,8 @@ def uuid7s(n: int) -> list[uuid.UUID]:
     (index-friendly), from one read of the random source."""
     ms = (time.time_ns() // 1_000_000) & ((1 << 48) - 1)
     rand = os.urandom(10 * n)
-    if NATIVE:
-        return _native.uuid7s(ms, rand)
+    if compiled.NATIVE:
+        return native.uuid7s(ms, rand)
     return _uuid7s(ms, rand)
 
 
@@ -71,9 +65,9 @@ def _uuid7s(ms: int, rand: bytes) -> list[uuid.UUID]:
 def uuid_bytes(values: Sequence[object]) -> bytes | None:
     """Each UUID's 16 bytes, big-endian, joined (a UUID column's Arrow buffer); None if
     a value is not a ``uuid.UUID`` (text, None)."""
-    if NATIVE:
+    if compiled.NATIVE:
         try:
-            return _native.uuid_bytes(values)
+            return native.uuid_bytes(values)
         except TypeError:
             return None
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,9 @@ from enum import IntEnum
 from typing import Any
 
 import orjson
+
+from messagebox import compiled
+from messagebox.compiled import native
 
 Value = str | int | float | bool | datetime
 
@@ -226,20 +228,14 @@ def _typed(props: Mapping[str, Value]) -> dict[str, list[Any]]:
     return out
 
 
-try:  # the compiled helpers, built at install time where a C compiler is found
-    from messagebox import _native
-except ImportError:  # pragma: no cover (an install without a compiler)
-    _native = None  # type: ignore[assignment]
-else:
-    _native.setup_values(UTC, encode_value)
-
-_NATIVE = _native is not None and os.environ.get("MESSAGEBOX_NATIVE", "1") != "0"
+if native is not None:
+    native.setup_values(UTC, encode_value)
 
 
 def _typed_any(props: Mapping[str, Value]) -> dict[str, list[Any]]:
     """:func:`_typed`, in C where it was built (for a dict; the same result)."""
-    if _NATIVE and type(props) is dict:
-        return _native.typed(props)
+    if compiled.NATIVE and type(props) is dict:
+        return native.typed(props)
     return _typed(props)
 
 

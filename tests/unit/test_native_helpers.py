@@ -14,14 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox import ids, properties
+from messagebox import compiled, ids, properties, router
+from messagebox.compiled import native
+from messagebox.models import Outcome, Routed
 from messagebox.properties import Value
 from tests.conftest import IN_CI
 
-try:
-    from messagebox import _native as native
-except ImportError:  # pragma: no cover (an install without a compiler)
-    native = None  # type: ignore[assignment]
 pytestmark = pytest.mark.skipif(
     native is None and not IN_CI, reason="the compiled helpers were not built"
 )
@@ -68,7 +66,7 @@ def test_a_column_with_a_value_not_a_uuid_has_no_bytes(
     with pytest.raises(TypeError, match="value 1 is"):
         native.uuid_bytes(values)
     assert ids.uuid_bytes(values) is None
-    monkeypatch.setattr(ids, "NATIVE", False)  # the Python reference says the same
+    monkeypatch.setattr(compiled, "NATIVE", False)  # the Python reference says the same
     assert ids.uuid_bytes(values) is None
     assert ids.uuid_bytes(values[:1]) == uuid.UUID(int=1).bytes
 
@@ -114,6 +112,32 @@ def test_encode_context_is_the_same_with_and_without_the_compiled_helpers(
         "o.Sent": datetime(2024, 5, 1, 7, tzinfo=timezone(timedelta(hours=-3))),
     }
     made = properties.encode_context(promoted, written)
-    monkeypatch.setattr(properties, "_NATIVE", False)
+    monkeypatch.setattr(compiled, "NATIVE", False)
     assert properties.encode_context(promoted, written) == made
     assert properties.decode_context(made)[0] == promoted
+
+
+@given(st.lists(st.integers(0, 4), max_size=30), st.booleans())
+def test_compiled_results_are_the_python_ones(counts: list[int], suspend: bool) -> None:
+    """routed_all's results, made in C and in Python: equal, frozen, of the same type."""
+    batch = [uuid.UUID(int=i + 1) for i in range(len(counts))]
+    subs = tuple(range(100, 100 + sum(counts)))
+
+    def results() -> list[Routed]:
+        writes = router._Writes.empty(datetime(2024, 1, 1, tzinfo=UTC))
+        writes.columns = {"sub": subs}
+        entries = list(range(1, sum(counts) + len(counts) + 1))
+        return writes.routed_all(entries, batch, counts, suspend_unrouted=suspend)
+
+    made = results()
+    before, compiled.NATIVE = compiled.NATIVE, False
+    try:
+        expected = results()
+    finally:
+        compiled.NATIVE = before
+    assert made == expected
+    assert [type(r) for r in made] == [Routed] * len(counts)
+    assert [hash(r) for r in made] == [hash(r) for r in expected]
+    if made:
+        with pytest.raises(AttributeError):
+            made[0].outcome = Outcome.DROPPED  # type: ignore[misc]
