@@ -23,6 +23,16 @@ static PyObject *encode_value = NULL; /* properties.encode_value, for other valu
 static PyObject *tag_b, *tag_i, *tag_f, *tag_s, *tag_d;
 static PyObject *str_message_id, *str_outcome, *str_subscriptions;
 
+/* 0 if `needed` (set by the setup function named) is set; else -1 with an exception. */
+static int
+set_up(PyObject *needed, const char *setup_name)
+{
+    if (needed != NULL)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "messagebox._native.%s was not called", setup_name);
+    return -1;
+}
+
 static PyObject *
 int_from_bytes(const unsigned char *b)
 {
@@ -96,10 +106,8 @@ PyDoc_STRVAR(typed_doc,
 static PyObject *
 typed(PyObject *self, PyObject *props)
 {
-    if (encode_value == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "messagebox._native.setup_values was not called");
+    if (set_up(encode_value, "setup_values") < 0)
         return NULL;
-    }
     if (!PyDict_Check(props)) {
         PyErr_Format(PyExc_TypeError, "typed takes a dict, not %.100s", Py_TYPE(props)->tp_name);
         return NULL;
@@ -182,10 +190,8 @@ uuid7s(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "uuid7s(ms, random) takes 2 arguments");
         return NULL;
     }
-    if (uuid_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "messagebox._native.setup was not called");
+    if (set_up(uuid_type, "setup") < 0)
         return NULL;
-    }
     unsigned long long ms = PyLong_AsUnsignedLongLong(args[0]);
     if (ms == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
@@ -231,10 +237,8 @@ PyDoc_STRVAR(uuid_bytes_doc,
 static PyObject *
 uuid_bytes(PyObject *self, PyObject *values)
 {
-    if (uuid_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "messagebox._native.setup was not called");
+    if (set_up(uuid_type, "setup") < 0)
         return NULL;
-    }
     PyObject *seq = PySequence_Fast(values, "uuid_bytes takes a sequence");
     if (seq == NULL)
         return NULL;

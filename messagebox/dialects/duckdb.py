@@ -138,6 +138,12 @@ def _native_uuids() -> bool:
 def uuid_column(name: str, values: Sequence[Any]) -> tuple[pa.Array, str]:
     """A UUID column's Arrow array and its select expression: native UUIDs when every
     value is a ``uuid.UUID`` (or None) and the libraries allow, else text cast in SQL."""
+    array, text = _uuid_array(values)
+    return array, f"CAST({name} AS UUID)" if text else name
+
+
+def _uuid_array(values: Sequence[Any]) -> tuple[pa.Array, bool]:
+    """:func:`uuid_column`'s array, and whether it is text (to cast in SQL)."""
     import pyarrow as pa
 
     if _native_uuids():
@@ -148,18 +154,12 @@ def uuid_column(name: str, values: Sequence[Any]) -> tuple[pa.Array, str]:
             storage = pa.FixedSizeBinaryArray.from_buffers(
                 pa.binary(16), len(values), [None, pa.py_buffer(data)]
             )
-            return pa.ExtensionArray.from_storage(pa.uuid(), storage), name
+            return pa.ExtensionArray.from_storage(pa.uuid(), storage), False
         try:
-            return pa.array(values, pa.uuid()), name
+            return pa.array(values, pa.uuid()), False
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass  # some values are text
-    return pa.array(_uuid_texts(values), pa.string()), f"CAST({name} AS UUID)"
-
-
-def _uuid_array(values: Sequence[Any]) -> tuple[pa.Array, bool]:
-    """:func:`uuid_column` of ``values``: the array, and whether it is text to cast."""
-    array, expr = uuid_column("v", values)
-    return array, expr != "v"
+    return pa.array(_uuid_texts(values), pa.string()), True
 
 
 SMALL_INSERT = 12
