@@ -141,3 +141,13 @@ def test_compiled_results_are_the_python_ones(counts: list[int], suspend: bool) 
     if made:
         with pytest.raises(AttributeError):
             made[0].outcome = Outcome.DROPPED  # type: ignore[misc]
+
+
+def test_compiled_results_refuse_counts_that_do_not_fit() -> None:
+    batch = [uuid.UUID(int=1), uuid.UUID(int=2)]
+    with pytest.raises(ValueError, match="one count per id"):
+        native.routed(Routed, batch, [1], (7,), Outcome.ROUTED, Outcome.DROPPED)
+    with pytest.raises(ValueError, match="do not fit"):
+        native.routed(Routed, batch, [1, 2], (7, 8), Outcome.ROUTED, Outcome.DROPPED)
+    with pytest.raises(TypeError):
+        native.routed(Routed, batch, (1, 1), (7, 8), Outcome.ROUTED, Outcome.DROPPED)  # type: ignore[arg-type]
