@@ -100,49 +100,27 @@ def _claim(row: Any) -> Claim:
     """A claim statement's row (id, msg, sub, attempts, priority, instance_id, ordered,
     enqueued_at, claimed_at, now(), charges, interrupted, crashed_by) as a claim, its
     values made their Python types (DuckDB may give text and other widths)."""
-    return _typed_claim(
-        (
-            True,
-            int(row[0]),
-            schema.as_uuid(row[1]),
-            int(row[2]),
-            int(row[3]),
-            int(row[4]),
-            row[5],
-            bool(row[6]),
-            row[7],
-            row[8],
-            row[9],
-            int(row[10]),
-            bool(row[11]),
-            row[12],
-            None,
-        )
-    )
-
-
-def _typed_claim(row: Any) -> Claim:
-    """A ``complete_claim`` row (the same columns between a flag and a host) as a claim,
-    from a driver that gives every value its Python type already (psycopg): no
-    conversions."""
-    (_, id_, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now,
-     charges, interrupted, crashed_by, _) = row  # fmt: skip
+    enqueued_at, claimed_at, now = row[7], row[8], row[9]
     # first claimed by this claim: the database's now() is per transaction
     waited = (now - enqueued_at).total_seconds() if claimed_at == now else None
     return Claim(
-        id_,
-        msg,
-        sub,
-        attempts,
-        priority,
-        instance_id,
-        ordered,
+        int(row[0]),
+        schema.as_uuid(row[1]),
+        int(row[2]),
+        int(row[3]),
+        int(row[4]),
+        row[5],
+        bool(row[6]),
         enqueued_at,
         None if waited is None else max(0.0, waited),
-        charges,
-        interrupted,
-        crashed_by,
+        int(row[10]),
+        bool(row[11]),
+        row[12],
     )
+
+
+_CLAIM_FIELDS = slice(1, 1 + len(Claim._fields))
+"""Where a claim's fields are in a ``complete_claim`` row: after its flag, in order."""
 
 
 def claim(
@@ -224,11 +202,12 @@ def complete_and_claim(
     }
     claims: list[Claim] = []
     gone: list[int] = []
+    make = Claim._make
     for row in dialect.fetch(conn, dialect.complete_claim_sql, params):
-        if row[0]:
-            claims.append(_typed_claim(row))
+        if row[0]:  # typed by the driver already (psycopg), its wait computed
+            claims.append(make(row[_CLAIM_FIELDS]))
         else:
-            gone.append(row[1])
+            gone = row[-1]
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
     if gone:
         _delivered(conn, dialect, completed, gone, [host] * len(gone), owner)

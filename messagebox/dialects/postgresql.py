@@ -230,10 +230,11 @@ class PostgreSQLDialect(Dialect):
 
     def fetch(self, conn: sa.Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
         # on the driver's cursor: SQLAlchemy's result set-up cost more than the rows
-        # (a fifth of a host instance's CPU at batch 100); psycopg prepares it
+        # (a fifth of a host instance's CPU at batch 100); psycopg prepares it. Binary
+        # results: a timestamp or a UUID loads faster than its text
         raw: Any = conn.connection.driver_connection
         with raw.cursor() as cursor:
-            cursor.execute(statement, params)
+            cursor.execute(statement, params, binary=True)
             return list(cursor.fetchall())
 
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:

@@ -72,6 +72,46 @@ def test_completions_and_the_next_claim_commit_together(box: MessageBox) -> None
     assert all(owner == "a" for owner in queued(box).values())
 
 
+def test_a_claim_with_completions_gives_the_claims_a_claim_alone_gives(box: MessageBox) -> None:
+    # Given entries claimed once, one whose lease lapsed, and entries never claimed
+    consumer = setup(box, 6)
+    first, _ = consumer.claim(2, 30.0, ordered=False, instances=False)
+    [lapsed], _ = consumer.claim(1, 0.001, ordered=False, instances=False)
+    with box.store.transaction() as conn:  # the others have waited 5 s since the publish
+        conn.execute(
+            mb_schema.queue.update()
+            .where(mb_schema.queue.c.lease_owner.is_(None))
+            .values(enqueued_at=box.store.dialect.now_plus(-5.0))
+        )
+    # When the next claim records the first two (PostgreSQL: in one statement)
+    fused, recorded = consumer.claim(
+        10, 30.0, ordered=False, instances=False, outcomes=outcomes(first)
+    )
+    assert recorded is not None
+    assert recorded.finished.completed == 2
+    # Then each claim holds what a claim alone reads: the lapsed entry again, not
+    # waited again, interrupted; the others with their first wait
+    by_id = {c.id: c for c in fused}
+    again = by_id.pop(lapsed.id)
+    assert (again.attempts, again.waited, again.interrupted) == (2, None, True)
+    assert again.msg == lapsed.msg
+    assert again.enqueued_at == lapsed.enqueued_at
+    assert len(by_id) == 3
+    for c in by_id.values():
+        assert isinstance(c.id, int)
+        assert isinstance(c.sub, int)
+        assert (c.attempts, c.priority, c.charges) == (1, 0, 0)
+        assert (c.ordered, c.interrupted) == (False, False)
+        assert (c.instance_id, c.crashed_by) == (None, None)
+        assert c.waited is not None
+        assert 5.0 <= c.waited < 60.0
+        assert c.enqueued_at is not None
+    assert [c.id for c in fused] == sorted(c.id for c in fused)  # claim order
+    # and a claim with nothing to record says nothing completed
+    rest, recorded = consumer.claim(10, 30.0, ordered=False, instances=False, outcomes=outcomes([]))
+    assert rest == []
+
+
 def test_a_completion_is_never_claimed_again_in_its_own_transaction(box: MessageBox) -> None:
     consumer = setup(box, 1)
     [c] = consumer.claim(1, 0.001, ordered=False, instances=False)[0]  # lapses at once

@@ -31,12 +31,22 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables and box.store.dialect.name == "postgresql":  # every version before 12
+        if old_tables and version == "12" and box.store.dialect.name == "postgresql":
+            # version 12's claim function was SQL, its queue's fillfactor 50
+            conn.execute(
+                sa.text(
+                    "CREATE OR REPLACE FUNCTION mb_claimable(p_host text, p_n bigint, "
+                    "p_skip bigint[]) RETURNS SETOF bigint LANGUAGE sql AS "
+                    "$$ SELECT id FROM mb_queue WHERE host = p_host LIMIT p_n $$"
+                )
+            )
+            conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
+        if old_tables and version != "12" and box.store.dialect.name == "postgresql":  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11")
+            and version not in ("9", "10", "11", "12")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
@@ -79,12 +89,13 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11"])
+@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"])
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
     # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions), 8
-    # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions) or 11
-    # (no claim functions on PostgreSQL) left it, with data
+    # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions), 11
+    # (no claim functions on PostgreSQL) or 12 (SQL claim functions, fillfactor 50) left
+    # it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -99,7 +110,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "12"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "13"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -115,6 +126,16 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                 options: list[str] = conn.execute(
                     sa.text("SELECT reloptions FROM pg_class WHERE oid = 'mb_queue'::regclass")
                 ).scalar_one()
+                languages = set(
+                    conn.execute(
+                        sa.text(
+                            "SELECT l.lanname FROM pg_proc p JOIN pg_language l "
+                            "ON l.oid = p.prolang WHERE p.proname IN ('mb_claimable', "
+                            "'mb_ordered_run') AND p.pronamespace = current_schema()::regnamespace"
+                        )
+                    ).scalars()
+                )
+            assert languages == {"plpgsql"}  # they keep their plans
             assert "mb_queue_lease" not in set(indexes)
             assert "mb_queue_plain" in set(indexes)
             assert f"fillfactor={mb_schema.QUEUE_FILLFACTOR}" in options
@@ -124,7 +145,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         [sub] = box.subscriptions()
         assert sub.name == "sub"
         [orphan] = box.suspended()
-        if old not in ("6", "7", "8", "9", "10", "11"):  # 6 to 11 could not leave it resumable
+        # 6 to 12 could not leave it resumable
+        if old not in ("6", "7", "8", "9", "10", "11", "12"):
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -146,5 +168,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 12"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 13"):
         MessageBox(backend_url)
