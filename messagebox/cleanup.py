@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -107,24 +108,33 @@ def _zero_referenced(conn: sa.Connection, limit: int) -> tuple[list[uuid.UUID], 
 
 
 def _delete_messages(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int, int]:
-    """Delete messages, their log rows and the parts only they used."""
+    """Delete messages, their log rows and the parts only they used. Each list is one
+    array parameter (``one_of``): the statements' texts are the same whatever a chunk's
+    length (an IN list of each new length was a new statement for the driver to
+    convert, and on PostgreSQL a parameter per message)."""
     mp, p, f = schema.message_part, schema.part, schema.fragment
-    parts = list(conn.execute(sa.select(mp.c.part).where(mp.c.msg.in_(msgs))).scalars())
-    conn.execute(mp.delete().where(mp.c.msg.in_(msgs)))
-    deleted = conn.execute(schema.spool.delete().where(schema.spool.c.id.in_(msgs))).rowcount
+
+    def among(column: sa.ColumnElement[Any], values: list[uuid.UUID]) -> sa.ColumnElement[bool]:
+        return schema.one_of(conn, column, values)
+
+    parts = list(conn.execute(sa.select(mp.c.part).where(among(mp.c.msg, msgs))).scalars())
+    conn.execute(mp.delete().where(among(mp.c.msg, msgs)))
+    deleted = conn.execute(schema.spool.delete().where(among(schema.spool.c.id, msgs))).rowcount
     refs = 0
     for table in (schema.ref_add, schema.ref_release):
-        refs += conn.execute(table.delete().where(table.c.msg.in_(msgs))).rowcount
+        refs += conn.execute(table.delete().where(among(table.c.msg, msgs))).rowcount
     n_parts = 0
     if parts:
         unused = list(
             conn.execute(
-                sa.select(p.c.id).where(p.c.id.in_(parts), ~sa.exists().where(mp.c.part == p.c.id))
+                sa.select(p.c.id).where(
+                    among(p.c.id, parts), ~sa.exists().where(mp.c.part == p.c.id)
+                )
             ).scalars()
         )
         if unused:
-            conn.execute(f.delete().where(f.c.part.in_(unused)))
-            n_parts = conn.execute(p.delete().where(p.c.id.in_(unused))).rowcount
+            conn.execute(f.delete().where(among(f.c.part, unused)))
+            n_parts = conn.execute(p.delete().where(among(p.c.id, unused))).rowcount
     return int(deleted), int(n_parts), int(refs)
 
 

@@ -45,7 +45,8 @@ def heartbeat(
         i.update().where(i.c.id == owner).values(heartbeat_at=sa.func.now())
     ).rowcount
     if alive and in_flight:
-        mine = sa.and_(q.c.lease_owner == owner, q.c.id.in_(sorted(in_flight)))
+        # one array parameter: an IN list of each new length is a new statement text
+        mine = sa.and_(q.c.lease_owner == owner, schema.one_of(conn, q.c.id, sorted(in_flight)))
         if dialect.supports_skip_locked:
             mine = q.c.id.in_(
                 sa.select(q.c.id)
