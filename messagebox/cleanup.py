@@ -173,6 +173,12 @@ def _purge_completed(
     report.purged_instances += len(done)
 
 
+DELETE_SLICE = 2_500
+"""Messages deleted a statement: a chunk's ids are found at once (the reference logs are
+summed once a chunk) and deleted in slices, which bounds the ids, parts and rows held in
+memory at a time (60,000 messages in chunks of 10,000 raised a process's RSS by 10 MB
+when deleted whole, by 3 MB in slices of 2,500)."""
+
 INSTANCE_RETENTION_SECONDS = 24 * 3600.0
 """How long a completed service instance is kept (its state, for reporting and to name
 it in a zombie's report) before cleanup deletes it."""
@@ -235,13 +241,20 @@ def run(
             if not store.dialect.try_lock_cleanup(conn):
                 report.skipped = True
                 break
+            # uncached: SQLAlchemy's statement cache keeps the first statement of each
+            # shape with its bound values, here a chunk's ids: 10 MB of UUIDs kept for
+            # the process's life after one cleanup (seen as a host instance's RSS step)
+            conn.execution_options(compiled_cache=None)
             msgs, released = _zero_referenced(conn, batch)
             if not msgs:
                 break
-            n_msgs, n_parts, n_refs = _delete_messages(conn, msgs)
-        report.messages += n_msgs
-        report.parts += n_parts
-        report.reference_rows += n_refs
+            deleted = [0, 0, 0]
+            for start in range(0, len(msgs), DELETE_SLICE):
+                counts = _delete_messages(conn, msgs[start : start + DELETE_SLICE])
+                deleted = [a + b for a, b in zip(deleted, counts, strict=True)]
+        report.messages += deleted[0]
+        report.parts += deleted[1]
+        report.reference_rows += deleted[2]
         say(f"deleted {report.messages} unreferenced messages so far")
         if released < batch:
             break

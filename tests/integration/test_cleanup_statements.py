@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox
+from messagebox import Message, MessageBox, cleanup
 from messagebox.predicates import P
-from tests.conftest import claim, complete
+from tests.conftest import claim, complete, table_counts
 
 
 def test_the_reference_sums_and_the_queue_probe_are_separate_statements(box: MessageBox) -> None:
@@ -41,3 +42,29 @@ def test_the_reference_sums_and_the_queue_probe_are_separate_statements(box: Mes
     sums = [s for s in statements if "mb_ref_add" in s and "sum(" in s.lower()]
     assert sums, statements
     assert not [s for s in sums if "mb_queue" in s or "mb_suspended" in s]
+
+
+def test_a_chunk_is_deleted_in_slices_and_its_ids_are_not_cached(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given eight delivered messages and two still queued, and slices of three
+    monkeypatch.setattr(cleanup, "DELETE_SLICE", 3)
+    box.create_host("h")
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0)
+    box.publish([Message(f"m{i}".encode(), promoted={"t.N": i}) for i in range(10)])
+    claims = claim(box, "h", n=10)
+    for c in claims[:8]:
+        complete(box, c)
+    # When cleanup runs in chunks of five (slices 3 + 2, then 3)
+    report = box.cleanup(batch=5)
+    # Then every delivered message, its part and its log rows are gone, counted once
+    assert (report.messages, report.parts, report.reference_rows) == (8, 8, 16)
+    counts = table_counts(box)
+    assert (counts["mb_spool"], counts["mb_part"], counts["mb_message_part"]) == (2, 2, 2)
+    assert sorted(d.depth for d in box.queue_depth()) == [2]
+    assert box.cleanup().messages == 0
+    # and SQLAlchemy's statement cache keeps no deletion (each would keep its ids)
+    cache = box.store.engine._compiled_cache
+    assert cache is not None
+    cached = [str(c.statement) for c in cache.values()]
+    assert not [s for s in cached if s.startswith("DELETE FROM mb_spool")], cached

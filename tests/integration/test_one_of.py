@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 
 from messagebox import schema
 from messagebox.engine import MessageBox
+from tests.conftest import require_pg, scratch_url
 
 IDS = [uuid.UUID(int=i * 7919) for i in range(12)]
 NAMES = ["a", "b,c", 'd"e', "f\\g", "{h}", "NULL", " i ", "j'k"]
+TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
+"""Any text a store can hold (PostgreSQL refuses NUL)."""
 
 
 @pytest.fixture
@@ -54,7 +57,7 @@ def _table() -> sa.Table:
 @given(
     ns=st.lists(st.integers(min_value=-3, max_value=15)),
     picks=st.lists(st.integers(min_value=0, max_value=len(IDS) - 1)),
-    names=st.lists(st.sampled_from([*NAMES, "absent"])),
+    names=st.lists(st.sampled_from([*NAMES, "absent"]) | TEXT),
 )
 def test_one_of_selects_exactly_the_rows_given(
     stored: MessageBox, ns: list[int], picks: list[int], names: list[str]
@@ -71,3 +74,28 @@ def test_one_of_selects_exactly_the_rows_given(
         assert where(schema.one_of(conn, t.c.name, names)) == {
             i for i in range(len(IDS)) if NAMES[i % len(NAMES)] in names
         }
+        # a NULL among the values matches nothing
+        assert where(schema.one_of(conn, t.c.id, [*ids, None])) == set(picks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(TEXT | st.none() | st.sampled_from(NAMES)))
+def test_postgresql_reads_an_array_literal_back_as_the_values(
+    pg_connection: sa.Connection, values: list[str | None]
+) -> None:
+    """The text form ``one_of`` sends parses, on the server, into exactly the list given."""
+    typed = sa.bindparam("v", values, type_=schema._ArrayLiteral("TEXT"))
+    assert pg_connection.execute(sa.select(typed)).scalar_one() == values
+
+
+@pytest.fixture(scope="module")
+def pg_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Connection]:
+    """One connection to a scratch PostgreSQL database (nothing is stored)."""
+    require_pg()
+    with scratch_url("postgresql", tmp_path_factory.mktemp("pg")) as url:
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as conn:
+                yield conn
+        finally:
+            engine.dispose()
