@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from messagebox.errors import StorageError, ValidationError
@@ -65,6 +64,8 @@ class Delivery:
         self.storage_error: StorageError | None = None
         """Set when reading the message failed in the store: the engine's failure, not
         the service's (the delivery is retried without using up an attempt)."""
+        self._message: StoredMessage | None = None
+        self._summary: MessageSummary | None = None
 
     @property
     def instance_id(self) -> str | None:
@@ -72,23 +73,31 @@ class Delivery:
         convoy's for a correlated activation subscription."""
         return self._instance_id or self.subscription.instance_id
 
-    @cached_property
+    # Read once and kept, without functools.cached_property: on Python 3.11 that holds
+    # one lock for the attribute across every instance, so each thread's first
+    # ``d.message`` waited while another thread's batch was read (a quarter of an
+    # orchestration worker's time on DuckDB went to waiting there).
+
+    @property
     def message(self) -> StoredMessage:
         """The stored message with its parts (read on first use, with the rest of its
         claimed batch unless it is large)."""
-        found = self._read(lambda: self._batch.get(self.message_id) if self._batch else None)
-        if isinstance(found, StoredMessage):
-            return found
-        read: StoredMessage = self._read(lambda: self.box.read_message(self.message_id))
-        return read
+        if self._message is None:
+            found = self._read(lambda: self._batch.get(self.message_id) if self._batch else None)
+            if not isinstance(found, StoredMessage):
+                found = self._read(lambda: self.box.read_message(self.message_id))
+            self._message = found
+        return self._message
 
-    @cached_property
+    @property
     def summary(self) -> MessageSummary:
         """The message's context and part sizes, without its bytes."""
-        found = self._read(lambda: self._batch.get(self.message_id) if self._batch else None)
-        if found is None:
-            found = self._read(lambda: self.box.message_summary(self.message_id))
-        return found if isinstance(found, MessageSummary) else found.summary()
+        if self._summary is None:
+            found = self._read(lambda: self._batch.get(self.message_id) if self._batch else None)
+            if found is None:
+                found = self._read(lambda: self.box.message_summary(self.message_id))
+            self._summary = found if isinstance(found, MessageSummary) else found.summary()
+        return self._summary
 
     @property
     def properties(self) -> dict[str, Value]:
