@@ -59,7 +59,12 @@ def test_a_thread_reading_its_batch_does_not_hold_up_another() -> None:
         # When another thread's delivery of another batch reads its message
         done = threading.Event()
         other = _delivery(_Batch())
-        threading.Thread(target=lambda: (other.message, done.set())).start()
+
+        def read_other() -> None:
+            assert other.message.body == b"x"
+            done.set()
+
+        threading.Thread(target=read_other).start()
         # Then it gets it while the first read is still stuck
         assert done.wait(5.0), "the second delivery waited for the first one's read"
         assert not slow.__dict__.get("_message")
