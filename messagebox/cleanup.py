@@ -176,8 +176,10 @@ def _purge_completed(
 DELETE_SLICE = 2_500
 """Messages deleted a statement: a chunk's ids are found at once (the reference logs are
 summed once a chunk) and deleted in slices, which bounds the ids, parts and rows held in
-memory at a time (60,000 messages in chunks of 10,000 raised a process's RSS by 10 MB
-when deleted whole, by 3 MB in slices of 2,500)."""
+memory at a time (one cleanup of 60,000 messages in chunks of 10,000 raised a process's
+RSS by 10 MB deleting them whole, by 7 MB in slices of 2,500, for 10% more time; chunks
+of 2,500 raised it by 3 MB but took 1.5 times as long, summing the logs four times as
+often)."""
 
 INSTANCE_RETENTION_SECONDS = 24 * 3600.0
 """How long a completed service instance is kept (its state, for reporting and to name
