@@ -75,8 +75,8 @@ class Delivery:
 
     # Read once and kept, without functools.cached_property: on Python 3.11 that holds
     # one lock for the attribute across every instance, so each thread's first
-    # ``d.message`` waited while another thread's batch was read (a quarter of an
-    # orchestration worker's time on DuckDB went to waiting there).
+    # ``d.message`` waited while another thread's batch was read (half the time of
+    # running orchestration steps on DuckDB went to waiting there).
 
     @property
     def message(self) -> StoredMessage:

@@ -78,6 +78,11 @@ def test_one_of_selects_exactly_the_rows_given(
         assert where(schema.one_of(conn, t.c.id, [*ids, None])) == set(picks)
 
 
+def test_text_with_a_nul_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="NUL character in text: 'a\\\\x00b'"):
+        schema.array_literal(["ok", "a\x00b"])
+
+
 @settings(max_examples=60, deadline=None)
 @given(values=st.lists(TEXT | st.none() | st.sampled_from(NAMES)))
 def test_postgresql_reads_an_array_literal_back_as_the_values(
