@@ -22,10 +22,15 @@ What it measures
       on PostgreSQL, mostly the host instance's start (37k msgs/s, against 61k over
       20,000), which made the ratio look better than it is.
 
+    - ``step limit``: what a step writes, done with the raw driver and no engine
+      (:mod:`bench.orchestrate_limit`): the rate steps could reach on this machine if
+      the engine cost nothing. Its ratio to plain delivery is the most the
+      ``orch/plain`` figure can be here.
+
     An orchestration step is one message handled, so its msgs/s are steps/s. The ratios
     are the price of persisted state, per-instance ordering and atomic steps: against
-    plain delivery of the same messages, and against stateless services that publish
-    the same confirmations.
+    plain delivery of the same messages, against stateless services that publish the
+    same confirmations, and against the step limit.
 
 Run it from the project root::
 
@@ -47,6 +52,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from bench.orchestrate_limit import duckdb_limit, pg_limit
 from messagebox import Message, MessageBox
 from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive
 from messagebox.predicates import P
@@ -152,11 +158,22 @@ def run_one(url: str, system: str, n: int) -> float:
     return 2 * n / elapsed
 
 
-def _backends(names: list[str]) -> list[tuple[str, Callable[[], str], Callable[[], None]]]:
-    out: list[tuple[str, Callable[[], str], Callable[[], None]]] = []
+Backend = tuple[str, Callable[[], str], Callable[[], None], Callable[[int], float]]
+"""A backend's name, a fresh store's URL, what drops them all, and its step limit."""
+
+
+def _backends(names: list[str]) -> list[Backend]:
+    out: list[Backend] = []
     tmp = tempfile.mkdtemp(prefix="bench-orchestrate-")
     if "duckdb" in names:
-        out.append(("duckdb", lambda: f"duckdb:///{tmp}/{uuid.uuid4().hex}.duckdb", lambda: None))
+        out.append(
+            (
+                "duckdb",
+                lambda: f"duckdb:///{tmp}/{uuid.uuid4().hex}.duckdb",
+                lambda: None,
+                lambda n: duckdb_limit(f"{tmp}/{uuid.uuid4().hex}.duckdb", n),
+            )
+        )
     if "postgresql" in names:
         try:
             engine = sa.create_engine(PG_URL)
@@ -167,12 +184,15 @@ def _backends(names: list[str]) -> list[tuple[str, Callable[[], str], Callable[[
             return out
         schemas: list[str] = []
 
-        def make() -> str:
+        def new_schema() -> str:
             name = f"bench_orch_{uuid.uuid4().hex[:8]}"
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"CREATE SCHEMA {name}")
             schemas.append(name)
-            return f"{PG_URL}?options=-csearch_path%3D{name}"
+            return name
+
+        def make() -> str:
+            return f"{PG_URL}?options=-csearch_path%3D{new_schema()}"
 
         def drop() -> None:
             with engine.begin() as conn:
@@ -180,7 +200,11 @@ def _backends(names: list[str]) -> list[tuple[str, Callable[[], str], Callable[[
                     conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
             engine.dispose()
 
-        out.append(("postgresql", make, drop))
+        def limit(n: int) -> float:
+            dsn = sa.make_url(PG_URL).set(drivername="postgresql")
+            return pg_limit(dsn.render_as_string(hide_password=False), new_schema(), n)
+
+        out.append(("postgresql", make, drop, limit))
     return out
 
 
@@ -193,14 +217,15 @@ def main(argv: list[str] | None = None) -> None:
     n = 300 if args.quick else args.conversations
     plain_n = max(n, 2_000 if args.quick else PLAIN_MIN_CONVERSATIONS)
     rows = []
-    for backend, make_url, drop in _backends(args.backends.split(",")):
+    for backend, make_url, drop, step_limit in _backends(args.backends.split(",")):
         try:
             plain = run_one(make_url(), "plain", plain_n)
             base = run_one(make_url(), "stateless", n)
             orch = run_one(make_url(), "orchestration", n)
+            limit = step_limit(n)
         finally:
             drop()
-        rows.append((backend, plain, base, orch))
+        rows.append((backend, plain, base, orch, limit))
     print(
         f"\n{n:,} conversations (2 messages each; plain delivery "
         f"{plain_n:,}), 4 dequeue threads, claim batch 50, "
@@ -208,12 +233,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         f"{'backend':<12}{'plain msgs/s':>14}{'stateless msgs/s':>18}"
-        f"{'orchestration steps/s':>23}{'orch/plain':>12}{'orch/stateless':>16}"
+        f"{'orchestration steps/s':>23}{'step limit/s':>14}{'orch/plain':>12}"
+        f"{'orch/stateless':>16}{'orch/limit':>12}{'limit/plain':>13}"
     )
-    for backend, plain, base, orch in rows:
+    for backend, plain, base, orch, limit in rows:
         print(
-            f"{backend:<12}{plain:>14,.0f}{base:>18,.0f}{orch:>23,.0f}"
-            f"{orch / plain:>12.2f}{orch / base:>16.2f}"
+            f"{backend:<12}{plain:>14,.0f}{base:>18,.0f}{orch:>23,.0f}{limit:>14,.0f}"
+            f"{orch / plain:>12.2f}{orch / base:>16.2f}{orch / limit:>12.2f}"
+            f"{limit / plain:>13.2f}"
         )
 
 
