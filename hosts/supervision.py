@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 
-from messagebox import metrics, rollup
+from messagebox import cleanup, metrics, rollup
 from messagebox.consumer import Outcomes, merged
 from messagebox.errors import (
     MessageBoxError,
@@ -353,7 +353,7 @@ class Supervision(Handling):
         interval = self.settings.cleanup_interval_seconds
         if interval and time.monotonic() - self._last_cleanup >= interval:
             self._last_cleanup = time.monotonic()
-            report = self.box.cleanup(stop=self._stopping.is_set)
+            report = self.box.cleanup(batch=cleanup.HOST_BATCH, stop=self._stopping.is_set)
             if report.messages:
                 log.info(
                     "host instance %s: cleanup deleted %d messages, %d parts and %d reference rows",

@@ -12,8 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, cleanup
+from messagebox.hosts import HostInstance
 from messagebox.predicates import P
-from tests.conftest import claim, complete, table_counts
+from tests.conftest import claim, complete, table_counts, wait_for
 
 
 def test_the_reference_sums_and_the_queue_probe_are_separate_statements(box: MessageBox) -> None:
@@ -68,3 +69,33 @@ def test_a_chunk_is_deleted_in_slices_and_its_ids_are_not_cached(
     assert cache is not None
     cached = [str(c.statement) for c in cache.values()]
     assert not [s for s in cached if s.startswith("DELETE FROM mb_spool")], cached
+
+
+def test_a_host_instance_cleans_up_in_chunks_of_the_host_batch(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given seven delivered messages, a host batch of three, and the chunks recorded
+    monkeypatch.setattr(cleanup, "HOST_BATCH", 3)
+    chunks: list[int] = []
+    delete = cleanup._delete_messages
+
+    def recorded(conn: Any, msgs: list[Any]) -> tuple[int, int, int]:
+        chunks.append(len(msgs))
+        return delete(conn, msgs)
+
+    monkeypatch.setattr(cleanup, "_delete_messages", recorded)
+    box.create_host("h")
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0)
+    box.publish([Message(f"m{i}".encode(), promoted={"t.N": i}) for i in range(7)])
+    settings = {
+        "poll_min_seconds": 0.01,
+        "poll_max_seconds": 0.05,
+        "heartbeat_seconds": 0.05,
+        "cleanup_interval_seconds": 0.05,
+    }
+    # When a host instance delivers them and runs its own cleanup
+    with HostInstance(box, "h", {"svc": lambda _d: None}, settings=settings):
+        wait_for(lambda: table_counts(box)["mb_spool"] == 0, "the host's cleanup")
+    # Then it deleted them all, never more than three in a transaction
+    assert sum(chunks) == 7
+    assert max(chunks) == 3, chunks
