@@ -3,8 +3,9 @@ run: what a step must write, done with the raw driver and no engine.
 
 The same conversations (an ``order`` then a ``payment`` per instance; the payment
 publishes a ``confirm`` that a counting service takes off the queue) over four plain
-tables: a queue, a spool, one part a message, and a state row per instance. The same
-threads and batch as the host instance (4 threads, batches of 50). A batch is:
+tables: a queue, a spool, one part a message, and a state row per instance. On
+PostgreSQL the same threads and batch as the host instance (4 threads, batches of 50;
+DuckDB: see below). A batch is:
 
 1. claim: ``UPDATE … RETURNING`` of the oldest unclaimed entries (``FOR UPDATE SKIP
    LOCKED`` on PostgreSQL), committed;
