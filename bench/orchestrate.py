@@ -22,6 +22,9 @@ What it measures
       on PostgreSQL, mostly the host instance's start (37k msgs/s, against 61k over
       20,000), which made the ratio look better than it is.
 
+    - ``with timers``: the same orchestration whose order step also starts a timer
+      (``wait_for``), which the payment's step stops: a timer row written and deleted
+      per conversation.
     - ``step limit``: what a step writes, done with the raw driver and no engine
       (:mod:`bench.orchestrate_limit`): the rate steps could reach on this machine if
       the engine cost nothing. Its ratio to plain delivery is the most the
@@ -56,7 +59,7 @@ from pydantic import BaseModel
 
 from bench.orchestrate_limit import duckdb_limit, pg_limit
 from messagebox import Message, MessageBox
-from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive
+from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
 from messagebox.predicates import P
 
 PG_URL = os.environ.get(
@@ -82,6 +85,21 @@ class Fulfil(Orchestration[Conversation]):
         self.complete()
 
 
+class FulfilTimed(Fulfil):
+    """The same conversation with a timeout: the order starts a timer (a row written
+    with its step), which the payment's step stops (the row deleted)."""
+
+    name = "bench-fulfil-timed"
+
+    def order(self, d: Delivery) -> None:
+        super().order(d)
+        self.wait_for("payment", timeout=3600)
+
+    @timeout("payment")
+    def unpaid(self) -> None:
+        self.complete()
+
+
 class Counter:
     def __init__(self) -> None:
         self.n = 0
@@ -90,6 +108,13 @@ class Counter:
     def __call__(self, _d: Delivery) -> None:
         with self.lock:
             self.n += 1
+
+
+ORCHESTRATIONS: dict[str, type[Orchestration[Conversation]]] = {
+    "orchestration": Fulfil,
+    "with timers": FulfilTimed,
+}
+"""The orchestration workloads, each measured beside the same plain delivery."""
 
 
 def _app(system: str, counter: Counter) -> HostApp:
@@ -101,8 +126,8 @@ def _app(system: str, counter: Counter) -> HostApp:
         poll_max_seconds=0.1,
         cleanup_interval_seconds=0,
     )
-    if system == "orchestration":
-        app.orchestration(Fulfil)
+    if system in ORCHESTRATIONS:
+        app.orchestration(ORCHESTRATIONS[system])
     elif system == "plain":
         app.add_service("order", counter)
         app.add_service("payment", counter)
@@ -218,30 +243,31 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     n = 300 if args.quick else args.conversations
     plain_n = max(n, 2_000 if args.quick else PLAIN_MIN_CONVERSATIONS)
-    rows = []
+    rows: list[tuple[str, str, float, float, float, float]] = []
     for backend, make_url, drop, step_limit in _backends(args.backends.split(",")):
         try:
             plain = run_one(make_url(), "plain", plain_n)
             base = run_one(make_url(), "stateless", n)
-            orch = run_one(make_url(), "orchestration", n)
+            orchs = {w: run_one(make_url(), w, n) for w in ORCHESTRATIONS}
             limit = step_limit(n)
         finally:
             drop()
-        rows.append((backend, plain, base, orch, limit))
+        rows.extend((backend, w, plain, base, orch, limit) for w, orch in orchs.items())
     print(
         f"\n{n:,} conversations (2 messages each; plain delivery "
         f"{plain_n:,}), 4 dequeue threads, claim batch 50, "
-        "max_in_flight 200 (the default: a batch for every thread)"
+        "max_in_flight 200 (the default: a batch for every thread); per backend, one "
+        "plain, stateless and step limit run beside each orchestration workload"
     )
     print(
-        f"{'backend':<12}{'plain msgs/s':>14}{'stateless msgs/s':>18}"
+        f"{'backend':<12}{'workload':<15}{'plain msgs/s':>14}{'stateless msgs/s':>18}"
         f"{'orchestration steps/s':>23}{'step limit/s':>14}{'orch/plain':>12}"
         f"{'orch/stateless':>16}{'orch/limit':>12}{'limit/plain':>13}  targets"
     )
-    for backend, plain, base, orch, limit in rows:
+    for backend, workload, plain, base, orch, limit in rows:
         print(
-            f"{backend:<12}{plain:>14,.0f}{base:>18,.0f}{orch:>23,.0f}{limit:>14,.0f}"
-            f"{orch / plain:>12.2f}{orch / base:>16.2f}{orch / limit:>12.2f}"
+            f"{backend:<12}{workload:<15}{plain:>14,.0f}{base:>18,.0f}{orch:>23,.0f}"
+            f"{limit:>14,.0f}{orch / plain:>12.2f}{orch / base:>16.2f}{orch / limit:>12.2f}"
             f"{limit / plain:>13.2f}  {_verdict(plain, orch, limit)}"
         )
 

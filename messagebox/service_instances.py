@@ -261,9 +261,16 @@ def _update_instances(conn: sa.Connection, old: Sequence[Step], now: datetime) -
 
 
 def _cancel_timers(conn: sa.Connection, steps: Sequence[Step]) -> None:
-    """Delete the timers that steps of instances going on cancelled (by name)."""
+    """Delete the timers that steps of instances going on cancelled (by name). A step
+    that created its instance has none to cancel (its ``wait_for`` cancels the timer it
+    replaces, which then does not exist): no statement for it."""
     t = schema.timer
-    cancels = {(s.instance_id, name) for s in steps if not s.complete for name in s.cancel}
+    cancels = {
+        (s.instance_id, name)
+        for s in steps
+        if not s.complete and s.version is not None
+        for name in s.cancel
+    }
     if not cancels:
         return
     found = conn.execute(

@@ -294,6 +294,66 @@ def test_a_missing_payment_times_out_into_a_compensating_message(box: MessageBox
     assert failure.report is not None
 
 
+class Rewait(Orchestration[Waiting]):
+    """order → wait for payment (60 s); a reminder waits again (120 s), replacing it."""
+
+    name = "rewait"
+    correlation = ("t.OrderId",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        self.wait_for("payment", timeout=60)
+
+    @receive(P("t.Kind") == "remind")
+    def remind(self, d: Delivery) -> None:
+        self.wait_for("payment", timeout=120)
+
+    @receive(P("t.Kind") == "payment")
+    def payment(self, d: Delivery) -> None:
+        self.complete()
+
+    @timeout("payment")
+    def unpaid(self) -> None:
+        self.complete()
+
+
+def test_a_first_step_looks_for_no_timer_to_replace_and_a_later_one_replaces_it(
+    box: MessageBox, running
+):
+    # Given an orchestration whose first step waits and whose reminder waits again,
+    # and the statements of every engine recorded
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    def timers() -> list[sa.Row]:
+        t = mb_schema.timer
+        with box.store.transaction() as conn:
+            return list(conn.execute(sa.select(t.c.name, t.c.due_at)))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        app, _ = make_app(Rewait)
+        running(app)
+        # When an order starts an instance
+        box.publish([msg("order", 1)])
+        wait_until(lambda: len(timers()) == 1, 30, "the order's timer")
+        first = list(statements)
+        [(name, due)] = timers()
+        # and a reminder then waits again
+        box.publish([msg("remind", 1)])
+        wait_until(lambda: len(timers()) == 1 and timers()[0].due_at > due, 30, "a later timer")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    # Then the first step looked for no timer to cancel (its instance had none)
+    looked = [s for s in first if s.startswith("SELECT mb_timer.id")]
+    assert name == "payment"
+    assert not looked, looked
+    # while the reminder's step did, and replaced the timer: one row, due later
+    assert [s for s in statements if s.startswith("SELECT mb_timer.id")]
+
+
 def test_timers_survive_a_restart_of_the_host(box: MessageBox, running):
     # Given an order waiting 1 s for its payment, whose host stops right away
     app, sink = make_app(PaymentTimeout, sink_kinds=("ship", "cancel"))
