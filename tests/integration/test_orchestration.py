@@ -294,27 +294,15 @@ def test_a_missing_payment_times_out_into_a_compensating_message(box: MessageBox
     assert failure.report is not None
 
 
-class Rewait(Orchestration[Waiting]):
-    """order → wait for payment (60 s); a reminder waits again (120 s), replacing it."""
+class Rewait(PaymentTimeout):
+    """PaymentTimeout with a reminder, whose step waits again (120 s): the timer is
+    replaced."""
 
     name = "rewait"
-    correlation = ("t.OrderId",)
-
-    @activate(P("t.Kind") == "order")
-    def order(self, d: Delivery) -> None:
-        self.wait_for("payment", timeout=60)
 
     @receive(P("t.Kind") == "remind")
     def remind(self, d: Delivery) -> None:
         self.wait_for("payment", timeout=120)
-
-    @receive(P("t.Kind") == "payment")
-    def payment(self, d: Delivery) -> None:
-        self.complete()
-
-    @timeout("payment")
-    def unpaid(self) -> None:
-        self.complete()
 
 
 def test_a_first_step_looks_for_no_timer_to_replace_and_a_later_one_replaces_it(
@@ -336,8 +324,8 @@ def test_a_first_step_looks_for_no_timer_to_replace_and_a_later_one_replaces_it(
     try:
         app, _ = make_app(Rewait)
         running(app)
-        # When an order starts an instance
-        box.publish([msg("order", 1)])
+        # When an order starts an instance (waiting 60 s)
+        box.publish([msg("order", 1, **{"t.Wait": 60.0})])
         wait_until(lambda: len(timers()) == 1, 30, "the order's timer")
         first = list(statements)
         [(name, due)] = timers()
