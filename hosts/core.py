@@ -105,7 +105,7 @@ class InstanceCore:
         self._stop_requested = threading.Event()
         self._wake_cond = threading.Condition()
         self._wakes = 0
-        self._permits = Permits(self.settings.in_flight)
+        self._permits = Permits(self.settings.in_flight(serialised=self.queue.claims_serialised))
         self._threads: list[threading.Thread] = []
         """The dequeue threads (one that timed out or failed is replaced here)."""
         self._generation = 0

@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
-from messagebox.hosts import Delivery, HostInstance
+from messagebox.consumer import Consumer
+from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
+from messagebox.hosts.supervision import STEP_BATCHES
 from messagebox.leases import Claim
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, Stalled, wait_for
@@ -197,3 +200,64 @@ def test_a_batch_claimed_ahead_needs_no_permit_to_be_handled(
     wait_for(lambda: not box.queue_depth(), what="the queue to drain")
     wait_for(lambda: inst.stats.snapshot()["completed"] == 2, what="two completions counted")
     assert inst.stats.snapshot()["failed"] == 0
+
+
+class _Tally(BaseModel):
+    n: int = 0
+
+
+class _Counted(Orchestration[_Tally]):
+    correlation = ("t.N",)
+
+    @activate(P("t.Kind") == "step")
+    def step(self, d: Delivery) -> None:
+        self.state.n += 1
+
+
+def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
+    box: MessageBox, instances: list[HostInstance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On DuckDB a claim's orchestration steps are handled and committed together, up
+    to ``STEP_BATCHES`` batches' worth; its other entries keep batches of
+    ``claim_batch``. On PostgreSQL each claim stays one thread's batch."""
+    committed: list[int] = []
+    plain: list[int] = []
+    lock = threading.Lock()
+    commit_steps = Consumer.commit_steps
+
+    def counted(self: Consumer, steps: Any, publisher: str) -> int:
+        with lock:
+            committed.append(len(steps))
+        return commit_steps(self, steps, publisher)
+
+    monkeypatch.setattr(Consumer, "commit_steps", counted)
+
+    class Many:
+        def handle(self, d: Delivery) -> None:
+            self.handle_many([d])
+
+        def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
+            with lock:
+                plain.append(len(ds))
+            return [None] * len(ds)
+
+    app = HostApp("h", **{**FAST, "dequeue_threads": 2, "claim_batch": 3})
+    app.orchestration(_Counted)
+    app.add_service("svc", Many())
+    app.subscribe("svc", filter=P("t.Kind") == "plain", name="plain")
+    app.setup(box)
+    box.publish([Message(b"s", promoted={"t.Kind": "step", "t.N": i}) for i in range(30)])
+    box.publish([Message(b"p", promoted={"t.Kind": "plain", "t.N": i}) for i in range(30)])
+    # every step and plain entry claimed before the instance starts handling
+    instances.append(HostInstance(box, "h", app.services).start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    wait_for(lambda: sum(committed) == 30 and sum(plain) == 30, what="every entry handled")
+    si = mb_schema.service_instance
+    with box.store.transaction() as conn:
+        states = conn.execute(sa.select(si.c.state, si.c.data)).all()
+    assert len(states) == 30  # each step once, each its own instance
+    assert max(plain) <= 3
+    if box.backend == "duckdb":
+        assert 3 < max(committed) <= STEP_BATCHES * 3
+    else:
+        assert max(committed) <= 3

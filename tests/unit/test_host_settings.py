@@ -7,7 +7,7 @@ import re
 import pytest
 
 from messagebox.errors import ValidationError
-from messagebox.models import HostSettings
+from messagebox.models import PREFETCH_BATCHES, HostSettings
 
 
 def test_no_values_give_the_defaults() -> None:
@@ -48,4 +48,21 @@ def test_bad_settings_are_one_error_naming_each(values: dict[str, object], says:
 def test_max_in_flight_defaults_to_a_batch_for_every_thread(
     values: dict[str, object], in_flight: int
 ) -> None:
-    assert HostSettings.checked("host 'h'", values).in_flight == in_flight
+    assert HostSettings.checked("host 'h'", values).in_flight() == in_flight
+
+
+@pytest.mark.parametrize(
+    ("values", "in_flight"),
+    [
+        ({}, 160),  # 4 threads of 10, four batches each
+        ({"dequeue_threads": 1, "claim_batch": 10}, 100),  # at least 100
+        ({"dequeue_threads": 4, "claim_batch": 50}, 800),
+        ({"dequeue_threads": 4, "claim_batch": 50, "max_in_flight": 60}, 60),  # as set
+    ],
+)
+def test_where_claims_are_serialised_max_in_flight_defaults_to_four_batches_a_thread(
+    values: dict[str, object], in_flight: int
+) -> None:
+    settings = HostSettings.checked("host 'h'", values)
+    assert PREFETCH_BATCHES == 4
+    assert settings.in_flight(serialised=True) == in_flight
