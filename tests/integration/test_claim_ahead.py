@@ -75,6 +75,26 @@ def _instance(
     return inst, _spy_claims(inst)
 
 
+class _Batched:
+    """A service that takes batches (``handle_many``), keeping each batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Delivery]] = []
+        self.lock = threading.Lock()
+
+    def handle(self, d: Delivery) -> None:
+        self.handle_many([d])
+
+    def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
+        with self.lock:
+            self.batches.append(ds)
+        return [None] * len(ds)
+
+    def sizes(self) -> list[int]:
+        with self.lock:
+            return [len(b) for b in self.batches]
+
+
 def _rows(box: MessageBox) -> list[Any]:
     q = mb_schema.queue
     with box.store.transaction() as conn:
@@ -85,24 +105,12 @@ def test_one_claim_serves_every_thread_in_batches_of_claim_batch(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
     _setup(box, 120)
-    handled: Counter[int] = Counter()
-    batches: list[int] = []
-    lock = threading.Lock()
-
-    class Many:
-        def handle(self, d: Delivery) -> None:
-            self.handle_many([d])
-
-        def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
-            with lock:
-                batches.append(len(ds))
-                for d in ds:
-                    handled[int(d.properties["t.N"])] += 1  # type: ignore[arg-type]
-            return [None] * len(ds)
-
-    inst, sizes = _instance(box, Many(), 4, 10, 60)
+    many = _Batched()
+    inst, sizes = _instance(box, many, 4, 10, 60)
     instances.append(inst.start())
     wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    batches = many.sizes()
+    handled = Counter(int(d.properties["t.N"]) for b in many.batches for d in b)  # type: ignore[arg-type]
     assert handled == Counter(range(120))  # each once
     assert batches
     assert max(batches) <= 10
@@ -221,7 +229,6 @@ def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
     to ``STEP_BATCHES`` batches' worth; its other entries keep batches of
     ``claim_batch``. On PostgreSQL each claim stays one thread's batch."""
     committed: list[int] = []
-    plain: list[int] = []
     lock = threading.Lock()
     commit_steps = Consumer.commit_steps
 
@@ -231,19 +238,10 @@ def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
         return commit_steps(self, steps, publisher)
 
     monkeypatch.setattr(Consumer, "commit_steps", counted)
-
-    class Many:
-        def handle(self, d: Delivery) -> None:
-            self.handle_many([d])
-
-        def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
-            with lock:
-                plain.append(len(ds))
-            return [None] * len(ds)
-
+    many = _Batched()
     app = HostApp("h", **{**FAST, "dequeue_threads": 2, "claim_batch": 3})
     app.orchestration(_Counted)
-    app.add_service("svc", Many())
+    app.add_service("svc", many)
     app.subscribe("svc", filter=P("t.Kind") == "plain", name="plain")
     app.setup(box)
     box.publish([Message(b"s", promoted={"t.Kind": "step", "t.N": i}) for i in range(30)])
@@ -251,12 +249,12 @@ def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
     # every step and plain entry claimed before the instance starts handling
     instances.append(HostInstance(box, "h", app.services).start())
     wait_for(lambda: not box.queue_depth(), what="the queue to drain")
-    wait_for(lambda: sum(committed) == 30 and sum(plain) == 30, what="every entry handled")
+    wait_for(lambda: sum(committed) == 30 and sum(many.sizes()) == 30, what="every entry handled")
     si = mb_schema.service_instance
     with box.store.transaction() as conn:
         states = conn.execute(sa.select(si.c.state, si.c.data)).all()
     assert len(states) == 30  # each step once, each its own instance
-    assert max(plain) <= 3
+    assert max(many.sizes()) <= 3
     if box.backend == "duckdb":
         assert 3 < max(committed) <= STEP_BATCHES * 3
     else:
