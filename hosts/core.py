@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import os
 import socket
 import threading
@@ -125,6 +126,8 @@ class InstanceCore:
         self._unwatch: Callable[[], None] | None = None
         self._unwatch_timers: Callable[[], None] | None = None
         self._timer_wake = threading.Event()
+        self._timers_look_at = math.inf
+        """When the timer loop looks next (seconds since the epoch; inf while it looks)."""
         self._started = False
         self._last_cleanup = time.monotonic()
         self._last_depth = 0.0

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 
-from messagebox import cleanup, metrics, rollup
+from messagebox import cleanup, clock, metrics, rollup
 from messagebox.consumer import Outcomes, merged
 from messagebox.errors import (
     MessageBoxError,
@@ -387,13 +388,17 @@ class Supervision(Handling):
                 )
 
     def _wake_timers(self) -> None:
-        self._timer_wake.set()
+        """A step in this process set timers: look again, unless the loop looks before
+        the earliest is due anyway."""
+        if self.queue.timer_set_before(self._timers_look_at):
+            self._timer_wake.set()
 
     def _timers(self) -> None:
         """Fire the host's due timers (service instances' timeouts): sleep until the
         next is due, at most ``poll_max_seconds`` (another process may set one), or
-        until a step in this process sets one."""
+        until a step in this process sets one due sooner."""
         while not self._stopping.is_set():
+            self._timers_look_at = math.inf  # looking: any timer set now wakes it
             wait = self.settings.poll_max_seconds
             try:
                 due = self.queue.next_due()
@@ -411,7 +416,10 @@ class Supervision(Handling):
                     exc,
                     extra=self._event("timers-failed", error=str(exc)),
                 )
-            self._timer_wake.wait(wait)
+            look_at = clock.local_now().timestamp() + wait
+            self._timers_look_at = look_at
+            if not self.queue.timer_set_before(look_at):  # none due sooner set meanwhile
+                self._timer_wake.wait(wait)
             self._timer_wake.clear()
             # steps that set timers wake this loop; look again at most this often
             self._stopping.wait(self.settings.poll_min_seconds)

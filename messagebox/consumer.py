@@ -8,6 +8,7 @@ in-process write lock (DuckDB) and its store sends the wake-ups when they commit
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections import Counter
@@ -89,6 +90,11 @@ class _ClaimAsk:
     instances: bool
     outcomes: Outcomes | None
 
+
+_TIMER_HINTS: dict[tuple[str, str], float] = {}
+"""Per store key and host: the earliest due time (seconds since the epoch) of the
+timers steps in this process set since the host's timers were last looked at."""
+_TIMER_HINTS_GUARD = threading.Lock()
 
 _GROUPS: weakref.WeakKeyDictionary[Store, dict[str, Group[Any, Any]]] = weakref.WeakKeyDictionary()
 _GROUPS_GUARD = threading.Lock()
@@ -306,9 +312,20 @@ class Consumer:
     # --- service instances (orchestrations) ---
 
     def next_due(self) -> float | None:
-        """Seconds until the host's next timer is due (0 if one is), or None."""
+        """Seconds until the host's next timer is due (0 if one is), or None. A look at
+        the timers: what :meth:`timer_set_before` says starts again from here."""
+        with _TIMER_HINTS_GUARD:
+            _TIMER_HINTS.pop((self._store.key, self.host), None)
         with self._store.transaction() as conn:  # a read: no write lock while idle
             return service_instances.next_due(conn, self.host)
+
+    def timer_set_before(self, at: float) -> bool:
+        """Whether a step in this process set a timer of the host due before ``at``
+        (seconds since the epoch) since the host's timers were last looked at
+        (:meth:`next_due`). A timer loop that looks by ``at`` anyway need not be woken
+        for a later one: timers set with long time-outs then cost it no read."""
+        with _TIMER_HINTS_GUARD:
+            return _TIMER_HINTS.get((self._store.key, self.host), math.inf) < at
 
     def fire_timers(self) -> Counter[str]:
         """Queue the host's due timeouts; returns the entries queued per host."""
@@ -356,7 +373,14 @@ class Consumer:
                 _, discarded[run[0]] = service_instances.commit_steps(
                     conn, self._dialect, steps, publisher=publisher
                 )
-            timers = {timer_channel(s.host) for a in together for s in a.steps if s.timers}
-            if timers:
-                notify.after_commit(conn, timers)
+        soonest: dict[str, float] = {}  # per host, the earliest timer these steps set
+        for s in (s for a in together for s in a.steps if s.timers and not s.complete):
+            due = min(t.due_at.timestamp() for t in s.timers)
+            soonest[s.host] = min(due, soonest.get(s.host, math.inf))
+        if soonest:  # committed: hint first, then wake (a look now sees the timers)
+            with _TIMER_HINTS_GUARD:
+                for host, due in soonest.items():
+                    key = (self._store.key, host)
+                    _TIMER_HINTS[key] = min(due, _TIMER_HINTS.get(key, math.inf))
+            notify.signal(self._store.key, [timer_channel(h) for h in soonest])
         return discarded
