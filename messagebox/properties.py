@@ -247,10 +247,37 @@ def encode_context(promoted: Mapping[str, Value], written: Mapping[str, Value]) 
 def decode_context(text: str) -> tuple[dict[str, Value], dict[str, Value]]:
     """Inverse of :func:`encode_context`: ``(promoted, written)``."""
     data = orjson.loads(text)
-    return (
-        {k: decode_value(v) for k, v in data["promoted"].items()},
-        {k: decode_value(v) for k, v in data["written"].items()},
-    )
+    return decode_values(data["promoted"]), decode_values(data["written"])
+
+
+def decode_values(pairs: Mapping[str, object]) -> dict[str, Value]:
+    """:func:`decode_value` of each value. It runs for every property of every message
+    read, so the values that are already normal (ASCII text without NUL, 64-bit ints,
+    finite floats, bools) are taken as they are, checked inline, without the calls
+    (a third of the time of reading a batch of messages went there); any other goes
+    through :func:`decode_value`, which checks and normalises it."""
+    out: dict[str, Value] = {}
+    for name, pair in pairs.items():
+        if type(pair) is list and len(pair) == 2:
+            tag, raw = pair
+            kind = type(raw)
+            if tag == "s":
+                if kind is str and raw.isascii() and "\x00" not in raw:
+                    out[name] = raw
+                    continue
+            elif tag == "i":
+                if kind is int and INT64_MIN <= raw <= INT64_MAX:
+                    out[name] = raw
+                    continue
+            elif tag == "f":
+                if kind is float and math.isfinite(raw):
+                    out[name] = raw
+                    continue
+            elif tag == "b" and kind is bool:
+                out[name] = raw
+                continue
+        out[name] = decode_value(pair)
+    return out
 
 
 # --- values as text (command line, console forms) ---

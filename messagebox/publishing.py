@@ -261,7 +261,7 @@ class Messages:
     def read_messages(
         self, message_ids: Iterable[uuid.UUID | str], max_bytes: int | None
     ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
-        ids = [uuid.UUID(str(m)) for m in message_ids]
+        ids = [m if type(m) is uuid.UUID else uuid.UUID(str(m)) for m in message_ids]
         with self._store.transaction() as conn:
             return spool.read_messages(conn, ids, max_bytes=max_bytes)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from messagebox import clock, leases, router, schema, spool, subscriptions, suspension, tracking
@@ -35,7 +36,7 @@ from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, InstanceState, Kind, RoutingPolicy
-from messagebox.properties import Value, decode_value, encode_value
+from messagebox.properties import Value, decode_values, encode_value
 
 TIMER_PUBLISHER = "messagebox.timer"
 """The publisher of timeout messages (their spool rows say so)."""
@@ -89,7 +90,7 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
                 service=row.service,
                 host=row.host,
                 state=InstanceState(row.state),
-                correlation={k: decode_value(v) for k, v in json.loads(row.correlation).items()},
+                correlation=decode_values(orjson.loads(row.correlation)),
                 data=json.loads(row.data),
                 version=int(row.version),
                 created_at=row.created_at,

@@ -164,10 +164,10 @@ def read_messages(
     if not msg_ids:
         return {}
     s, mp, p, f = schema.spool, schema.message_part, schema.part, schema.fragment
-    data: sa.ColumnElement[Any] = p.c.data
+    held: sa.ColumnElement[Any] = p.c.data
     if max_bytes is not None:  # no bytes of a message larger than that leave the database
         total = sa.func.sum(p.c.size).over(partition_by=s.c.id)
-        data = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
+        held = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
     query = (
         sa.select(
             s.c.id,
@@ -179,55 +179,70 @@ def read_messages(
             p.c.id.label("part_id"),
             p.c.size,
             p.c.n_fragments,
-            data.label("data"),
+            held.label("data"),
         )
         .select_from(s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part))
         .where(schema.one_of(conn, s.c.id, msg_ids))
         .order_by(s.c.id, mp.c.idx)
     )
-    spooled: dict[uuid.UUID, Any] = {}
+    spooled: dict[uuid.UUID, tuple[Any, ...]] = {}
     sizes: dict[uuid.UUID, dict[str, int]] = {}
     parts: dict[uuid.UUID, dict[str, bytes]] = {}
     # every row fetched first: on DuckDB, a query for a part's further fragments ends
     # the iteration of this one (the messages after it were left out)
-    for row in conn.execute(query).all():
-        msg = row.id
+    for msg, context, body_part, at, publisher, name, part_id, size, n, data in conn.execute(
+        query
+    ).all():
         if msg not in spooled:
-            spooled[msg] = row
+            spooled[msg] = (context, body_part, at, publisher)
             sizes[msg] = {}
-        if row.part_id is None:  # a spool row without parts
+        if part_id is None:  # a spool row without parts
             continue
-        sizes[msg][row.name] = int(row.size)
-        if row.data is None:  # larger than max_bytes
+        sizes[msg][name] = int(size)
+        if data is None:  # larger than max_bytes
             continue
-        chunks = [bytes(row.data)]
-        if row.n_fragments > 1:
+        if n > 1:
+            chunks = [bytes(data)]
             chunks.extend(
                 bytes(d)
                 for (d,) in conn.execute(
-                    sa.select(f.c.data).where(f.c.part == row.part_id).order_by(f.c.seq)
+                    sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
                 )
             )
-        parts.setdefault(msg, {})[row.name] = b"".join(chunks)
-    found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
-    for msg_id, row in spooled.items():
-        promoted, written = decode_context(row.context)
-        common = {
-            "id": row.id,
-            "promoted": promoted,
-            "written": written,
-            "body_part": row.body_part,
-            "published_at": row.published_at,
-            "publisher": row.publisher,
-            "part_sizes": sizes[msg_id],
-        }
-        whole = len(parts.get(msg_id, ())) == len(sizes[msg_id])
-        found[msg_id] = (
-            StoredMessage(parts=parts.get(msg_id, {}), **common)
-            if whole
-            else MessageSummary(**common)
+            data = b"".join(chunks)
+        parts.setdefault(msg, {})[name] = bytes(data)
+    return {
+        msg_id: _message(msg_id, row, sizes[msg_id], parts.get(msg_id, {}))
+        for msg_id, row in spooled.items()
+    }
+
+
+def _message(
+    msg_id: uuid.UUID, spooled: tuple[Any, ...], sizes: dict[str, int], held: dict[str, bytes]
+) -> StoredMessage | MessageSummary:
+    """A message read back: whole when all its parts were read, else its summary."""
+    context, body_part, published_at, publisher = spooled
+    promoted, written = decode_context(context)
+    if len(held) == len(sizes):
+        return StoredMessage(
+            id=msg_id,
+            promoted=promoted,
+            written=written,
+            parts=held,
+            body_part=body_part,
+            published_at=published_at,
+            publisher=publisher,
+            part_sizes=sizes,
         )
-    return found
+    return MessageSummary(
+        id=msg_id,
+        promoted=promoted,
+        written=written,
+        body_part=body_part,
+        part_sizes=sizes,
+        published_at=published_at,
+        publisher=publisher,
+    )
 
 
 def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from enum import IntEnum
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from messagebox.properties import (
@@ -23,6 +24,7 @@ from messagebox.properties import (
     datetime_micros,
     decode_context,
     decode_value,
+    decode_values,
     encode_context,
     encode_value,
     exact_pair,
@@ -471,6 +473,55 @@ def test_a_context_survives_encode_and_decode_with_its_types() -> None:
     assert back_written == written
     for original, back in ((promoted, back_promoted), (written, back_written)):
         assert {k: type(v) for k, v in back.items()} == {k: type(v) for k, v in original.items()}
+
+
+_PAYLOADS = st.one_of(
+    st.booleans(),
+    st.integers(INT64_MIN - 2, INT64_MAX + 2),
+    st.sampled_from([INT64_MIN - 1, INT64_MIN, INT64_MAX, INT64_MAX + 1]),
+    st.floats(),  # NaN and infinities too
+    st.sampled_from([math.inf, -math.inf, math.nan]),
+    st.text(),  # surrogates and non-ASCII text too
+    st.text(st.characters(max_codepoint=127), max_size=4),  # ASCII, NUL too
+    st.datetimes(timezones=st.just(UTC)).map(datetime.isoformat),
+    st.none(),
+)
+_PAIRS = st.one_of(
+    st.tuples(st.sampled_from(["b", "i", "f", "s", "d", "x"]), _PAYLOADS).map(list),
+    st.lists(_PAYLOADS, max_size=3),  # not a pair
+    _PAYLOADS,
+)
+
+
+def _decoded_or_error(pair: object) -> tuple[object, object]:
+    try:
+        value = decode_value(pair)
+    except ValueError as exc:
+        return ("error", str(exc))
+    return (type(value), value)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=5), _PAIRS, max_size=6))
+@example({"a": ["s", "a\x00"]})
+@example({"a": ["i", INT64_MAX + 1]})
+@example({"a": ["f", math.nan]})
+@example({"a": ["b", 1]})
+@settings(max_examples=400)
+def test_decoding_many_values_agrees_with_decoding_each(pairs: dict[str, object]) -> None:
+    # Given stored [tag, value] pairs, well-formed or not
+    # When they are decoded together (the fast path of every message read)
+    together: dict[str, tuple[object, object]]
+    try:
+        together = {k: (type(v), v) for k, v in decode_values(pairs).items()}
+    except ValueError as exc:
+        together = {"error": ("error", str(exc))}
+    # Then each value, its type, and the first error are what decoding one by one gives
+    each = {k: _decoded_or_error(v) for k, v in pairs.items()}
+    errors = [e for e in each.values() if e[0] == "error"]
+    if errors:
+        assert together == {"error": errors[0]}
+    else:
+        assert repr(together) == repr(each)  # repr: NaN is not equal to itself
 
 
 def test_an_empty_context_survives_encode_and_decode() -> None:
