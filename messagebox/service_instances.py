@@ -22,7 +22,7 @@ import json
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -169,7 +169,8 @@ def commit_steps(
     # completions first: a step's own publications then find its convoy gone (an
     # activating one starts the next instance instead of queueing for this one)
     done = {s.instance_id: s.service for s in steps if s.complete}
-    discarded = complete(conn, dialect, done, now) if done else 0
+    timed = {s.instance_id for s in steps if s.complete and _may_have_timers(s)}
+    discarded = complete(conn, dialect, done, now, timers=timed) if done else 0
     return _publish(conn, dialect, steps, now, publisher), discarded
 
 
@@ -193,6 +194,14 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
         )
     spool.release(conn, dialect, [r.msg for r in gone])
     leases.delivered(conn, dialect, gone, owner)
+
+
+def _may_have_timers(step: Step) -> bool:
+    """Whether the instance may hold timer rows as its step commits. Only a committed
+    step writes them, each named in the saved state's ``timers`` until it is cancelled
+    (or its timeout handled); so an instance has none when the state it was loaded with
+    named none: its step's ``timers`` are those less the ones it cancelled."""
+    return bool(step.data.get("timers")) or bool(step.cancel)
 
 
 def _state(step: Step) -> str:
@@ -345,12 +354,15 @@ def complete(
     services: Mapping[str, str],
     now: datetime,
     completed_at: Mapping[str, datetime] | None = None,
+    *,
+    timers: Iterable[str] | None = None,
 ) -> int:
     """End completing instances: remove their convoys, timers and any instance
     subscriptions naming them; suspend the messages still queued for them (not
     resumable, "completed with discarded messages", with a report naming the instance).
     ``services`` maps each instance id to its service; ``completed_at`` gives when each
-    completed (now, by default).
+    completed (now, by default); ``timers``, those that may have timers, when known
+    (all, by default: a statement fewer for a step whose instance has none).
     Fired timeouts they never consumed are dropped (tracked as terminated). Returns the
     messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
@@ -363,7 +375,11 @@ def complete(
     conn.execute(
         schema.convoy.delete().where(schema.one_of(conn, schema.convoy.c.instance_id, ids))
     )
-    conn.execute(schema.timer.delete().where(schema.one_of(conn, schema.timer.c.instance_id, ids)))
+    timed = ids if timers is None else sorted(set(timers) & set(ids))
+    if timed:
+        conn.execute(
+            schema.timer.delete().where(schema.one_of(conn, schema.timer.c.instance_id, timed))
+        )
     rows = conn.execute(
         q.delete()
         .where(schema.one_of(conn, q.c.instance_id, ids))

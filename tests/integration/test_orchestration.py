@@ -342,6 +342,45 @@ def test_a_first_step_looks_for_no_timer_to_replace_and_a_later_one_replaces_it(
     assert [s for s in statements if s.startswith("SELECT mb_timer.id")]
 
 
+@pytest.mark.parametrize(
+    ("orchestration", "extra", "deletes_timers"),
+    [(Fulfilment, {}, False), (PaymentTimeout, {"t.Wait": 60.0}, True)],
+    ids=["no-timers", "a-pending-timer"],
+)
+def test_a_completing_step_deletes_timers_only_where_its_instance_may_have_them(
+    box: MessageBox,
+    running,
+    orchestration: type[Orchestration[BaseModel]],
+    extra: dict[str, object],
+    deletes_timers: bool,
+):
+    # Given an orchestration whose order step waits for the payment with a timer (or
+    # one that never waits), and the statements of every engine recorded
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    app, sink = make_app(orchestration, sink_kinds=("confirm", "ship"))
+    running(app)
+    box.publish([msg("order", 1, **extra)])
+    wait_until(lambda: len(instance_rows(box)) == 1, 30, "the instance")
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        # When its payment's step completes the instance
+        box.publish([msg("payment", 1)])
+        wait_until(lambda: len(sink.got) == 1, 30, "the completing step's publication")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    # Then the completion deleted the instance's timers only when it had one pending,
+    # and none is left either way
+    deleted = [s for s in statements if s.startswith("DELETE FROM mb_timer")]
+    assert bool(deleted) is deletes_timers, deleted
+    with box.store.transaction() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(mb_schema.timer)).scalar() == 0
+    assert [r.state for r in instance_rows(box)] == ["completed"]
+
+
 def test_timers_survive_a_restart_of_the_host(box: MessageBox, running):
     # Given an order waiting 1 s for its payment, whose host stops right away
     app, sink = make_app(PaymentTimeout, sink_kinds=("ship", "cancel"))
