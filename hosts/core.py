@@ -24,6 +24,7 @@ from messagebox.errors import (
 from messagebox.hosts.dispatch import (
     Ahead,
     InstanceStats,
+    Pace,
     Pending,
     Permits,
     Run,
@@ -121,6 +122,8 @@ class InstanceCore:
         self._pending: list[Pending] = []
         self._ahead = Ahead()
         """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
+        self._pace = Pace()
+        """Entries the dequeue threads finished lately: how deep to claim ahead."""
         self._flight_lock = threading.Lock()
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None

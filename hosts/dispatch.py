@@ -275,8 +275,13 @@ class Permits:
     """At most ``max_in_flight`` claimed-but-unfinished entries per instance."""
 
     def __init__(self, n: int) -> None:
+        self._n = n
         self._free = n
         self._cond = threading.Condition()
+
+    def taken(self) -> int:
+        """Permits taken now (entries claimed or being claimed, not yet finished)."""
+        return self._n - self._free
 
     def take(
         self,
@@ -310,3 +315,32 @@ class Permits:
         """Wake the threads waiting for a permit to check their ``unless`` again."""
         with self._cond:
             self._cond.notify_all()
+
+
+class Pace:
+    """Entries a host instance's threads finished over the last ``window`` seconds:
+    how much work claimed ahead would wait for a thread, at that pace."""
+
+    def __init__(self, window: float = 1.0) -> None:
+        self._window = window
+        self._since = time.monotonic()  # a young instance's pace is over its life so far
+        self._lock = threading.Lock()
+        self._finished: deque[tuple[float, int]] = deque()
+        self._total = 0
+
+    def add(self, n: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._finished.append((now, n))
+            self._total += n
+            self._trim(now)
+
+    def per_second(self) -> float:
+        now = time.monotonic()
+        with self._lock:
+            self._trim(now)
+            return self._total / max(min(self._window, now - self._since), 0.05)
+
+    def _trim(self, now: float) -> None:
+        while self._finished and self._finished[0][0] < now - self._window:
+            self._total -= self._finished.popleft()[1]

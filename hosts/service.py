@@ -29,6 +29,10 @@ BATCH_READ_BYTES = 256 * 1024
 """A claimed batch's messages are read together, except those with more than this in
 their parts: each of those is read alone when its service asks for its parts, so a
 service that reads only properties never loads a large body."""
+BATCH_READ_TOTAL = 16 * 1024 * 1024
+"""At most this many bytes of parts are read together for a batch (in id order); a
+message past it is read alone when its service asks for its parts. A batch of
+orchestration steps can hold many ``claim_batch`` (``hosts.supervision.STEP_BATCHES``)."""
 
 
 class Delivery:
@@ -148,7 +152,8 @@ class Delivery:
 
 class MessageBatch:
     """The messages of one claimed batch, read together on first use: each with its
-    parts, or, past ``BATCH_READ_BYTES``, only its summary."""
+    parts, or, past ``BATCH_READ_BYTES`` (or ``BATCH_READ_TOTAL`` for the batch), only
+    its summary."""
 
     def __init__(self, box: MessageBox, message_ids: Iterable[uuid.UUID]) -> None:
         self._box = box
@@ -160,7 +165,9 @@ class MessageBatch:
         with self._lock:
             if self._messages is None:
                 self._messages = self._box.read_messages(
-                    list(dict.fromkeys(self._ids)), max_bytes=BATCH_READ_BYTES
+                    list(dict.fromkeys(self._ids)),
+                    max_bytes=BATCH_READ_BYTES,
+                    total_bytes=BATCH_READ_TOTAL,
                 )
             return self._messages.get(message_id)
 

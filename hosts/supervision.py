@@ -21,14 +21,22 @@ from messagebox.leases import Claim, Failure
 
 log = logging.getLogger("messagebox.hosts")
 
-STEP_BATCHES = 4
+STEP_BATCHES = 16
 """Where one claim serves several threads (DuckDB), its orchestration steps go to a
 thread together, up to this many ``claim_batch`` at a time: one read, one load and one
-commit for them all, each a statement whose cost hardly depends on its size there. At 4
-threads of 50 (steps per second of ``bench.orchestrate``): split by ``claim_batch``,
-829; together, up to 100: 1,397; up to 200 (this): 1,564; up to 400: 1,888. Their
-messages are read together, so a batch of steps holds up to this many times the bodies
-of a ``claim_batch``."""
+commit for them all, each a statement whose cost hardly depends on its size there (at 4
+threads of 50, ``bench.orchestrate``: split by ``claim_batch``, 829 steps/s; up to 4
+batches, 1,564; up to 16 with 16 in flight a thread, 6,600-7,000 on a faster machine
+where 4 gave 4,100-4,900). Their messages are read together, within
+``hosts.service.BATCH_READ_TOTAL`` bytes."""
+
+AHEAD_BATCHES = 4
+"""Where one claim serves several threads (DuckDB), it claims ahead until the instance
+holds this many batches a thread (or ``max_in_flight``, if less)..."""
+AHEAD_SECONDS = 0.5
+"""...and beyond, up to ``max_in_flight``, only as many entries as its threads finished
+in this many seconds lately: entries claimed ahead wait for a thread no longer than
+that, at the pace of the instance's handlers (slow handlers are not claimed for deep)."""
 
 
 class Supervision(Handling):
@@ -87,6 +95,7 @@ class Supervision(Handling):
                     continue
                 idle = self.settings.poll_min_seconds
                 goes_on, carry = self._handle_batch(claims)
+                self._pace.add(len(claims))
                 if not goes_on:
                     return  # its handler timed out: another thread has taken this one's place
         finally:
@@ -147,9 +156,16 @@ class Supervision(Handling):
         has ordered subscriptions (an ordered run stays with one thread)."""
         if not self.queue.claims_serialised or self._has_ordered():
             return 0
-        return self._permits.take(
-            self.settings.in_flight(serialised=True), self._stopping, wait=False
-        )
+        return self._permits.take(self._ahead_room(), self._stopping, wait=False)
+
+    def _ahead_room(self) -> int:
+        """Entries to claim ahead now: up to :data:`AHEAD_BATCHES` batches a thread in
+        flight, and beyond (up to ``max_in_flight``) what the threads finished in the
+        last :data:`AHEAD_SECONDS` at their recent pace."""
+        s = self.settings
+        floor = max(100, AHEAD_BATCHES * s.dequeue_threads * s.claim_batch)
+        target = max(floor, int(self._pace.per_second() * AHEAD_SECONDS))
+        return max(0, min(target, s.in_flight(serialised=True)) - self._permits.taken())
 
     def _claim(self, n: int, outcomes: Outcomes | None = None) -> list[Claim]:
         """Claim up to ``n`` entries, recording ``outcomes`` in the same transaction."""

@@ -298,12 +298,17 @@ class MessageBox(RoutingAsCode):
         return self.messages.message_summary(message_id)
 
     def read_messages(
-        self, message_ids: Iterable[uuid.UUID | str], *, max_bytes: int | None = None
+        self,
+        message_ids: Iterable[uuid.UUID | str],
+        *,
+        max_bytes: int | None = None,
+        total_bytes: int | None = None,
     ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
         """Several stored messages at once, by id; ids not in the spool are left out.
         A message with more than ``max_bytes`` in its parts comes as a
-        :class:`MessageSummary` (its context and part sizes, no bytes)."""
-        return self.messages.read_messages(message_ids, max_bytes)
+        :class:`MessageSummary` (its context and part sizes, no bytes), and so does one
+        whose parts would take the bytes read, in id order, past ``total_bytes``."""
+        return self.messages.read_messages(message_ids, max_bytes, total_bytes)
 
     def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
         """A part's bytes, a fragment at a time (for parts too large to hold whole)."""

@@ -89,12 +89,14 @@ class Outcome(StrEnum):
     DROPPED = "dropped"
 
 
-PREFETCH_BATCHES = 4
-"""Batches per dequeue thread that a host instance holds by default where claims are
-serialised in-process (DuckDB): one claim takes them all, and a statement there costs
-milliseconds whatever its size. 1 (200) gave 5.6k msgs/s of plain delivery and 700
-orchestration steps/s at 4 threads of 50; 4 (800) gave 8.8k and, with orchestration
-steps kept together (``hosts.supervision.STEP_BATCHES``), 1.6k."""
+PREFETCH_BATCHES = 16
+"""Batches per dequeue thread that a host instance may hold by default where claims are
+serialised in-process (DuckDB): one claim takes them for all its threads, and a
+statement there costs milliseconds whatever its size. How far it claims ahead also
+follows its handlers' pace (``hosts.supervision.AHEAD_SECONDS``). At 4 threads of 50
+(``bench.orchestrate``): 1 (200) gave 5.6k msgs/s of plain delivery and 700
+orchestration steps/s; 4 (800) 8.8k and 1.6k; on a faster machine 4 gave 31k and
+4.1-4.9k, 16 (3,200) 38k and 6.6-7.0k."""
 
 
 class HostSettings(BaseModel):
@@ -121,7 +123,8 @@ class HostSettings(BaseModel):
     """Claimed but unfinished entries per instance, across its threads (on DuckDB one
     claim takes up to this many for all the threads: docs/concepts.md, Hosts). ``None``:
     a batch for every dequeue thread (``dequeue_threads * claim_batch``), at least 100;
-    on DuckDB four batches for every thread."""
+    on DuckDB sixteen batches for every thread, claimed ahead as far as its handlers'
+    pace makes cheap."""
     max_attempts: int = Field(5, ge=1)
     """Failed deliveries of one entry before it is suspended (resumable); a delivery
     during which its host process ended counts too (``crashed-host``)."""

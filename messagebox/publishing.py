@@ -259,11 +259,14 @@ class Messages:
             return spool.describe(conn, uuid.UUID(str(message_id)))
 
     def read_messages(
-        self, message_ids: Iterable[uuid.UUID | str], max_bytes: int | None
+        self,
+        message_ids: Iterable[uuid.UUID | str],
+        max_bytes: int | None,
+        total_bytes: int | None = None,
     ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
         ids = [m if type(m) is uuid.UUID else uuid.UUID(str(m)) for m in message_ids]
         with self._store.transaction() as conn:
-            return spool.read_messages(conn, ids, max_bytes=max_bytes)
+            return spool.read_messages(conn, ids, max_bytes=max_bytes, total_bytes=total_bytes)
 
     def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
         msg_id = uuid.UUID(str(message_id))

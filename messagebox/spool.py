@@ -154,21 +154,22 @@ def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid
 
 
 def read_messages(
-    conn: sa.Connection, msg_ids: Sequence[uuid.UUID], *, max_bytes: int | None = None
+    conn: sa.Connection,
+    msg_ids: Sequence[uuid.UUID],
+    *,
+    max_bytes: int | None = None,
+    total_bytes: int | None = None,
 ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
     """Messages with their contexts and all their parts, in one query for the lot and
     one per part of several fragments (use :func:`iter_part` for large parts). A message
     whose parts hold more than ``max_bytes`` in all comes without them (a
     :class:`MessageSummary`), so that reading many never holds more than that much per
-    message. Ids not in the spool are left out."""
+    message; so does one whose parts would take the bytes read, in id order, past
+    ``total_bytes``. Ids not in the spool are left out."""
     if not msg_ids:
         return {}
     s, mp, p, f = schema.spool, schema.message_part, schema.part, schema.fragment
-    held: sa.ColumnElement[Any] = p.c.data
-    if max_bytes is not None:  # no bytes of a message larger than that leave the database
-        total = sa.func.sum(p.c.size).over(partition_by=s.c.id)
-        held = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
-    query = (
+    rows = (
         sa.select(
             s.c.id,
             s.c.context,
@@ -176,15 +177,32 @@ def read_messages(
             s.c.published_at,
             s.c.publisher,
             mp.c.name,
+            mp.c.idx,
             p.c.id.label("part_id"),
             p.c.size,
             p.c.n_fragments,
-            held.label("data"),
+            p.c.data,
+            sa.func.sum(p.c.size).over(partition_by=s.c.id).label("total"),
         )
         .select_from(s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part))
         .where(schema.one_of(conn, s.c.id, msg_ids))
-        .order_by(s.c.id, mp.c.idx)
+        .subquery()
     )
+    read: sa.ColumnElement[bool] = sa.true()  # which parts' bytes leave the database
+    if max_bytes is not None:
+        read = rows.c.total <= max_bytes
+    if total_bytes is not None:
+        kept = sa.case((read, rows.c.size), else_=0)
+        running = sa.func.sum(kept).over(order_by=(rows.c.id, rows.c.idx))
+        read = sa.and_(read, running <= total_bytes)
+    query = sa.select(
+        *(rows.c[name] for name in ("id", "context", "body_part", "published_at", "publisher")),
+        rows.c.name,
+        rows.c.part_id,
+        rows.c.size,
+        rows.c.n_fragments,
+        sa.case((read, rows.c.data), else_=sa.null()).label("data"),
+    ).order_by(rows.c.id, rows.c.idx)
     spooled: dict[uuid.UUID, tuple[Any, ...]] = {}
     sizes: dict[uuid.UUID, dict[str, int]] = {}
     parts: dict[uuid.UUID, dict[str, bytes]] = {}

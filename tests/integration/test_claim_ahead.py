@@ -259,3 +259,44 @@ def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
         assert 3 < max(committed) <= STEP_BATCHES * 3
     else:
         assert max(committed) <= 3
+
+
+class _Slow:
+    """A service whose every delivery takes ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.stop = threading.Event()
+
+    def __call__(self, _d: Delivery) -> None:
+        self.stop.wait(self.seconds)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "n"), [(0.02, 400), (0.0, 6000)], ids=["slow-handlers", "fast-handlers"]
+)
+def test_claiming_ahead_follows_the_pace_of_the_handlers(
+    box: MessageBox, instances: list[HostInstance], seconds: float, n: int
+) -> None:
+    """On DuckDB a claim takes entries for the other threads up to four batches a thread
+    in flight (160 here), and beyond it, up to ``max_in_flight`` (sixteen: 640), only
+    what the threads finished in the last ``AHEAD_SECONDS``: handlers of 20 ms (4
+    threads finish about 200 entries a second, 100 in half a second) are never claimed
+    for deeper than the four batches, fast ones are. On PostgreSQL each claim stays one
+    thread's batch."""
+    _setup(box, n)
+    service = _Slow(seconds)
+    inst = HostInstance(box, "h", {"svc": service}, settings={**FAST, "claim_batch": 10})
+    sizes = _spy_claims(inst)
+    instances.append(inst.start())
+    try:
+        wait_for(lambda: not box.queue_depth(), what="the queue to drain", timeout=60)
+    finally:
+        service.stop.set()
+    assert sum(sizes) == n
+    if box.backend != "duckdb":
+        assert max(sizes) <= 10
+    elif seconds:
+        assert max(sizes) <= 160
+    else:
+        assert 160 < max(sizes) <= 640

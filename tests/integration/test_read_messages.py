@@ -53,3 +53,28 @@ def test_a_batch_reads_whole_messages_summaries_and_fragments(box: MessageBox) -
     assert blob.part_sizes == {"body": 1, "blob": len(big)}
     assert blob.published_at == whole.published_at
     assert box.read_messages([]) == {}
+
+
+def test_a_batch_reads_parts_up_to_its_total_bytes_in_id_order(box: MessageBox) -> None:
+    # Given, in id order, a message too large for the batch (past max_bytes), then four
+    # of 100 bytes in two parts of 50, and a read of at most 250 bytes in all
+    box.create_host("h")
+    box.subscribe("all", host="h", filter=P("a.Id").exists())
+    ids = [uuid.UUID(int=i) for i in range(1, 6)]
+    box.publish(
+        [Message(b"x" * 5000, promoted={"a.Id": 0}, id=ids[0])]
+        + [
+            Message(parts={"a": b"a" * 50, "b": b"b" * 50}, promoted={"a.Id": i}, id=ids[i])
+            for i in range(1, 5)
+        ]
+    )
+    # When the batch is read
+    read = box.read_messages(list(reversed(ids)), max_bytes=4096, total_bytes=250)
+    # Then the large one comes as its summary and takes none of the bytes; the next two
+    # come whole; the third would pass 250 with its second part, so it comes as its
+    # summary (a message is read whole or not at all), and so does the last
+    whole = [i for i in ids if isinstance(read[i], StoredMessage)]
+    assert whole == ids[1:3]
+    assert all(isinstance(read[i], MessageSummary) for i in ids if i not in whole)
+    assert [read[i].part_sizes for i in ids[1:]] == [{"a": 50, "b": 50}] * 4
+    assert read[ids[2]].parts == {"a": b"a" * 50, "b": b"b" * 50}  # type: ignore[union-attr]

@@ -54,15 +54,15 @@ def test_max_in_flight_defaults_to_a_batch_for_every_thread(
 @pytest.mark.parametrize(
     ("values", "in_flight"),
     [
-        ({}, 160),  # 4 threads of 10, four batches each
-        ({"dequeue_threads": 1, "claim_batch": 10}, 100),  # at least 100
-        ({"dequeue_threads": 4, "claim_batch": 50}, 800),
+        ({}, 640),  # 4 threads of 10, sixteen batches each
+        ({"dequeue_threads": 1, "claim_batch": 5}, 100),  # at least 100
+        ({"dequeue_threads": 4, "claim_batch": 50}, 3200),
         ({"dequeue_threads": 4, "claim_batch": 50, "max_in_flight": 60}, 60),  # as set
     ],
 )
-def test_where_claims_are_serialised_max_in_flight_defaults_to_four_batches_a_thread(
+def test_where_claims_are_serialised_max_in_flight_defaults_to_sixteen_batches_a_thread(
     values: dict[str, object], in_flight: int
 ) -> None:
     settings = HostSettings.checked("host 'h'", values)
-    assert PREFETCH_BATCHES == 4
+    assert PREFETCH_BATCHES == 16
     assert settings.in_flight(serialised=True) == in_flight
