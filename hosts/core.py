@@ -28,6 +28,7 @@ from messagebox.hosts.dispatch import (
     Pending,
     Permits,
     Run,
+    SharedReads,
 )
 from messagebox.hosts.service import Delivery, Handler, as_handler
 from messagebox.leases import Claim, Failure
@@ -122,8 +123,8 @@ class InstanceCore:
         self._pending: list[Pending] = []
         self._ahead = Ahead()
         """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
-        self._pace = Pace()
-        """Entries the dequeue threads finished lately: how deep to claim ahead."""
+        self._pace = Pace()  # entries the threads finished lately: how deep to claim ahead
+        self._reads = SharedReads()  # batches claimed ahead reading their messages together
         self._flight_lock = threading.Lock()
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None

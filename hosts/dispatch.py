@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from messagebox.consumer import Outcomes, merged
+from messagebox.hosts.service import MessageBatch
 from messagebox.leases import Claim, Failure
 
 
@@ -344,3 +345,23 @@ class Pace:
     def _trim(self, now: float) -> None:
         while self._finished and self._finished[0][0] < now - self._window:
             self._total -= self._finished.popleft()[1]
+
+
+class SharedReads:
+    """Batches of one claim that read their messages together (one query for several
+    batches), each until a thread takes it up."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._of: dict[int, tuple[list[Claim], MessageBatch]] = {}
+
+    def share(self, batches: list[list[Claim]], read: MessageBatch) -> None:
+        with self._lock:
+            for batch in batches:
+                self._of[id(batch)] = (batch, read)
+
+    def take(self, batch: list[Claim]) -> MessageBatch | None:
+        """The read ``batch`` shares, if any (once)."""
+        with self._lock:
+            held = self._of.pop(id(batch), None)
+        return held[1] if held is not None and held[0] is batch else None

@@ -88,7 +88,7 @@ class Handling(InstanceCore):
         when recorded already, as when stopping)."""
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
-        batch = MessageBatch(self.box, [c.msg for c in run.claims])
+        batch = self._reads.take(run.claims) or MessageBatch(self.box, [c.msg for c in run.claims])
         most = self.settings.max_attempts
         # an ordered subscription with an interrupted entry here goes one by one, in order
         one_by_one = {c.sub for c in run.claims if c.ordered and c.interrupted}

@@ -151,9 +151,10 @@ class Delivery:
 
 
 class MessageBatch:
-    """The messages of one claimed batch, read together on first use: each with its
-    parts, or, past ``BATCH_READ_BYTES`` (or ``BATCH_READ_TOTAL`` for the batch), only
-    its summary."""
+    """The messages of a claimed batch (or of several batches of one claim), read
+    together on first use: each with its parts, or, past ``BATCH_READ_BYTES``, only its
+    summary. At most ``BATCH_READ_TOTAL`` bytes of parts are read at a time, in id
+    order; a message past them is read with the next such chunk when asked for."""
 
     def __init__(self, box: MessageBox, message_ids: Iterable[uuid.UUID]) -> None:
         self._box = box
@@ -164,12 +165,33 @@ class MessageBatch:
     def get(self, message_id: uuid.UUID) -> StoredMessage | MessageSummary | None:
         with self._lock:
             if self._messages is None:
-                self._messages = self._box.read_messages(
-                    list(dict.fromkeys(self._ids)),
-                    max_bytes=BATCH_READ_BYTES,
-                    total_bytes=BATCH_READ_TOTAL,
-                )
-            return self._messages.get(message_id)
+                self._messages = {}
+                self._read(list(dict.fromkeys(self._ids)))
+            found = self._messages.get(message_id)
+            while found is not None and _left_for_later(found):
+                if not self._read([i for i, m in self._messages.items() if _left_for_later(m)]):
+                    break  # nothing more came whole: it is read alone
+                found = self._messages.get(message_id)
+            return found
+
+    def _read(self, ids: list[uuid.UUID]) -> bool:
+        """Read a chunk: the first of ``ids``, in id order, up to ``BATCH_READ_TOTAL``
+        (at least one message: one is at most ``BATCH_READ_BYTES``). Returns whether
+        any came whole."""
+        assert self._messages is not None
+        read = self._box.read_messages(
+            ids, max_bytes=BATCH_READ_BYTES, total_bytes=BATCH_READ_TOTAL
+        )
+        self._messages.update(read)
+        return any(isinstance(m, StoredMessage) for m in read.values())
+
+
+def _left_for_later(found: StoredMessage | MessageSummary) -> bool:
+    """Whether a message came without its parts only because the chunk was full (not
+    because it is larger than ``BATCH_READ_BYTES``)."""
+    return not isinstance(found, StoredMessage) and (
+        sum(found.part_sizes.values()) <= BATCH_READ_BYTES
+    )
 
 
 def as_handler(name: str, service: object) -> Handler:

@@ -20,7 +20,7 @@ from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
 from messagebox.consumer import Consumer
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
-from messagebox.hosts.supervision import STEP_BATCHES
+from messagebox.hosts.supervision import READ_BATCHES, STEP_BATCHES
 from messagebox.leases import Claim
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, Stalled, wait_for
@@ -300,3 +300,46 @@ def test_claiming_ahead_follows_the_pace_of_the_handlers(
         assert max(sizes) <= 160
     else:
         assert 160 < max(sizes) <= 640
+
+
+class _Reading:
+    """A service that reads each message's body, keeping what it read."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, d: Delivery) -> None:
+        body = d.body
+        with self.lock:
+            self.bodies.append(body)
+
+
+def test_batches_of_one_claim_read_their_messages_together(
+    box: MessageBox, instances: list[HostInstance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On DuckDB the plain batches one claim takes for several threads read their
+    messages in one query, ``READ_BATCHES`` batches at a time; on PostgreSQL a batch
+    reads its own."""
+    reads: list[int] = []
+    lock = threading.Lock()
+    read_messages = MessageBox.read_messages
+
+    def recorded(self: MessageBox, message_ids: Any, **options: Any) -> Any:
+        ids = list(message_ids)
+        with lock:
+            reads.append(len(ids))
+        return read_messages(self, ids, **options)
+
+    monkeypatch.setattr(MessageBox, "read_messages", recorded)
+    _setup(box, 120)
+    reading = _Reading()
+    inst, _ = _instance(box, reading, 4, 10, 120)
+    instances.append(inst.start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    assert sorted(reading.bodies) == sorted(f"{i}".encode() for i in range(120))  # each once
+    assert sum(reads) == 120  # each message read once
+    if box.backend == "duckdb":
+        assert 10 < max(reads) <= READ_BATCHES * 10
+    else:
+        assert max(reads) <= 10

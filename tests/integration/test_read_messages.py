@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import io
 import uuid
+from typing import Any
+
+import pytest
 
 from messagebox import Message, MessageBox
+from messagebox.hosts import service
 from messagebox.message import MessageSummary, StoredMessage
 from messagebox.predicates import P
 from messagebox.spool import FRAGMENT_SIZE
@@ -78,3 +82,32 @@ def test_a_batch_reads_parts_up_to_its_total_bytes_in_id_order(box: MessageBox) 
     assert all(isinstance(read[i], MessageSummary) for i in ids if i not in whole)
     assert [read[i].part_sizes for i in ids[1:]] == [{"a": 50, "b": 50}] * 4
     assert read[ids[2]].parts == {"a": b"a" * 50, "b": b"b" * 50}  # type: ignore[union-attr]
+
+
+def test_a_batch_past_its_total_bytes_reads_the_rest_in_chunks(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given six messages of 100 bytes, a batch that reads at most 250 bytes at a time,
+    # and every read recorded
+    box.create_host("h")
+    box.subscribe("all", host="h", filter=P("a.Id").exists())
+    ids = [uuid.UUID(int=i) for i in range(1, 7)]
+    box.publish([Message(b"m" * 100, promoted={"a.Id": i}, id=ids[i]) for i in range(6)])
+    monkeypatch.setattr(service, "BATCH_READ_TOTAL", 250)
+    reads: list[int] = []
+    read_messages = box.read_messages
+
+    def recorded(message_ids: Any, **options: Any) -> Any:
+        reads.append(len(message_ids))
+        return read_messages(message_ids, **options)
+
+    monkeypatch.setattr(box, "read_messages", recorded)
+    batch = service.MessageBatch(box, list(reversed(ids)))
+    # When its handlers ask for every message, the last one first
+    got = [batch.get(i) for i in reversed(ids)]
+    # Then each comes whole, read in chunks of two (the third would pass 250 bytes):
+    # the first read asks for all six, each next for those not read yet
+    assert [m.body for m in got] == [b"m" * 100] * 6  # type: ignore[union-attr]
+    assert reads == [6, 4, 2]
+    assert batch.get(uuid.uuid4()) is None  # an id not in the spool: none, no more reads
+    assert reads == [6, 4, 2]
