@@ -241,26 +241,18 @@ def _message(
     """A message read back: whole when all its parts were read, else its summary."""
     context, body_part, published_at, publisher = spooled
     promoted, written = decode_context(context)
+    common: dict[str, Any] = {
+        "id": msg_id,
+        "promoted": promoted,
+        "written": written,
+        "body_part": body_part,
+        "published_at": published_at,
+        "publisher": publisher,
+        "part_sizes": sizes,
+    }
     if len(held) == len(sizes):
-        return StoredMessage(
-            id=msg_id,
-            promoted=promoted,
-            written=written,
-            parts=held,
-            body_part=body_part,
-            published_at=published_at,
-            publisher=publisher,
-            part_sizes=sizes,
-        )
-    return MessageSummary(
-        id=msg_id,
-        promoted=promoted,
-        written=written,
-        body_part=body_part,
-        part_sizes=sizes,
-        published_at=published_at,
-        publisher=publisher,
-    )
+        return StoredMessage(parts=held, **common)
+    return MessageSummary(**common)
 
 
 def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
