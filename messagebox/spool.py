@@ -168,41 +168,14 @@ def read_messages(
     ``total_bytes``. Ids not in the spool are left out."""
     if not msg_ids:
         return {}
-    s, mp, p, f = schema.spool, schema.message_part, schema.part, schema.fragment
-    rows = (
-        sa.select(
-            s.c.id,
-            s.c.context,
-            s.c.body_part,
-            s.c.published_at,
-            s.c.publisher,
-            mp.c.name,
-            mp.c.idx,
-            p.c.id.label("part_id"),
-            p.c.size,
-            p.c.n_fragments,
-            p.c.data,
-            sa.func.sum(p.c.size).over(partition_by=s.c.id).label("total"),
-        )
-        .select_from(s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part))
-        .where(schema.one_of(conn, s.c.id, msg_ids))
-        .subquery()
-    )
-    read: sa.ColumnElement[bool] = sa.true()  # which parts' bytes leave the database
-    if max_bytes is not None:
-        read = rows.c.total <= max_bytes
-    if total_bytes is not None:
-        kept = sa.case((read, rows.c.size), else_=0)
-        running = sa.func.sum(kept).over(order_by=(rows.c.id, rows.c.idx))
-        read = sa.and_(read, running <= total_bytes)
-    query = sa.select(
-        *(rows.c[name] for name in ("id", "context", "body_part", "published_at", "publisher")),
-        rows.c.name,
-        rows.c.part_id,
-        rows.c.size,
-        rows.c.n_fragments,
-        sa.case((read, rows.c.data), else_=sa.null()).label("data"),
-    ).order_by(rows.c.id, rows.c.idx)
+    f = schema.fragment
+    if (
+        total_bytes is not None
+        and max_bytes is not None
+        and len(msg_ids) * max_bytes <= total_bytes
+    ):
+        total_bytes = None  # cannot bind: no running sum to compute
+    query = _messages_query(conn, msg_ids, max_bytes, total_bytes)
     spooled: dict[uuid.UUID, tuple[Any, ...]] = {}
     sizes: dict[uuid.UUID, dict[str, int]] = {}
     parts: dict[uuid.UUID, dict[str, bytes]] = {}
@@ -233,6 +206,49 @@ def read_messages(
         msg_id: _message(msg_id, row, sizes[msg_id], parts.get(msg_id, {}))
         for msg_id, row in spooled.items()
     }
+
+
+def _messages_query(
+    conn: sa.Connection,
+    msg_ids: Sequence[uuid.UUID],
+    max_bytes: int | None,
+    total_bytes: int | None,
+) -> sa.Select[Any]:
+    """:func:`read_messages`' query: a row per part, its bytes only where they are read."""
+    s, mp, p = schema.spool, schema.message_part, schema.part
+    columns = (s.c.id, s.c.context, s.c.body_part, s.c.published_at, s.c.publisher, mp.c.name)
+    joined = s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part)
+    mine = schema.one_of(conn, s.c.id, msg_ids)
+    total = sa.func.sum(p.c.size).over(partition_by=s.c.id)
+    if total_bytes is None:  # one pass: a message's bytes when it is small enough
+        data: sa.ColumnElement[Any] = p.c.data
+        if max_bytes is not None:
+            data = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
+        return (
+            sa.select(*columns, p.c.id, p.c.size, p.c.n_fragments, data)
+            .select_from(joined)
+            .where(mine)
+            .order_by(s.c.id, mp.c.idx)
+        )
+    rows = (
+        sa.select(*columns, mp.c.idx, p.c.id.label("part_id"), p.c.size, p.c.n_fragments)
+        .add_columns(p.c.data, total.label("total"))
+        .select_from(joined)
+        .where(mine)
+        .subquery()
+    )
+    read: sa.ColumnElement[bool] = sa.true()
+    if max_bytes is not None:
+        read = rows.c.total <= max_bytes
+    kept = sa.case((read, rows.c.size), else_=0)  # the bytes of the parts read
+    read = sa.and_(read, sa.func.sum(kept).over(order_by=(rows.c.id, rows.c.idx)) <= total_bytes)
+    return sa.select(
+        *(rows.c[c.name] for c in columns),
+        rows.c.part_id,
+        rows.c.size,
+        rows.c.n_fragments,
+        sa.case((read, rows.c.data), else_=sa.null()),
+    ).order_by(rows.c.id, rows.c.idx)
 
 
 def _message(
