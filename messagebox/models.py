@@ -120,11 +120,12 @@ class HostSettings(BaseModel):
     dead_after_seconds: float = Field(30.0, gt=0)
     """An instance whose heartbeat is older than this is dead: its leases are released."""
     max_in_flight: int | None = Field(None, ge=1)
-    """Claimed but unfinished entries per instance, across its threads (on DuckDB one
-    claim takes up to this many for all the threads: docs/concepts.md, Hosts). ``None``:
-    a batch for every dequeue thread (``dequeue_threads * claim_batch``), at least 100;
-    on DuckDB sixteen batches for every thread, claimed ahead as far as its handlers'
-    pace makes cheap."""
+    """Claimed but unfinished entries per instance, across its threads. On DuckDB one
+    claim takes entries for all the threads: up to four batches a thread, and beyond,
+    up to this, as many as the threads finished in the last half second
+    (docs/concepts.md, Hosts). ``None``: a batch for every dequeue thread
+    (``dequeue_threads * claim_batch``), at least 100; on DuckDB sixteen batches for
+    every thread."""
     max_attempts: int = Field(5, ge=1)
     """Failed deliveries of one entry before it is suspended (resumable); a delivery
     during which its host process ended counts too (``crashed-host``)."""
