@@ -27,15 +27,16 @@ STEP_BATCHES = 16
 thread together, up to this many ``claim_batch`` at a time: one read, one load and one
 commit for them all, each a statement whose cost hardly depends on its size there (at 4
 threads of 50, ``bench.orchestrate``: split by ``claim_batch``, 829 steps/s; up to 4
-batches, 1,564; up to 16 with 16 in flight a thread, 6,600-7,000 on a faster machine
-where 4 gave 4,100-4,900). Their messages are read together, within
-``hosts.service.BATCH_READ_TOTAL`` bytes."""
+batches, 1,564; on a faster machine, up to 4 gave 3,800-4,300 and up to 16, with claims
+ahead at the handlers' pace, 5,100-6,500). Their messages are read together, a chunk of
+``hosts.service.BATCH_READ_TOTAL`` bytes at a time."""
 
 READ_BATCHES = 4
 """Batches of plain entries of one claim (DuckDB) that read their messages in one query:
 services that read each message's body (``bench.orchestrate``'s ``plain reading``, 4
-threads of 50) ran 6.3k msgs/s reading a batch at a time, 12.7k four at a time. They
-are held until the last of them is handled: as much as four threads' batches at once."""
+threads of 50) ran 6.8-7.2k msgs/s reading a batch at a time, 9.3-10.1k four at a time
+(eight: 11.6-12.2k, for twice the memory). The messages are held until the last of the
+batches is handled: as much as four threads' batches at once."""
 
 AHEAD_BATCHES = 4
 """Where one claim serves several threads (DuckDB), it claims ahead until the instance
@@ -169,9 +170,10 @@ class Supervision(Handling):
 
     def _ahead_permits(self) -> int:
         """Permits for entries to claim for the other dequeue threads: where claims are
-        serialised in-process (DuckDB), every permit free now (``max_in_flight`` bounds
-        what the instance holds, as a broker's prefetch count does); none while the host
-        has ordered subscriptions (an ordered run stays with one thread)."""
+        serialised in-process (DuckDB), as many as :meth:`_ahead_room` leaves free
+        (``max_in_flight`` bounds what the instance holds, as a broker's prefetch count
+        does); none while the host has ordered subscriptions (an ordered run stays with
+        one thread)."""
         if not self.queue.claims_serialised or self._has_ordered():
             return 0
         return self._permits.take(self._ahead_room(), self._stopping, wait=False)

@@ -95,8 +95,8 @@ serialised in-process (DuckDB): one claim takes them for all its threads, and a
 statement there costs milliseconds whatever its size. How far it claims ahead also
 follows its handlers' pace (``hosts.supervision.AHEAD_SECONDS``). At 4 threads of 50
 (``bench.orchestrate``): 1 (200) gave 5.6k msgs/s of plain delivery and 700
-orchestration steps/s; 4 (800) 8.8k and 1.6k; on a faster machine 4 gave 31k and
-4.1-4.9k, 16 (3,200) 38k and 6.6-7.0k."""
+orchestration steps/s; 4 (800) 8.8k and 1.6k; on a faster machine 4 gave 30-32k and
+3.8-4.3k, 16 (3,200, at the handlers' pace) 33-37k and 5.1-6.5k."""
 
 
 class HostSettings(BaseModel):
