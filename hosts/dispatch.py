@@ -324,10 +324,17 @@ class Pace:
 
     def __init__(self, window: float = 1.0) -> None:
         self._window = window
-        self._since = time.monotonic()  # a young instance's pace is over its life so far
         self._lock = threading.Lock()
         self._finished: deque[tuple[float, int]] = deque()
         self._total = 0
+        self.begin()
+
+    def begin(self) -> None:
+        """Start pacing now (a young instance's pace is over its life so far)."""
+        with self._lock:
+            self._since = time.monotonic()
+            self._finished.clear()
+            self._total = 0
 
     def add(self, n: int) -> None:
         now = time.monotonic()
@@ -353,6 +360,7 @@ class SharedReads:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # by id(batch), with the batch itself: held here, its id names no other list
         self._of: dict[int, tuple[list[Claim], MessageBatch]] = {}
 
     def share(self, batches: list[list[Claim]], read: MessageBatch) -> None:
@@ -364,4 +372,4 @@ class SharedReads:
         """The read ``batch`` shares, if any (once)."""
         with self._lock:
             held = self._of.pop(id(batch), None)
-        return held[1] if held is not None and held[0] is batch else None
+        return None if held is None else held[1]

@@ -47,7 +47,6 @@ from typing import Any
 
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.hosts.core import Receiver
-from messagebox.hosts.dispatch import Pace
 from messagebox.hosts.supervision import Supervision
 from messagebox.models import State
 
@@ -82,7 +81,7 @@ class HostInstance(Supervision):
                 extra={"event": "store-warning", "host_instance": self.id, "host": self.host},
             )
         self._unwatch = self.queue.watch(self.wake)
-        self._pace = Pace()  # paced from the start of the work
+        self._pace.begin()  # paced from the start of the work
         for n in range(self.settings.dequeue_threads):
             t = threading.Thread(target=self._worker, name=f"{self.host}-dequeue-{n}", daemon=True)
             self._threads.append(t)

@@ -264,6 +264,9 @@ class Messages:
         max_bytes: int | None,
         total_bytes: int | None = None,
     ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
+        for name, value in (("max_bytes", max_bytes), ("total_bytes", total_bytes)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValidationError(f"{name} must be None or an int of at least 0, not {value!r}")
         ids = [m if type(m) is uuid.UUID else uuid.UUID(str(m)) for m in message_ids]
         with self._store.transaction() as conn:
             return spool.read_messages(conn, ids, max_bytes=max_bytes, total_bytes=total_bytes)

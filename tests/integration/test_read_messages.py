@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from messagebox import Message, MessageBox
+from messagebox.errors import ValidationError
 from messagebox.hosts import service
 from messagebox.message import MessageSummary, StoredMessage
 from messagebox.predicates import P
@@ -111,3 +112,14 @@ def test_a_batch_past_its_total_bytes_reads_the_rest_in_chunks(
     assert reads == [6, 4, 2]
     assert batch.get(uuid.uuid4()) is None  # an id not in the spool: none, no more reads
     assert reads == [6, 4, 2]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_bytes", -1), ("total_bytes", -1), ("total_bytes", 1.5), ("max_bytes", True)],
+)
+def test_a_read_refuses_a_byte_limit_that_is_not_a_count(
+    box: MessageBox, option: str, value: object
+) -> None:
+    with pytest.raises(ValidationError, match=option):
+        box.read_messages([uuid.uuid4()], **{option: value})  # type: ignore[arg-type]

@@ -50,3 +50,16 @@ def test_only_the_last_window_counts(clock: _Clock) -> None:
     # and with nothing more finished, it falls to zero
     clock.now += 1.1
     assert pace.per_second() == 0.0
+
+
+def test_beginning_again_forgets_what_was_finished_before(clock: _Clock) -> None:
+    # Given a pace made long before its instance starts, with entries finished
+    pace = Pace(window=1.0)
+    pace.add(500)
+    clock.now += 10.0
+    # When it begins (the instance starts) and 50 finish in its first half second
+    pace.begin()
+    clock.now += 0.5
+    pace.add(50)
+    # Then the pace is 100 a second: over the half second since it began
+    assert pace.per_second() == pytest.approx(100.0)
