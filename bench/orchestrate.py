@@ -5,10 +5,10 @@ What it measures
     N conversations of two messages each (an ``order`` that starts an instance, then a
     ``payment`` that makes it publish a confirmation and complete) are published before
     the clock starts. One host instance (4 dequeue threads, claim batch 50, the default
-    ``max_in_flight``: a batch for every thread, sixteen on DuckDB, claimed ahead at the
-    handlers' pace) then handles them; the clock stops when the N-th confirmation
-    reaches a counting service in the same host. The figure is conversation messages
-    handled per second (2N / time).
+    ``max_in_flight``: a batch for every thread; sixteen, claimed ahead at the
+    handlers' pace, on DuckDB and for orchestrations on PostgreSQL) then handles them;
+    the clock stops when the N-th confirmation reaches a counting service in the same
+    host. The figure is conversation messages handled per second (2N / time).
 
     - ``orchestration``: :class:`~messagebox.hosts.orchestration.Orchestration` with
       persisted state, one message at a time per instance, each step committed atomically with its
@@ -277,8 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\n{n:,} conversations (2 messages each; plain delivery "
         f"{plain_n:,}), 4 dequeue threads, claim batch 50, "
-        "max_in_flight the default (a batch for every thread on PostgreSQL: 200; sixteen on "
-        "DuckDB: 3,200, claimed ahead at the handlers' pace); per backend, one "
+        "max_in_flight the default (a batch for every thread, 200, for plain and stateless "
+        "services on PostgreSQL; otherwise sixteen, 3,200, claimed ahead at the handlers' "
+        "pace); per backend, one "
         "plain (do-nothing and reading), stateless and step limit run beside each "
         "orchestration workload"
     )

@@ -108,7 +108,7 @@ class InstanceCore:
         self._stop_requested = threading.Event()
         self._wake_cond = threading.Condition()
         self._wakes = 0
-        self._permits = Permits(self.settings.in_flight(serialised=self.queue.claims_serialised))
+        self._permits = Permits(self.settings.in_flight(ahead=self._claims_ahead()))
         self._threads: list[threading.Thread] = []
         """The dequeue threads (one that timed out or failed is replaced here)."""
         self._generation = 0
@@ -213,6 +213,13 @@ class InstanceCore:
     def _has_ordered(self) -> bool:
         with self._subs_lock:
             return any(s.ordered for s in self._subs.values())
+
+    def _claims_ahead(self) -> bool:
+        """Whether one claim takes batches for the other dequeue threads too: where
+        claims are serialised in-process (DuckDB), and where the instance runs
+        orchestrations (a thread takes many steps together: one read, one load and one
+        commit for them all)."""
+        return self.queue.claims_serialised or self._uses_instances
 
     def _has_instances(self) -> bool:
         """Whether entries of this host can be for a service instance (claimed one at

@@ -23,24 +23,27 @@ from messagebox.leases import Claim, Failure
 log = logging.getLogger("messagebox.hosts")
 
 STEP_BATCHES = 16
-"""Where one claim serves several threads (DuckDB), its orchestration steps go to a
-thread together, up to this many ``claim_batch`` at a time: one read, one load and one
-commit for them all, each a statement whose cost hardly depends on its size there (at 4
-threads of 50, ``bench.orchestrate``: split by ``claim_batch``, 829 steps/s; up to 4
+"""Where one claim serves several threads (DuckDB; orchestrations on PostgreSQL), its
+orchestration steps go to a thread together, up to this many ``claim_batch`` at a time:
+one read, one load and one commit for them all (at 4 threads of 50,
+``bench.orchestrate`` on DuckDB: split by ``claim_batch``, 829 steps/s; up to 4
 batches, 1,564; on a faster machine, up to 4 gave 3,800-4,300 and up to 16, with claims
-ahead at the handlers' pace, 5,100-6,500). Their messages are read together, a chunk of
-``hosts.service.BATCH_READ_TOTAL`` bytes at a time."""
+ahead at the handlers' pace, 5,100-6,500. On PostgreSQL a batch a thread gave
+1,340-2,100 steps/s, up to 16 at the handlers' pace 2,700-3,600). Their messages are
+read together, a chunk of ``hosts.service.BATCH_READ_TOTAL`` bytes at a time."""
 
 READ_BATCHES = 4
-"""Batches of plain entries of one claim (DuckDB) that read their messages in one query:
-services that read each message's body (``bench.orchestrate``'s ``plain reading``, 4
-threads of 50) ran 6.8-7.2k msgs/s reading a batch at a time, 9.3-10.1k four at a time
-(eight: 11.6-12.2k, for twice the memory). The messages are held until the last of the
-batches is handled: as much as four threads' batches at once."""
+"""Batches of plain entries of one claim for several threads that read their messages in
+one query. On DuckDB, services that read each message's body (``bench.orchestrate``'s
+``plain reading``, 4 threads of 50) ran 6.8-7.2k msgs/s reading a batch at a time,
+9.3-10.1k four at a time (eight: 11.6-12.2k, for twice the memory). The messages are
+held until the last of the batches is handled: as much as four threads' batches at
+once."""
 
 AHEAD_BATCHES = 4
-"""Where one claim serves several threads (DuckDB), it claims ahead until the instance
-holds this many batches a thread (or ``max_in_flight``, if less)..."""
+"""Where claims are serialised in-process (DuckDB), a claim for several threads takes
+entries until the instance holds this many batches a thread (elsewhere one, what an
+instance held before claiming ahead), or ``max_in_flight`` if less..."""
 AHEAD_SECONDS = 0.5
 """...and beyond, up to ``max_in_flight``, only as many entries as its threads finished
 in this many seconds lately: entries claimed ahead wait for a thread no longer than
@@ -161,7 +164,8 @@ class Supervision(Handling):
     def _share_reads(self, batches: list[list[Claim]]) -> None:
         """A claim's batches of plain entries read their messages together,
         :data:`READ_BATCHES` at a time: one query for them all, which costs about what
-        one for a batch does where claims are serialised (DuckDB)."""
+        one for a batch does where claims are serialised (DuckDB), and less than one
+        each elsewhere."""
         plain = [b for b in batches if b and b[0].instance_id is None]
         for i in range(0, len(plain), READ_BATCHES):
             group = plain[i : i + READ_BATCHES]
@@ -169,23 +173,26 @@ class Supervision(Handling):
                 self._reads.share(group, MessageBatch(self.box, [c.msg for b in group for c in b]))
 
     def _ahead_permits(self) -> int:
-        """Permits for entries to claim for the other dequeue threads: where claims are
-        serialised in-process (DuckDB), as many as :meth:`_ahead_room` leaves free
+        """Permits for entries to claim for the other dequeue threads (where
+        :meth:`_claims_ahead`): as many as :meth:`_ahead_room` leaves free
         (``max_in_flight`` bounds what the instance holds, as a broker's prefetch count
         does); none while the host has ordered subscriptions (an ordered run stays with
         one thread)."""
-        if not self.queue.claims_serialised or self._has_ordered():
+        if not self._claims_ahead() or self._has_ordered():
             return 0
         return self._permits.take(self._ahead_room(), self._stopping, wait=False)
 
     def _ahead_room(self) -> int:
-        """Entries to claim ahead now: up to :data:`AHEAD_BATCHES` batches a thread in
-        flight, and beyond (up to ``max_in_flight``) what the threads finished in the
+        """Entries to claim ahead now: up to a floor in flight (:data:`AHEAD_BATCHES`
+        batches a thread where claims are serialised in-process; elsewhere one, what an
+        instance held before claiming ahead, so that other processes' instances are not
+        starved), and beyond (up to ``max_in_flight``) what the threads finished in the
         last :data:`AHEAD_SECONDS` at their recent pace."""
         s = self.settings
-        floor = max(100, AHEAD_BATCHES * s.dequeue_threads * s.claim_batch)
+        batches = AHEAD_BATCHES if self.queue.claims_serialised else 1
+        floor = max(100, batches * s.dequeue_threads * s.claim_batch)
         target = max(floor, int(self._pace.per_second() * AHEAD_SECONDS))
-        return max(0, min(target, s.in_flight(serialised=True)) - self._permits.taken())
+        return max(0, min(target, s.in_flight(ahead=True)) - self._permits.taken())
 
     def _claim(self, n: int, outcomes: Outcomes | None = None) -> list[Claim]:
         """Claim up to ``n`` entries, recording ``outcomes`` in the same transaction."""

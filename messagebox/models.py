@@ -90,9 +90,12 @@ class Outcome(StrEnum):
 
 
 PREFETCH_BATCHES = 16
-"""Batches per dequeue thread that a host instance may hold by default where claims are
-serialised in-process (DuckDB): one claim takes them for all its threads, and a
-statement there costs milliseconds whatever its size. How far it claims ahead also
+"""Batches per dequeue thread that a host instance may hold by default where one claim
+takes them for all its threads: where claims are serialised in-process (DuckDB), where a
+statement costs milliseconds whatever its size, and where the instance runs
+orchestrations (a thread then takes many steps together: on PostgreSQL, at 4 threads of
+50, ``bench.orchestrate`` ran 1,340-1,444 steps/s at a batch a thread and 2,204-2,558
+with claim batches of 200). How far it claims ahead also
 follows its handlers' pace (``hosts.supervision.AHEAD_SECONDS``). At 4 threads of 50
 (``bench.orchestrate``): 1 (200) gave 5.6k msgs/s of plain delivery and 700
 orchestration steps/s; 4 (800) 8.8k and 1.6k; on a faster machine 4 gave 30-32k and
@@ -123,9 +126,10 @@ class HostSettings(BaseModel):
     """Claimed but unfinished entries per instance, across its threads. On DuckDB one
     claim takes entries for all the threads: up to four batches a thread, and beyond,
     up to this, as many as the threads finished in the last half second
-    (docs/concepts.md, Hosts). ``None``: a batch for every dequeue thread
-    (``dequeue_threads * claim_batch``), at least 100; on DuckDB sixteen batches for
-    every thread."""
+    (docs/concepts.md, Hosts). On PostgreSQL an instance that runs orchestrations does
+    the same from one batch a thread. ``None``: a batch for every dequeue thread
+    (``dequeue_threads * claim_batch``), at least 100; sixteen batches for every thread
+    where one claim serves them all (DuckDB; orchestrations on PostgreSQL)."""
     max_attempts: int = Field(5, ge=1)
     """Failed deliveries of one entry before it is suspended (resumable); a delivery
     during which its host process ended counts too (``crashed-host``)."""
@@ -152,12 +156,13 @@ class HostSettings(BaseModel):
             raise ValueError("dead_after_seconds must be longer than heartbeat_seconds")
         return self
 
-    def in_flight(self, *, serialised: bool = False) -> int:
+    def in_flight(self, *, ahead: bool = False) -> int:
         """``max_in_flight``, or its default when unset: a batch for every thread, or
-        :data:`PREFETCH_BATCHES` where claims are ``serialised`` in-process (DuckDB)."""
+        :data:`PREFETCH_BATCHES` where one claim takes batches for several threads
+        (``ahead``)."""
         if self.max_in_flight is not None:
             return self.max_in_flight
-        batches = PREFETCH_BATCHES if serialised else 1
+        batches = PREFETCH_BATCHES if ahead else 1
         return max(100, batches * self.dequeue_threads * self.claim_batch)
 
     @classmethod

@@ -1,9 +1,10 @@
 """Claiming ahead (hosts/dispatch.py, ``Ahead``): where claims are serialised in-process
-(DuckDB), one claim takes up to ``max_in_flight`` entries and the instance's dequeue
-threads handle them in batches of ``claim_batch``. Each entry is still handled once,
+(DuckDB), and in an instance that runs orchestrations, one claim takes up to
+``max_in_flight`` entries and the instance's dequeue threads handle them in batches of
+``claim_batch`` (orchestration steps together). Each entry is still handled once,
 batches keep their size, what no thread took is given back at a stop, and outcomes
 owed to a next claim are recorded even when every thread stays busy. On PostgreSQL
-(several processes compete) each claim stays one thread's batch."""
+(several processes compete) a claim of plain services stays one thread's batch."""
 
 from __future__ import annotations
 
@@ -225,9 +226,9 @@ class _Counted(Orchestration[_Tally]):
 def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
     box: MessageBox, instances: list[HostInstance], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On DuckDB a claim's orchestration steps are handled and committed together, up
-    to ``STEP_BATCHES`` batches' worth; its other entries keep batches of
-    ``claim_batch``. On PostgreSQL each claim stays one thread's batch."""
+    """A claim's orchestration steps are handled and committed together, up to
+    ``STEP_BATCHES`` batches' worth; its other entries keep batches of
+    ``claim_batch``."""
     committed: list[int] = []
     lock = threading.Lock()
     commit_steps = Consumer.commit_steps
@@ -255,10 +256,48 @@ def test_orchestration_steps_of_one_claim_go_to_a_thread_together(
         states = conn.execute(sa.select(si.c.state, si.c.data)).all()
     assert len(states) == 30  # each step once, each its own instance
     assert max(many.sizes()) <= 3
-    if box.backend == "duckdb":
-        assert 3 < max(committed) <= STEP_BATCHES * 3
+    assert 3 < max(committed) <= STEP_BATCHES * 3
+
+
+@pytest.mark.parametrize(
+    ("seconds", "n"), [(0.04, 200), (0.0, 3000)], ids=["slow-steps", "fast-steps"]
+)
+def test_an_orchestration_host_claims_ahead_at_the_pace_of_its_steps(
+    box: MessageBox, instances: list[HostInstance], seconds: float, n: int
+) -> None:
+    """An instance that runs orchestrations claims for all its threads on both
+    backends: up to a floor in flight (four batches a thread on DuckDB, 160 here; on
+    PostgreSQL one batch a thread, at least 100, what it held before), and beyond it, up
+    to ``max_in_flight`` (sixteen batches a thread: 640), only what its threads
+    finished in the last ``AHEAD_SECONDS``. Steps of 40 ms (4 threads finish at most
+    100 a second) are never claimed for deeper than the floor; fast ones are."""
+    stop = threading.Event()
+
+    class Paced(Orchestration[_Tally]):
+        correlation = ("t.N",)
+
+        @activate(P("t.Kind") == "step")
+        def step(self, d: Delivery) -> None:
+            stop.wait(seconds)
+            self.state.n += 1
+
+    app = HostApp("h", **{**FAST, "claim_batch": 10})
+    app.orchestration(Paced)
+    app.setup(box)
+    box.publish([Message(b"s", promoted={"t.Kind": "step", "t.N": i}) for i in range(n)])
+    inst = HostInstance(box, "h", app.services)
+    sizes = _spy_claims(inst)
+    instances.append(inst.start())
+    try:
+        wait_for(lambda: not box.queue_depth(), what="the queue to drain", timeout=120)
+    finally:
+        stop.set()
+    floor = 160 if box.backend == "duckdb" else 100
+    assert sum(sizes) == n
+    if seconds:
+        assert max(sizes) <= floor
     else:
-        assert max(committed) <= 3
+        assert floor < max(sizes) <= 640
 
 
 class _Slow:

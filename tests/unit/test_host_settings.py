@@ -65,4 +65,4 @@ def test_where_claims_are_serialised_max_in_flight_defaults_to_sixteen_batches_a
 ) -> None:
     settings = HostSettings.checked("host 'h'", values)
     assert PREFETCH_BATCHES == 16
-    assert settings.in_flight(serialised=True) == in_flight
+    assert settings.in_flight(ahead=True) == in_flight
