@@ -28,8 +28,9 @@ orchestration steps go to a thread together, up to this many ``claim_batch`` at 
 one read, one load and one commit for them all (at 4 threads of 50,
 ``bench.orchestrate`` on DuckDB: split by ``claim_batch``, 829 steps/s; up to 4
 batches, 1,564; on a faster machine, up to 4 gave 3,800-4,300 and up to 16, with claims
-ahead at the handlers' pace, 5,100-6,500. On PostgreSQL a batch a thread gave
-1,340-2,100 steps/s, up to 16 at the handlers' pace 2,700-3,600). Their messages are
+ahead at the handlers' pace, 5,100-6,500. On PostgreSQL, alternating five runs each:
+a batch a thread, 1,309-2,102 steps/s (median 1,493); claims ahead at the handlers'
+pace and up to 16 batches, 2,511-3,593 (2,975)). Their messages are
 read together, a chunk of ``hosts.service.BATCH_READ_TOTAL`` bytes at a time."""
 
 READ_BATCHES = 4
