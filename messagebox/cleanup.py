@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import (
+    arrays,
     clock,
     registry,
     rollup,
@@ -99,8 +100,8 @@ def _zero_referenced(conn: sa.Connection, limit: int) -> tuple[list[uuid.UUID], 
         schema.as_uuid(m)
         for m in conn.execute(
             sa.union(
-                sa.select(q.c.msg).where(schema.one_of(conn, q.c.msg, msgs)),
-                sa.select(s.c.msg).where(schema.one_of(conn, s.c.msg, msgs)),
+                sa.select(q.c.msg).where(arrays.one_of(conn, q.c.msg, msgs)),
+                sa.select(s.c.msg).where(arrays.one_of(conn, s.c.msg, msgs)),
             )
         ).scalars()
     }
@@ -134,7 +135,7 @@ def _delete_slice(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int,
     mp, p, f = schema.message_part, schema.part, schema.fragment
 
     def among(column: sa.ColumnElement[Any], values: list[uuid.UUID]) -> sa.ColumnElement[bool]:
-        return schema.one_of(conn, column, values)
+        return arrays.one_of(conn, column, values)
 
     parts = list(conn.execute(sa.select(mp.c.part).where(among(mp.c.msg, msgs))).scalars())
     conn.execute(mp.delete().where(among(mp.c.msg, msgs)))

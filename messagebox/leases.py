@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from messagebox import schema, tracking
+from messagebox import arrays, schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.models import (
     CRASHED_HOST,
@@ -252,7 +252,7 @@ def _complete(
     """Delete the entries still leased by ``owner`` and release their references. Only
     ids and hosts come back: the claims hold the rest."""
     q = schema.queue
-    mine = sa.and_(schema.one_of(conn, q.c.id, [c.id for c in claims]), q.c.lease_owner == owner)
+    mine = sa.and_(arrays.one_of(conn, q.c.id, [c.id for c in claims]), q.c.lease_owner == owner)
     gone = conn.execute(q.delete().where(mine).returning(q.c.id, q.c.host)).all()
     result.completed = len(gone)
     result.lost += len(claims) - len(gone)
@@ -337,7 +337,7 @@ def _suspend(
     rows = conn.execute(
         q.delete()
         .where(
-            schema.one_of(conn, q.c.id, [f.claim.id for f in failures]), q.c.lease_owner == owner
+            arrays.one_of(conn, q.c.id, [f.claim.id for f in failures]), q.c.lease_owner == owner
         )
         .returning(*queue_columns())
     ).all()
@@ -419,7 +419,7 @@ def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
             values["lease_owner"] = None
         given += conn.execute(
             q.update()
-            .where(schema.one_of(conn, q.c.id, ids), q.c.lease_owner == owner)
+            .where(arrays.one_of(conn, q.c.id, ids), q.c.lease_owner == owner)
             .values(**values)
         ).rowcount
     return given
@@ -433,7 +433,7 @@ def held(conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Cla
         return set()
     q = schema.queue
     query = sa.select(q.c.id, q.c.attempts).where(
-        schema.one_of(conn, q.c.id, sorted({c.id for c in claims})), q.c.lease_owner == owner
+        arrays.one_of(conn, q.c.id, sorted({c.id for c in claims})), q.c.lease_owner == owner
     )
     if dialect.has_row_locks:
         query = query.with_for_update()

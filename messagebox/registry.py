@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import arrays, schema
 from messagebox.dialects import Dialect
 from messagebox.models import (
     InstanceInfo,
@@ -46,7 +46,7 @@ def heartbeat(
     ).rowcount
     if alive and in_flight:
         # one array parameter: an IN list of each new length is a new statement text
-        mine = sa.and_(q.c.lease_owner == owner, schema.one_of(conn, q.c.id, sorted(in_flight)))
+        mine = sa.and_(q.c.lease_owner == owner, arrays.one_of(conn, q.c.id, sorted(in_flight)))
         if dialect.supports_skip_locked:
             mine = q.c.id.in_(
                 sa.select(q.c.id)

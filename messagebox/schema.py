@@ -15,7 +15,6 @@ No table is ever reflected; ids come from sequences or from the application.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -519,79 +518,3 @@ def queue_columns() -> list[sa.Column[Any]]:
 def as_uuid(value: Any) -> uuid.UUID:
     """A UUID as a driver returns it (DuckDB may give text)."""
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-class _ArrayLiteral(sa.types.UserDefinedType[list[Any]]):
-    """A list sent to PostgreSQL as one array literal in text, the parameter typed in the
-    statement (``$1::UUID[]``): psycopg would dump a list item by item (a 10,000-id
-    cleanup chunk made a 2.9 MB peak of Python objects; 50 UUIDs 47 us against 24). The
-    cast is on the parameter itself, so the array is a constant the planner sees, not a
-    text converted again for each row a scan reads."""
-
-    cache_ok = True
-    render_bind_cast = True
-
-    def __init__(self, element: str) -> None:
-        self.element = element
-
-    def get_col_spec(self, **kw: Any) -> str:
-        return f"{self.element}[]"
-
-    def bind_processor(self, dialect: sa.Dialect) -> Any:
-        bare = _BARE.get(self.element)
-        if bare is None:
-            return array_literal
-
-        def process(values: Iterable[Any]) -> str:
-            try:
-                return "{" + ",".join(map(bare, values)) + "}"
-            except (TypeError, AttributeError):  # not all of one type: the general form
-                return array_literal(values)
-
-        return process
-
-
-_ELEMENTS: dict[type[sa.types.TypeEngine[Any]], str] = {
-    sa.BigInteger: "BIGINT",
-    sa.Integer: "INTEGER",
-    sa.Uuid: "UUID",
-    sa.Text: "TEXT",
-    sa.String: "TEXT",
-}
-_BARE: dict[str, Any] = {"BIGINT": int.__repr__, "INTEGER": int.__repr__, "UUID": uuid.UUID.__str__}
-
-
-def array_literal(values: Iterable[Any]) -> str:
-    """PostgreSQL's text form of a one-dimensional array: ints and UUIDs bare, anything
-    else double-quoted with backslash escapes, ``None`` as NULL."""
-    items = []
-    for v in values:
-        if v is None:
-            items.append("NULL")
-        elif isinstance(v, (int, uuid.UUID)) and not isinstance(v, bool):
-            items.append(str(v))
-        else:
-            text = str(v)
-            if "\x00" in text:
-                raise ValueError(f"PostgreSQL refuses a NUL character in text: {text!r}")
-            items.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return "{" + ",".join(items) + "}"
-
-
-def one_of(
-    conn: sa.Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
-) -> sa.ColumnElement[bool]:
-    """``column IN values``, as one array parameter: an IN list is a parameter per value,
-    which psycopg parses anew for each list length (a third of an orchestration step's
-    CPU went there) and SQLAlchemy renders one by one (5-10 us a value). On PostgreSQL
-    ``= ANY($1::T[])``, the array sent as one literal (``_ArrayLiteral``); on DuckDB
-    ``list_contains``, which measured faster than its IN list at every table size tried
-    (20k to 10M rows: 100 ids deleted in 1.6 ms against 2.4 at 1M rows)."""
-    values = list(values)
-    if conn.dialect.name == "postgresql":
-        element = _ELEMENTS.get(type(column.type))
-        if element is not None:
-            return column == sa.any_(sa.bindparam(None, values, type_=_ArrayLiteral(element)))
-        return column == sa.any_(sa.bindparam(None, values, type_=sa.ARRAY(column.type)))
-    array = sa.bindparam(None, values, type_=sa.ARRAY(column.type))
-    return sa.type_coerce(sa.func.list_contains(array, column), sa.Boolean)

@@ -30,7 +30,17 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from messagebox import clock, leases, router, schema, spool, subscriptions, suspension, tracking
+from messagebox import (
+    arrays,
+    clock,
+    leases,
+    router,
+    schema,
+    spool,
+    subscriptions,
+    suspension,
+    tracking,
+)
 from messagebox.dialects import Dialect, Target
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate
@@ -80,7 +90,7 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
     for start in range(0, len(ids), _CHUNK):
         for row in conn.execute(
             sa.select(si, sa.func.now().label("mb_now")).where(
-                schema.one_of(conn, si.c.id, ids[start : start + _CHUNK])
+                arrays.one_of(conn, si.c.id, ids[start : start + _CHUNK])
             )
         ):
             if not found:
@@ -109,7 +119,7 @@ def in_convoy(conn: sa.Connection, instance_ids: Sequence[str]) -> set[str]:
         found.update(
             conn.execute(
                 sa.select(c.c.instance_id).where(
-                    schema.one_of(conn, c.c.instance_id, ids[start : start + _CHUNK])
+                    arrays.one_of(conn, c.c.instance_id, ids[start : start + _CHUNK])
                 )
             ).scalars()
         )
@@ -182,7 +192,7 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
     entry_ids = [s.entry_id for s in steps]
     gone = conn.execute(
         q.delete()
-        .where(schema.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
+        .where(arrays.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
         .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, sa.func.now().label("mb_now"))
     ).all()
     if gone:
@@ -255,10 +265,10 @@ def _update_instances(conn: sa.Connection, old: Sequence[Step], now: datetime) -
     n = conn.execute(
         _UPDATE_INSTANCES,
         {
-            "ids": [s.instance_id for s in old],
-            "versions": [s.version for s in old],
-            "data": [_dump(s.data) for s in old],
-            "states": [_state(s) for s in old],
+            "ids": arrays.array_param(conn, [s.instance_id for s in old]),
+            "versions": arrays.array_param(conn, [s.version for s in old]),
+            "data": arrays.array_param(conn, [_dump(s.data) for s in old]),
+            "states": arrays.array_param(conn, [_state(s) for s in old]),
             "now": now,
             "completed": InstanceState.COMPLETED.value,
         },
@@ -285,12 +295,12 @@ def _cancel_timers(conn: sa.Connection, steps: Sequence[Step]) -> None:
         return
     found = conn.execute(
         sa.select(t.c.id, t.c.instance_id, t.c.name).where(
-            schema.one_of(conn, t.c.instance_id, sorted({i for i, _ in cancels}))
+            arrays.one_of(conn, t.c.instance_id, sorted({i for i, _ in cancels}))
         )
     ).all()
     gone_timers = [r.id for r in found if (r.instance_id, r.name) in cancels]
     if gone_timers:
-        conn.execute(t.delete().where(schema.one_of(conn, t.c.id, gone_timers)))
+        conn.execute(t.delete().where(arrays.one_of(conn, t.c.id, gone_timers)))
 
 
 def _set_timers(
@@ -368,21 +378,21 @@ def complete(
     q, s, sp = schema.queue, schema.subscription, schema.spool
     ids = sorted(services)
     subs = list(
-        conn.execute(sa.select(s.c.id).where(schema.one_of(conn, s.c.instance_id, ids))).scalars()
+        conn.execute(sa.select(s.c.id).where(arrays.one_of(conn, s.c.instance_id, ids))).scalars()
     )
     if subs:
         subscriptions.unsubscribe(conn, dialect, subs)
     conn.execute(
-        schema.convoy.delete().where(schema.one_of(conn, schema.convoy.c.instance_id, ids))
+        schema.convoy.delete().where(arrays.one_of(conn, schema.convoy.c.instance_id, ids))
     )
     timed = ids if timers is None else sorted(set(timers) & set(ids))
     if timed:
         conn.execute(
-            schema.timer.delete().where(schema.one_of(conn, schema.timer.c.instance_id, timed))
+            schema.timer.delete().where(arrays.one_of(conn, schema.timer.c.instance_id, timed))
         )
     rows = conn.execute(
         q.delete()
-        .where(schema.one_of(conn, q.c.instance_id, ids))
+        .where(arrays.one_of(conn, q.c.instance_id, ids))
         .returning(*schema.queue_columns())
     ).all()
     if not rows:

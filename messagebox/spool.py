@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema
+from messagebox import arrays, clock, schema
 from messagebox.dialects import Dialect, Indexed, Same, Uuids
 from messagebox.errors import UnknownMessage
 from messagebox.ids import uuid7s
@@ -148,7 +148,7 @@ def promoted_page(
 def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
     """Spool rows by message id."""
     rows = conn.execute(
-        sa.select(schema.spool).where(schema.one_of(conn, schema.spool.c.id, msg_ids))
+        sa.select(schema.spool).where(arrays.one_of(conn, schema.spool.c.id, msg_ids))
     )
     return {r.id: r for r in rows}
 
@@ -218,7 +218,7 @@ def _messages_query(
     s, mp, p = schema.spool, schema.message_part, schema.part
     columns = (s.c.id, s.c.context, s.c.body_part, s.c.published_at, s.c.publisher, mp.c.name)
     joined = s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part)
-    mine = schema.one_of(conn, s.c.id, msg_ids)
+    mine = arrays.one_of(conn, s.c.id, msg_ids)
     total = sa.func.sum(p.c.size).over(partition_by=s.c.id)
     if total_bytes is None:  # one pass: a message's bytes when it is small enough
         data: sa.ColumnElement[Any] = p.c.data

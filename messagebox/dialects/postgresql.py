@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from datetime import datetime
 from threading import Event
 from typing import Any, ClassVar
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 import psycopg
 import sqlalchemy as sa
 
-from messagebox import clock, notify, schema, sql
+from messagebox import arrays, clock, notify, schema, sql
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import (
     Dialect,
@@ -63,6 +64,17 @@ def _pg_type(column: sa.Column[Any]) -> str:
         if isinstance(t, kind):
             return name
     return "text"
+
+
+def _array(values: Sequence[Any], pg_type: str) -> Any:
+    """A column's values as one array parameter: text and UUIDs as the array's text
+    literal (psycopg dumps a list item by item, escaping text with a regular expression:
+    200 JSON texts took 2.0 ms against 0.1), others as a list; text with a NUL as a list
+    too, for psycopg's own error."""
+    if pg_type in ("text", "uuid"):
+        with suppress(ValueError):
+            return arrays.array_literal(values)
+    return values if isinstance(values, list) else list(values)
 
 
 _BINARY_TYPES: dict[str, frozenset[type]] = {
@@ -272,7 +284,7 @@ class PostgreSQLDialect(Dialect):
                     params[key] = values.value
                     select.append(f"%({key})s::{pg_type}")
                 else:
-                    params[key] = values if isinstance(values, list) else list(values)
+                    params[key] = _array(values, pg_type)
                     arrays.append(f"%({key})s::{pg_type}[]")
                     select.append(f"u.c{len(arrays) - 1}")
             names = ", ".join(f"c{k}" for k in range(len(arrays)))

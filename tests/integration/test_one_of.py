@@ -1,4 +1,4 @@
-"""``schema.one_of``: ``column IN values`` on both backends (on PostgreSQL an array
+"""``arrays.one_of``: ``column IN values`` on both backends (on PostgreSQL an array
 parameter) selects exactly the rows whose value is among those given, for ints, UUIDs
 and text that an array literal would have to quote (hypothesis)."""
 
@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import schema
+from messagebox import arrays
 from messagebox.engine import MessageBox
 from tests.conftest import require_pg, scratch_url
 
@@ -69,18 +70,18 @@ def test_one_of_selects_exactly_the_rows_given(
         def where(clause: sa.ColumnElement[bool]) -> set[int]:
             return set(conn.execute(sa.select(t.c.n).where(clause)).scalars())
 
-        assert where(schema.one_of(conn, t.c.n, ns)) == {n for n in ns if 0 <= n < len(IDS)}
-        assert where(schema.one_of(conn, t.c.id, ids)) == set(picks)
-        assert where(schema.one_of(conn, t.c.name, names)) == {
+        assert where(arrays.one_of(conn, t.c.n, ns)) == {n for n in ns if 0 <= n < len(IDS)}
+        assert where(arrays.one_of(conn, t.c.id, ids)) == set(picks)
+        assert where(arrays.one_of(conn, t.c.name, names)) == {
             i for i in range(len(IDS)) if NAMES[i % len(NAMES)] in names
         }
         # a NULL among the values matches nothing
-        assert where(schema.one_of(conn, t.c.id, [*ids, None])) == set(picks)
+        assert where(arrays.one_of(conn, t.c.id, [*ids, None])) == set(picks)
 
 
 def test_text_with_a_nul_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="NUL character in text: 'a\\\\x00b'"):
-        schema.array_literal(["ok", "a\x00b"])
+        arrays.array_literal(["ok", "a\x00b"])
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,7 +90,7 @@ def test_postgresql_reads_an_array_literal_back_as_the_values(
     pg_connection: sa.Connection, values: list[str | None]
 ) -> None:
     """The text form ``one_of`` sends parses, on the server, into exactly the list given."""
-    typed = sa.bindparam("v", values, type_=schema._ArrayLiteral("TEXT"))
+    typed = sa.bindparam("v", values, type_=arrays._ArrayLiteral("TEXT"))
     assert pg_connection.execute(sa.select(typed)).scalar_one() == values
 
 
@@ -104,3 +105,74 @@ def pg_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Conne
                 yield conn
         finally:
             engine.dispose()
+
+
+def _arrays_table(conn: sa.Connection) -> sa.Table:
+    """A table of nullable (n, id, name), created once, emptied for each example."""
+    conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t_arrays (n BIGINT, id UUID, name TEXT)")
+    conn.exec_driver_sql("DELETE FROM t_arrays")
+    return sa.Table(
+        "t_arrays",
+        sa.MetaData(),
+        sa.Column("n", sa.BigInteger),
+        sa.Column("id", sa.Uuid),
+        sa.Column("name", sa.Text),
+    )
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    names=st.lists(TEXT | st.none() | st.sampled_from(NAMES), min_size=1, max_size=12),
+    nulls=st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def test_small_writes_store_text_and_uuids_exactly(
+    stored: MessageBox, names: list[str | None], nulls: list[bool]
+) -> None:
+    """A small write (on PostgreSQL one statement, its text and UUID columns sent as
+    array literals) stores exactly the values given, quotes, braces and NULLs too."""
+    ids = [None if nulls[i] else IDS[i] for i in range(len(names))]
+    with stored.store.transaction() as conn:
+        table = _arrays_table(conn)
+        stored.store.dialect.insert_many(
+            conn, [(table, {"n": list(range(len(names))), "id": ids, "name": names})]
+        )
+        rows = conn.execute(sa.select(table.c.id, table.c.name).order_by(table.c.n)).all()
+    assert [tuple(r) for r in rows] == list(zip(ids, names, strict=True))
+
+
+def test_a_nul_in_a_small_write_is_refused_as_before(stored: MessageBox) -> None:
+    """Text PostgreSQL refuses goes to psycopg as a list, which names the NUL; nothing
+    is stored. (DuckDB stores it.)"""
+    with stored.store.transaction() as conn:
+        table = _arrays_table(conn)
+    columns: dict[str, list[Any]] = {"n": [0, 1], "id": IDS[:2], "name": ["ok", "a\x00b"]}
+    write = [(table, columns)]
+    if stored.backend == "postgresql":
+        with pytest.raises(Exception, match="NUL"), stored.store.transaction() as conn:
+            stored.store.dialect.insert_many(conn, write)
+        with stored.store.transaction() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+    else:
+        with stored.store.transaction() as conn:
+            stored.store.dialect.insert_many(conn, write)
+            assert conn.execute(sa.select(table.c.name).order_by(table.c.n)).scalars().all() == [
+                "ok",
+                "a\x00b",
+            ]
+
+
+def test_array_params_are_literals_on_postgresql_only(stored: MessageBox) -> None:
+    """``arrays.array_param``: PostgreSQL gets the array's text literal (it reads it
+    back as the values), DuckDB the list; text with a NUL stays a list."""
+    values = ['a"b', "c\\d", None, "{e,f}"]
+    with stored.store.transaction() as conn:
+        param = arrays.array_param(conn, values)
+        if stored.backend == "postgresql":
+            assert param == arrays.array_literal(values)
+        else:
+            assert param is values
+        back = conn.execute(sa.text("SELECT CAST(:v AS TEXT[])").bindparams(v=param)).scalar_one()
+        assert list(back) == values
+        assert arrays.array_param(conn, ["a\x00b"]) == ["a\x00b"]
