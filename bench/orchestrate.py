@@ -32,9 +32,10 @@ What it measures
       (``wait_for``), which the payment's step stops: a timer row written and deleted
       per conversation.
     - ``step limit``: what a step writes, done with the raw driver and no engine
-      (:mod:`bench.orchestrate_limit`): the rate steps could reach on this machine if
-      the engine cost nothing. Its ratio to plain delivery is the most the
-      ``orch/plain`` figure can be here.
+      (:mod:`bench.orchestrate_limit`), in batches as large as the host instance's
+      batches of steps can be (800): the rate steps could reach on this machine if the
+      engine cost nothing. Its ratio to plain delivery is the most the ``orch/plain``
+      figure can be here.
 
     An orchestration step is one message handled, so its msgs/s are steps/s. The ratios
     are the price of persisted state, per-instance ordering and atomic steps: against
