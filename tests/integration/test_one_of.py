@@ -42,9 +42,10 @@ def stored(backend_url: str) -> Iterator[MessageBox]:
         box.close()
 
 
-def _table() -> sa.Table:
+def _table(name: str = "t_one_of") -> sa.Table:
+    """The table (n, id, name) as SQLAlchemy sees it."""
     return sa.Table(
-        "t_one_of",
+        name,
         sa.MetaData(),
         sa.Column("n", sa.BigInteger),
         sa.Column("id", sa.Uuid),
@@ -111,13 +112,7 @@ def _arrays_table(conn: sa.Connection) -> sa.Table:
     """A table of nullable (n, id, name), created once, emptied for each example."""
     conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t_arrays (n BIGINT, id UUID, name TEXT)")
     conn.exec_driver_sql("DELETE FROM t_arrays")
-    return sa.Table(
-        "t_arrays",
-        sa.MetaData(),
-        sa.Column("n", sa.BigInteger),
-        sa.Column("id", sa.Uuid),
-        sa.Column("name", sa.Text),
-    )
+    return _table("t_arrays")
 
 
 @settings(
