@@ -121,6 +121,7 @@ class InstanceCore:
         leases heartbeats extend. (A batch in and out is one dict operation each; an
         entry may be in two batches, delivered again meanwhile.)"""
         self._pending: list[Pending] = []
+        self._claim_turn = threading.Lock()  # see Supervision._claim_for_all
         self._ahead = Ahead()
         """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
         self._pace = Pace()  # entries the threads finished lately: how deep to claim ahead

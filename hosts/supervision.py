@@ -119,7 +119,25 @@ class Supervision(Handling):
         ``outcomes`` in the same transaction, and where claims are serialised
         in-process, batches for the other threads too (:class:`Ahead`). Returns this
         thread's batch, or None when the claim failed (logged; ``outcomes`` recorded on
-        their own)."""
+        their own).
+
+        Where claims ahead are not serialised in-process (orchestrations on PostgreSQL),
+        this instance's threads claim one at a time: threads claiming at once chose the
+        same instance heads, and all but one came back empty. A thread that waited for
+        another's claim takes a batch it left instead, if any."""
+        if not self._claims_ahead() or self.queue.claims_serialised:
+            return self._claim_now(want, outcomes, seen)
+        with self._claim_turn:
+            ahead = self._ahead.take()
+            if ahead is None:
+                return self._claim_now(want, outcomes, seen)
+        self._permits.give(want)  # a batch claimed ahead came with its permits
+        if outcomes:
+            self._ahead.owe(outcomes)
+        return ahead
+
+    def _claim_now(self, want: int, outcomes: Outcomes | None, seen: int) -> list[Claim] | None:
+        """Claim for :meth:`_claim_for_all`."""
         extra = self._ahead_permits()
         try:
             claims = self._claim(want + extra, outcomes)
@@ -147,7 +165,8 @@ class Supervision(Handling):
         for batch in batches:
             self._fly(batch)
         self._ahead.put(batches[1:])
-        self._permits.nudge()  # threads waiting for a permit take these instead
+        self._permits.nudge()  # threads waiting for a permit take these instead,
+        self.wake()  # and idle ones (an empty claim of theirs sleeps up to poll_max_seconds)
         return batches[0]
 
     def _batches(self, claims: list[Claim]) -> list[list[Claim]]:

@@ -96,6 +96,19 @@ class _Batched:
             return [len(b) for b in self.batches]
 
 
+def _due(box: MessageBox) -> int:
+    """Entries unleased and due (their retry's time has come)."""
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).where(
+                    q.c.lease_owner.is_(None), q.c.available_at <= sa.func.now()
+                )
+            ).scalar_one()
+        )
+
+
 def _rows(box: MessageBox) -> list[Any]:
     q = mb_schema.queue
     with box.store.transaction() as conn:
@@ -382,3 +395,103 @@ def test_batches_of_one_claim_read_their_messages_together(
         assert 10 < max(reads) <= READ_BATCHES * 10
     else:
         assert max(reads) <= 10
+
+
+def test_threads_of_an_orchestration_host_do_not_claim_against_each_other(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """An instance's threads claim instance heads one at a time (on DuckDB every claim
+    is serialised; on PostgreSQL such an instance's threads take turns): a claim comes
+    back empty only when nothing is left unclaimed. Threads claiming at once chose the
+    same heads, and all but one came back empty while hundreds were claimable."""
+    empty_while_left: list[int] = []
+    app = HostApp("h", **{**FAST, "claim_batch": 10})
+    app.orchestration(_Counted)
+    app.setup(box)
+    box.publish([Message(b"s", promoted={"t.Kind": "step", "t.N": i}) for i in range(400)])
+    inst = HostInstance(box, "h", app.services)
+    claim = inst.queue.claim
+
+    def counted(*args: Any, **kwargs: Any) -> tuple[list[Claim], Any]:
+        got, recorded = claim(*args, **kwargs)
+        if not got:  # entries are only ever leased or deleted here: none may be left
+            left = sum(1 for _, _, owner in _rows(box) if owner is None)
+            if left:
+                empty_while_left.append(left)
+        return got, recorded
+
+    inst.queue.claim = counted  # type: ignore[method-assign]
+    instances.append(inst.start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    assert empty_while_left == []
+
+
+def test_batches_claimed_ahead_wake_threads_that_sleep_after_an_empty_claim(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """Entries can become claimable with no publish to wake anyone (a retry falls
+    due; an instance's next message once its step commits). A thread that found
+    nothing sleeps up to ``poll_max_seconds``; when another thread's claim then takes a
+    batch for it, it is woken to handle it, not left asleep while the batch waits.
+
+    Entry 1 holds thread A. Entries 2 and 3 fail once (retried 0.2 s later, silently),
+    so thread B's next claim is empty and B sleeps (30 s). A, released, claims both:
+    one for itself, one ahead for B. Their second attempts meet at a barrier, which
+    only B, woken, can make them pass."""
+    release = threading.Event()
+    meet = threading.Barrier(2, timeout=10)
+    failed_once: set[int] = set()
+    met: list[int] = []
+    lock = threading.Lock()
+    empty_claims: list[int] = []
+
+    def handler(d: Delivery) -> None:
+        n = int(d.properties["t.N"])  # type: ignore[arg-type]
+        if n == 1:
+            assert release.wait(20)
+            return
+        if d.attempt == 1:
+            with lock:
+                failed_once.add(n)
+            raise RuntimeError("first attempt fails")
+        meet.wait()
+        with lock:
+            met.append(n)
+
+    app = HostApp(
+        "h",
+        **{
+            **FAST,
+            "dequeue_threads": 2,
+            "claim_batch": 1,
+            "poll_min_seconds": 30.0,
+            "poll_max_seconds": 30.0,
+            "heartbeat_seconds": 5.0,
+            "dead_after_seconds": 30.0,
+            "retry_backoff_seconds": 0.2,
+        },
+    )
+    app.orchestration(_Counted)  # on PostgreSQL, what makes an instance claim ahead
+    app.add_service("svc", handler)
+    app.subscribe("svc", filter=P("t.Kind") == "plain", name="plain")
+    app.setup(box)
+    box.publish([Message(b"p", promoted={"t.Kind": "plain", "t.N": i}) for i in (1, 2, 3)])
+    inst = HostInstance(box, "h", app.services)
+    claim = inst.queue.claim
+
+    def counted(*args: Any, **kwargs: Any) -> tuple[list[Claim], Any]:
+        got, recorded = claim(*args, **kwargs)
+        if not got:
+            with lock:
+                empty_claims.append(1)
+        return got, recorded
+
+    inst.queue.claim = counted  # type: ignore[method-assign]
+    instances.append(inst.start())
+    try:
+        wait_for(lambda: failed_once == {2, 3}, what="entries 2 and 3 failing once")
+        wait_for(lambda: bool(empty_claims), what="an empty claim (the other thread asleep)")
+        wait_for(lambda: _due(box) == 2, what="both retries due")
+    finally:
+        release.set()
+    wait_for(lambda: len(met) == 2, what="entries 2 and 3 handled at once", timeout=15)
