@@ -125,7 +125,7 @@ class Supervision(Handling):
         this instance's threads claim one at a time: threads claiming at once chose the
         same instance heads, and all but one came back empty. A thread that waited for
         another's claim takes a batch it left instead, if any."""
-        if not self._claims_ahead() or self.queue.claims_serialised:
+        if self.queue.claims_serialised or not self._uses_instances:
             return self._claim_now(want, outcomes, seen)
         with self._claim_turn:
             ahead = self._ahead.take()

@@ -56,11 +56,16 @@ def array_param(conn: sa.Connection, values: Sequence[Any]) -> Any:
     literal (psycopg dumps a list item by item, escaping text with a regular expression:
     200 JSON states took 2.0 ms against 0.1); elsewhere, or for text PostgreSQL refuses
     (a NUL), the list itself."""
-    if conn.dialect.name != "postgresql":
-        return values
+    return pg_array(values) if conn.dialect.name == "postgresql" else values
+
+
+def pg_array(values: Iterable[Any]) -> str | list[Any]:
+    """A PostgreSQL array parameter: the values' text literal, or their list where
+    PostgreSQL refuses the text (a NUL), so that psycopg's own error names it."""
+    values = values if isinstance(values, list) else list(values)
     try:
         return array_literal(values)
-    except ValueError:  # psycopg's own error names it, as before
+    except ValueError:
         return values
 
 

@@ -91,8 +91,8 @@ class Outcome(StrEnum):
 
 PREFETCH_BATCHES = 16
 """Batches per dequeue thread that a host instance may hold by default where one claim
-takes them for all its threads: where claims are serialised in-process (DuckDB), where a
-statement costs milliseconds whatever its size, and where the instance runs
+takes them for all its threads: where claims are serialised in-process (DuckDB, where a
+statement costs milliseconds whatever its size), and where the instance runs
 orchestrations (a thread then takes many steps together). How far it claims ahead also
 follows its handlers' pace (``hosts.supervision.AHEAD_SECONDS``). At 4 threads of 50
 (``bench.orchestrate``, DuckDB): 1 (200) gave 5.6k msgs/s of plain delivery and 700

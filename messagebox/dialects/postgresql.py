@@ -12,7 +12,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
 from datetime import datetime
 from threading import Event
 from typing import Any, ClassVar
@@ -72,8 +71,7 @@ def _array(values: Sequence[Any], pg_type: str) -> Any:
     200 JSON texts took 2.0 ms against 0.1), others as a list; text with a NUL as a list
     too, for psycopg's own error."""
     if pg_type in ("text", "uuid"):
-        with suppress(ValueError):
-            return arrays.array_literal(values)
+        return arrays.pg_array(values)
     return values if isinstance(values, list) else list(values)
 
 
