@@ -228,14 +228,7 @@ class Orchestration(Generic[S]):
                         "namespace messagebox."
                     )
                 extra = {k: v for k, v in self.correlation_values.items() if v is not None}
-                self._effects.publish.append(
-                    Message(
-                        parts=message.parts,
-                        promoted={**extra, **message.promoted},
-                        written=message.written,
-                        body_part=message.body_part,
-                    )
-                )
+                self._effects.publish.append(message.with_promoted(extra))
 
     def wait_for(self, receive_name: str, *, timeout: float) -> None:
         """Expect a message for ``receive_name`` within ``timeout`` seconds; if none is

@@ -72,6 +72,11 @@ def pg_array(values: Iterable[Any]) -> str | list[Any]:
 def array_literal(values: Iterable[Any]) -> str:
     """PostgreSQL's text form of a one-dimensional array: ints and UUIDs bare, anything
     else double-quoted with backslash escapes, ``None`` as NULL."""
+    values = values if isinstance(values, list) else list(values)
+    if values and all(type(v) is str for v in values):
+        return _text_literal(values)
+    if all(type(v) is uuid.UUID for v in values):
+        return "{" + ",".join(map(str, values)) + "}"
     items = []
     for v in values:
         if v is None:
@@ -86,6 +91,18 @@ def array_literal(values: Iterable[Any]) -> str:
     return "{" + ",".join(items) + "}"
 
 
+def _text_literal(values: list[str]) -> str:
+    """:func:`array_literal` of strings, escaped all at once: the escapes of a joined
+    text are the joined escapes, so the work is a few passes in C, not a few calls a
+    value (the contexts of a publish, 1,000 JSON texts, took 0.6 ms against 2.3)."""
+    joined = "\x00".join(values)  # PostgreSQL refuses a NUL in text: none can be in one
+    if joined.count("\x00") != len(values) - 1:
+        bad = next(v for v in values if "\x00" in v)
+        raise ValueError(f"PostgreSQL refuses a NUL character in text: {bad!r}")
+    escaped = joined.replace("\\", "\\\\").replace('"', '\\"').replace("\x00", '","')
+    return '{"' + escaped + '"}'
+
+
 def one_of(
     conn: sa.Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
 ) -> sa.ColumnElement[bool]:
@@ -94,12 +111,23 @@ def one_of(
     CPU went there) and SQLAlchemy renders one by one (5-10 us a value). On PostgreSQL
     ``= ANY($1::T[])``, the array sent as one literal (``_ArrayLiteral``); on DuckDB
     ``list_contains``, which measured faster than its IN list at every table size tried
-    (20k to 10M rows: 100 ids deleted in 1.6 ms against 2.4 at 1M rows)."""
+    (20k to 10M rows: 100 ids deleted in 1.6 ms against 2.4 at 1M rows), or for a long
+    list a semi-join on the array (``DUCKDB_SEMI_JOIN_FROM``)."""
     values = list(values)
     if conn.dialect.name == "postgresql":
         element = _ELEMENTS.get(type(column.type))
         if element is not None:
             return column == sa.any_(sa.bindparam(None, values, type_=_ArrayLiteral(element)))
         return column == sa.any_(sa.bindparam(None, values, type_=sa.ARRAY(column.type)))
-    array = sa.bindparam(None, values, type_=sa.ARRAY(column.type))
+    kind = sa.ARRAY(column.type)
+    array = sa.cast(sa.bindparam(None, values, type_=kind), kind)  # UUIDs given as text too
+    if len(values) > DUCKDB_SEMI_JOIN_FROM:
+        return column.in_(sa.select(sa.func.unnest(array)).scalar_subquery())
     return sa.type_coerce(sa.func.list_contains(array, column), sa.Boolean)
+
+
+DUCKDB_SEMI_JOIN_FROM = 100
+"""On DuckDB, lists longer than this are matched as a semi-join (``IN (SELECT
+unnest(...))``, hashed): ``list_contains`` tests every row against the whole list. 800
+ids of a 10k-row table: 2.4 ms selected and 2.8 deleted, against 4.8 and 6.3 (1M rows:
+2.7 and 3.1 against 7.2 and 9.3); at 50 ids the two are within 10%."""

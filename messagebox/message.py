@@ -132,6 +132,23 @@ class Message:
         except ValueError as exc:
             raise MessageValidationError(f"message id {id!r} is not a UUID") from exc
 
+    def with_promoted(self, extra: Mapping[str, Value]) -> Message:
+        """A copy without an id that also promotes ``extra`` (checked property values;
+        the message's own promoted values win), its parts and properties not checked
+        again. A name it writes cannot be promoted too."""
+        both = [n for n in extra if n in self.written and n not in self.promoted]
+        if both:
+            raise MessageValidationError(f"property {both[0]!r} is both promoted and written")
+        copy = Message.__new__(Message)
+        copy.parts, copy.body_part, copy.written, copy.id = (
+            self.parts,
+            self.body_part,
+            self.written,
+            None,
+        )
+        copy.promoted = {**extra, **self.promoted}
+        return copy
+
     def reserved(self) -> list[str]:
         """Names in the reserved ``messagebox.`` namespace that this message sets."""
         # it runs for each message published: one search of all the names joined first

@@ -95,6 +95,65 @@ def test_postgresql_reads_an_array_literal_back_as_the_values(
     assert pg_connection.execute(sa.select(typed)).scalar_one() == values
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(TEXT | st.sampled_from(NAMES), min_size=1),
+    ids=st.lists(st.uuids(), min_size=1),
+)
+def test_postgresql_reads_lists_of_one_type_back_exactly(
+    pg_connection: sa.Connection, texts: list[str], ids: list[uuid.UUID]
+) -> None:
+    """Lists all of text, or all of UUIDs, take a shorter way to their literal (the
+    text escaped at once); the server reads them back as the values."""
+    for values, element in ((texts, "TEXT"), (ids, "UUID")):
+        typed = sa.bindparam("v", values, type_=arrays._ArrayLiteral(element))
+        assert pg_connection.execute(sa.select(typed)).scalar_one() == values
+    assert arrays.array_literal(texts) == _literal_one_by_one(texts)
+
+
+def _literal_one_by_one(values: list[str]) -> str:
+    """The array literal of texts, each quoted and escaped alone."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
+def test_a_nul_is_named_in_a_list_of_texts() -> None:
+    for values in (["a\x00b"], ["ok", "a\x00b", "c"], ["\x00"]):
+        with pytest.raises(ValueError, match="NUL character in text: '"):
+            arrays.array_literal(values)
+    with pytest.raises(ValueError, match="'b\\\\x00'"):
+        arrays.array_literal(["ok", "b\x00"])
+
+
+@pytest.mark.parametrize("extra", [0, arrays.DUCKDB_SEMI_JOIN_FROM + 1, 2_000])
+def test_long_lists_select_and_delete_exactly_the_rows_given(
+    stored: MessageBox, extra: int
+) -> None:
+    """A list past ``DUCKDB_SEMI_JOIN_FROM`` (a semi-join on DuckDB) selects and
+    deletes exactly the rows given, as a short one does; UUIDs may come as text."""
+    t = _table()
+    absent = [uuid.UUID(int=(1 << 100) + i) for i in range(extra)]
+    picks = [1, 4, 5, 11]
+    with stored.store.transaction() as conn:
+
+        def where(clause: sa.ColumnElement[bool]) -> set[int]:
+            return set(conn.execute(sa.select(t.c.n).where(clause)).scalars())
+
+        ids = [IDS[i] for i in picks] + absent
+        assert where(arrays.one_of(conn, t.c.id, ids)) == set(picks)
+        assert where(arrays.one_of(conn, t.c.id, [str(i) for i in ids])) == set(picks)
+        assert where(arrays.one_of(conn, t.c.n, [*picks, *range(100, 100 + extra)])) == set(picks)
+        names = [NAMES[1], NAMES[2], *(f"absent {i}" for i in range(extra))]
+        assert where(arrays.one_of(conn, t.c.name, names)) == {
+            i for i in range(len(IDS)) if NAMES[i % len(NAMES)] in names[:2]
+        }
+        gone = conn.execute(
+            t.delete().where(arrays.one_of(conn, t.c.id, ids)).returning(t.c.n)
+        ).scalars()
+        assert set(gone) == set(picks)
+        assert where(sa.true()) == set(range(len(IDS))) - set(picks)
+
+
 @pytest.fixture(scope="module")
 def pg_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Connection]:
     """One connection to a scratch PostgreSQL database (nothing is stored)."""
