@@ -88,6 +88,8 @@ def test_the_step_fixes_the_id_of_what_it_publishes() -> None:
 
 def test_a_correlation_property_the_message_writes_is_refused() -> None:
     orch = _step({"t.OrderId": 7, "t.Region": "EU"})
-    with pytest.raises(MessageValidationError, match=re.escape("'t.Region' is both promoted and written")):
+    with pytest.raises(
+        MessageValidationError, match=re.escape("'t.Region' is both promoted and written")
+    ):
         orch.publish(Message(b"ship", written={"t.Region": "US"}))
     assert orch._effects.publish == []
