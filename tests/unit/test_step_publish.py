@@ -5,6 +5,7 @@ rest of the message as given, its id left to the step (fixed by instance and ver
 from __future__ import annotations
 
 import re
+import typing
 import uuid
 
 import pytest
@@ -16,7 +17,7 @@ from messagebox import Message, service_instances
 from messagebox.errors import MessageValidationError
 from messagebox.hosts import Delivery, Orchestration, activate
 from messagebox.predicates import P
-from messagebox.properties import normalize_value
+from messagebox.properties import Value, normalize_value
 from tests.strategies import values
 
 
@@ -36,9 +37,10 @@ def _step(correlation: dict[str, object]) -> Shipping:
     """An instance in the middle of a step, with these correlation values (as a
     message promoted them)."""
     orch = Shipping.__new__(Shipping)
-    orch.correlation_values = {
+    normal = {
         k: None if v is None else normalize_value(v, promoted=True) for k, v in correlation.items()
     }
+    orch.correlation_values = typing.cast(dict[str, Value], normal)  # None: not in the message
     orch._effects = service_instances.Step(
         owner="o",
         entry_id=1,
