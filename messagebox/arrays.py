@@ -4,11 +4,16 @@ literal, one parameter, typed in the statement."""
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+
+_hex = operator.attrgetter("hex")
+"""A UUID's 32 hex digits, which PostgreSQL reads as the UUID (a third of the time of
+its hyphenated form, made by ``UUID.__str__`` in Python)."""
 
 
 class _ArrayLiteral(sa.types.UserDefinedType[list[Any]]):
@@ -48,7 +53,7 @@ _ELEMENTS: dict[type[sa.types.TypeEngine[Any]], str] = {
     sa.Text: "TEXT",
     sa.String: "TEXT",
 }
-_BARE: dict[str, Any] = {"BIGINT": int.__repr__, "INTEGER": int.__repr__, "UUID": uuid.UUID.__str__}
+_BARE: dict[str, Any] = {"BIGINT": int.__repr__, "INTEGER": int.__repr__, "UUID": _hex}
 
 
 def array_param(conn: sa.Connection, values: Sequence[Any]) -> Any:
@@ -76,7 +81,7 @@ def array_literal(values: Iterable[Any]) -> str:
     if values and all(type(v) is str for v in values):
         return _text_literal(values)
     if all(type(v) is uuid.UUID for v in values):
-        return "{" + ",".join(map(str, values)) + "}"
+        return "{" + ",".join(map(_hex, values)) + "}"
     items = []
     for v in values:
         if v is None:

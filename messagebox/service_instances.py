@@ -77,8 +77,15 @@ class Stored:
     correlation: dict[str, Value]
     data: dict[str, Any]
     version: int
-    created_at: datetime
     completed_at: datetime | None
+
+
+_LOADED = [
+    c
+    for c in schema.service_instance.c
+    if c.name not in ("created_at", "updated_at")  # a time costs 3 us a row on DuckDB
+]
+"""The columns a step loads."""
 
 
 def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
@@ -89,7 +96,7 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
     ids = sorted(set(instance_ids))
     for start in range(0, len(ids), _CHUNK):
         for row in conn.execute(
-            sa.select(si, sa.func.now().label("mb_now")).where(
+            sa.select(*_LOADED, sa.func.now().label("mb_now")).where(
                 arrays.one_of(conn, si.c.id, ids[start : start + _CHUNK])
             )
         ):
@@ -103,7 +110,6 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
                 correlation=decode_values(orjson.loads(row.correlation)),
                 data=json.loads(row.data),
                 version=int(row.version),
-                created_at=row.created_at,
                 completed_at=row.completed_at,
             )
     return found
