@@ -16,7 +16,7 @@ import operator
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -99,10 +99,17 @@ class Finished:
 def _claim(row: Any) -> Claim:
     """A claim statement's row (id, msg, sub, attempts, priority, instance_id, ordered,
     enqueued_at, claimed_at, now(), charges, interrupted, crashed_by) as a claim, its
-    values made their Python types (DuckDB may give text and other widths)."""
+    values made their Python types (DuckDB may give text and other widths). DuckDB's
+    give the three times as microseconds since the epoch: a time with a zone costs
+    3 us a value to fetch there, nine a claimed entry."""
     enqueued_at, claimed_at, now = row[7], row[8], row[9]
     # first claimed by this claim: the database's now() is per transaction
-    waited = (now - enqueued_at).total_seconds() if claimed_at == now else None
+    waited = (now - enqueued_at) if claimed_at == now else None
+    if type(enqueued_at) is int:
+        enqueued_at = _EPOCH + timedelta(microseconds=enqueued_at)
+        waited = None if waited is None else waited / 1e6
+    elif waited is not None:
+        waited = waited.total_seconds()
     return Claim(
         int(row[0]),
         schema.as_uuid(row[1]),
@@ -118,6 +125,8 @@ def _claim(row: Any) -> Claim:
         row[12],
     )
 
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _CLAIM_FIELDS = slice(1, 1 + len(Claim._fields))
 """Where a claim's fields are in a ``complete_claim`` row: after its flag, in order."""

@@ -88,6 +88,12 @@ _LOADED = [
 """The columns a step loads."""
 
 
+def _time_column(conn: sa.Connection) -> list[sa.ColumnElement[Any]]:
+    """The transaction's time as a column ``mb_now``, where it is read that way
+    (:func:`clock.read_among_columns`)."""
+    return [sa.func.now().label("mb_now")] if clock.read_among_columns(conn) else []
+
+
 def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
     """The stored instances among ``instance_ids`` (the transaction's time comes with
     them: see :func:`clock.seed_read`)."""
@@ -96,11 +102,11 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
     ids = sorted(set(instance_ids))
     for start in range(0, len(ids), _CHUNK):
         for row in conn.execute(
-            sa.select(*_LOADED, sa.func.now().label("mb_now")).where(
+            sa.select(*_LOADED, *_time_column(conn)).where(
                 arrays.one_of(conn, si.c.id, ids[start : start + _CHUNK])
             )
         ):
-            if not found:
+            if not found and len(row) > len(_LOADED):
                 clock.seed_read(conn, row.mb_now)
             found[row.id] = Stored(
                 id=row.id,
@@ -199,9 +205,9 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
     gone = conn.execute(
         q.delete()
         .where(arrays.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
-        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, sa.func.now().label("mb_now"))
+        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, *_time_column(conn))
     ).all()
-    if gone:
+    if gone and len(gone[0]) > 4:
         clock.seed_read(conn, gone[0].mb_now)
     if len(gone) != len(steps):
         lost = sorted(set(entry_ids) - {r.id for r in gone})

@@ -31,7 +31,8 @@ WHERE id IN (
     ORDER BY priority DESC, id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered,
+          epoch_us(enqueued_at), epoch_us(claimed_at), epoch_us(now()),
           charges, interrupted, crashed_by
 
 -- name: claim_mixed --
@@ -83,7 +84,8 @@ WHERE id IN (
     ORDER BY rn, CASE WHEN kind = $first_kind THEN 0 ELSE 1 END
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered,
+          epoch_us(enqueued_at), epoch_us(claimed_at), epoch_us(now()),
           charges, interrupted, crashed_by
 
 -- name: claim_ordered --
@@ -114,6 +116,7 @@ WHERE id IN (
     ORDER BY q.id
     LIMIT $n
 )
-RETURNING id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+RETURNING id, msg, sub, attempts, priority, instance_id, ordered,
+          epoch_us(enqueued_at), epoch_us(claimed_at), epoch_us(now()),
           charges, interrupted, crashed_by
 
