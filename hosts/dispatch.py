@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
 from messagebox.consumer import Outcomes, merged
@@ -95,14 +95,19 @@ class Run:
                 raise Abandoned
 
     def add(self, c: Claim, outcome: Failure | Settled | Done) -> None:
+        self.add_many([(c, outcome)])
+
+    def add_many(self, outcomes: Sequence[tuple[Claim, Failure | Settled | Done]]) -> None:
+        """Hold outcomes, all or (when abandoned) none."""
         with self._lock:
             if self.abandoned:
                 raise Abandoned
-            self._seen.add(c.id)
-            if isinstance(outcome, Failure):
-                self._failed.append(outcome)
-            elif isinstance(outcome, Done):
-                self._done.append(c)
+            for c, outcome in outcomes:
+                self._seen.add(c.id)
+                if isinstance(outcome, Failure):
+                    self._failed.append(outcome)
+                elif isinstance(outcome, Done):
+                    self._done.append(c)
 
     def unseen(self) -> list[Claim]:
         """The claims never handed to a handler nor given an outcome."""

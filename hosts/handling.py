@@ -134,9 +134,13 @@ class Handling(InstanceCore):
         return self._handle(run, c, batch)
 
     def _note(self, run: Run, c: Claim, outcome: Failure | Settled | Done) -> None:
-        if isinstance(outcome, Settled):
-            self.stats.add(completed=1)
-        run.add(c, outcome)
+        self._note_many(run, [(c, outcome)])
+
+    def _note_many(self, run: Run, held: list[tuple[Claim, Failure | Settled | Done]]) -> None:
+        settled = sum(1 for _, outcome in held if isinstance(outcome, Settled))
+        if settled:
+            self.stats.add(completed=settled)
+        run.add_many(held)
 
     def _record(self, run: Run) -> None:
         """Record the outcomes the batch holds so far."""
@@ -259,14 +263,16 @@ class Handling(InstanceCore):
             except BaseException as exc:  # never lose the thread (and strand its claims)
                 errors = [exc] * len(pairs)
             run.end()
+            held: list[tuple[Claim, Failure | Settled | Done]] = []
             for (c, d), error in zip(pairs, errors, strict=True):
                 outcome = (
                     (SETTLED if d.settled else DONE)
                     if error is None
                     else self._failure(c, d.subscription, error, d)
                 )
-                self._note(run, c, outcome)  # held at once: a time-out elsewhere keeps it
+                held.append((c, outcome))
                 outcomes[c.id] = outcome
+            self._note_many(run, held)  # held at once: a time-out elsewhere keeps them
         return outcomes
 
     def _delivery(self, c: Claim, sub: Subscription, batch: MessageBatch) -> Delivery:

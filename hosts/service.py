@@ -107,6 +107,8 @@ class Delivery:
     def properties(self) -> dict[str, Value]:
         """The message's promoted properties (the parts of a message larger than
         ``BATCH_READ_BYTES`` are not read)."""
+        if self._message is not None:  # read already (an orchestration step reads it first)
+            return self._message.promoted
         return self.summary.promoted
 
     def _read(self, read: Callable[[], Any]) -> Any:

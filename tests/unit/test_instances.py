@@ -4,10 +4,13 @@ routing finds their correlation values equal."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
+from hypothesis import strategies as st
 
+from messagebox import service_instances
 from messagebox.convoys import correlation_key
 from messagebox.properties import Value, normalize_value, values_equal
 from messagebox.service_instances import message_ids
@@ -45,3 +48,24 @@ def test_a_step_run_again_gets_the_same_message_ids():
     assert len(set(message_ids("i-1", 3, 5))) == 5
     assert set(message_ids("i-1", 3, 2)).isdisjoint(message_ids("i-1", 4, 2))
     assert set(message_ids("i-1", 3, 2)).isdisjoint(message_ids("i-2", 3, 2))
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats()
+    | st.text(st.characters(exclude_categories=["Cs"])),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(), _json, max_size=4))
+def test_instance_data_reads_back_as_the_standard_library_would(data: dict[str, object]):
+    """A step's data (a state dumped in JSON mode) is written by orjson where that gives
+    the same JSON, by the standard library elsewhere (NaN, infinities, ints past 64
+    bits); either way it reads back as ``json.dumps`` then ``json.loads`` would give."""
+    expected = json.loads(json.dumps(data, ensure_ascii=False, default=str))
+    back = service_instances._load(service_instances._dump(data))
+    assert json.dumps(back, sort_keys=True) == json.dumps(expected, sort_keys=True)
