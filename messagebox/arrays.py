@@ -82,6 +82,8 @@ def array_literal(values: Iterable[Any]) -> str:
         return _text_literal(values)
     if all(type(v) is uuid.UUID for v in values):
         return "{" + ",".join(map(_hex, values)) + "}"
+    if all(type(v) is int for v in values):
+        return "{" + ",".join(map(int.__repr__, values)) + "}"
     items = []
     for v in values:
         if v is None:
@@ -93,6 +95,21 @@ def array_literal(values: Iterable[Any]) -> str:
             if "\x00" in text:
                 raise ValueError(f"PostgreSQL refuses a NUL character in text: {text!r}")
             items.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(items) + "}"
+
+
+def bytea_literal(values: Iterable[Any]) -> str:
+    """PostgreSQL's text form of a ``bytea[]``: each value in hex (``\\x...``), None
+    as NULL (psycopg would escape each value's text form with a regular expression).
+    ``TypeError`` for a value that is not bytes-like."""
+    items = []
+    for v in values:
+        if v is None:
+            items.append("NULL")
+        elif isinstance(v, (bytes, bytearray, memoryview)):
+            items.append('"\\\\x' + v.hex() + '"')
+        else:
+            raise TypeError(f"not bytes: {type(v).__name__}")
     return "{" + ",".join(items) + "}"
 
 

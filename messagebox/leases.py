@@ -150,7 +150,7 @@ def claim(
 
     def take(sql: str, most: int, **extra: int) -> int:
         params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
-        got = [_claim(r) for r in conn.exec_driver_sql(sql, params).fetchall()]
+        got = [_claim(r) for r in dialect.fetch(conn, sql, params)]
         claims.extend(got)
         return len(got)
 

@@ -196,6 +196,52 @@ def test_small_writes_store_text_and_uuids_exactly(
     assert [tuple(r) for r in rows] == list(zip(ids, names, strict=True))
 
 
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+            st.none() | st.binary(max_size=40),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_small_writes_store_ints_and_bytes_exactly(
+    stored: MessageBox, rows: list[tuple[int | None, bytes | None]]
+) -> None:
+    """Ints and bytes of a small write (on PostgreSQL array literals too: bytes in hex)
+    are stored exactly, NULLs, zero bytes and the 64-bit bounds too."""
+    binary = "BYTEA" if stored.backend == "postgresql" else "BLOB"
+    with stored.store.transaction() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE IF NOT EXISTS t_ints (n BIGINT, k BIGINT, b {binary})")
+        conn.exec_driver_sql("DELETE FROM t_ints")
+        table = sa.Table(
+            "t_ints",
+            sa.MetaData(),
+            sa.Column("n", sa.BigInteger),
+            sa.Column("k", sa.BigInteger),
+            sa.Column("b", sa.LargeBinary),
+        )
+        stored.store.dialect.insert_many(
+            conn,
+            [
+                (
+                    table,
+                    {
+                        "n": list(range(len(rows))),
+                        "k": [k for k, _ in rows],
+                        "b": [b for _, b in rows],
+                    },
+                )
+            ],
+        )
+        back = conn.execute(sa.select(table.c.k, table.c.b).order_by(table.c.n)).all()
+    assert [tuple(r) for r in back] == rows
+
+
 def test_a_nul_in_a_small_write_is_refused_as_before(stored: MessageBox) -> None:
     """Text PostgreSQL refuses goes to psycopg as a list, which names the NUL; nothing
     is stored. (DuckDB stores it.)"""
