@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -43,6 +44,18 @@ def _uuid(value: int) -> uuid.UUID:
     _set(made, "int", value)
     _set(made, "is_safe", _UNKNOWN)
     return made
+
+
+def uuid5(namespace: uuid.UUID, name: str) -> uuid.UUID:
+    """``uuid.uuid5(namespace, name)``, the same UUID at a third of the cost (it names
+    each message a step publishes)."""
+    digest = hashlib.sha1(namespace.bytes + name.encode(), usedforsecurity=False).digest()
+    return _uuid(int.from_bytes(digest[:16]) & _NOT_VERSION | _VERSION_5)
+
+
+_NOT_VERSION = ~(0xF000 << 64 | 0xC000 << 48) & ((1 << 128) - 1)
+_VERSION_5 = 0x5000 << 64 | 0x8000 << 48
+"""The version (5) and variant (RFC 4122) bits of a name-based UUID."""
 
 
 def uuid7s(n: int) -> list[uuid.UUID]:

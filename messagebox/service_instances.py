@@ -44,7 +44,7 @@ from messagebox import (
 )
 from messagebox.dialects import Dialect, Target
 from messagebox.errors import Conflict, MessageBoxError
-from messagebox.ids import allocate
+from messagebox.ids import allocate, uuid5
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, InstanceState, Kind, RoutingPolicy
 from messagebox.properties import Value, decode_values, encode_value
@@ -172,7 +172,7 @@ class Step:
 def message_ids(instance_id: str, version: int, n: int) -> list[uuid.UUID]:
     """Ids of a step's publications: the same for a step run again, so a step can never
     store its messages twice."""
-    return [uuid.uuid5(uuid.NAMESPACE_URL, f"mb:{instance_id}:{version}:{i}") for i in range(n)]
+    return [uuid5(uuid.NAMESPACE_URL, f"mb:{instance_id}:{version}:{i}") for i in range(n)]
 
 
 def commit_steps(

@@ -7,9 +7,27 @@ import pickle
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from messagebox.ids import uuid7s
+from messagebox.ids import uuid5, uuid7s
 from messagebox.message import Message
+
+
+@given(namespace=st.uuids(), name=st.text())
+def test_uuid5_is_the_standard_librarys(namespace: uuid.UUID, name: str) -> None:
+    """The name-based UUIDs of a step's publications are ``uuid.uuid5``'s, in every
+    way the standard library's object is."""
+    mine, theirs = uuid5(namespace, name), uuid.uuid5(namespace, name)
+    assert type(mine) is uuid.UUID
+    assert (mine, hash(mine), str(mine), mine.version, mine.variant) == (
+        theirs,
+        hash(theirs),
+        str(theirs),
+        5,
+        uuid.RFC_4122,
+    )
+    assert pickle.loads(pickle.dumps(mine)) == theirs
 
 
 def test_uuid7s_are_ordinary_time_ordered_uuids() -> None:
