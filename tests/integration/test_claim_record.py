@@ -106,6 +106,13 @@ def test_a_claim_with_completions_gives_the_claims_a_claim_alone_gives(box: Mess
         assert c.waited is not None
         assert 5.0 <= c.waited < 60.0
         assert c.enqueued_at is not None
+    with box.store.transaction() as conn:  # the times are the stored ones, as instants
+        q = mb_schema.queue
+        stored = dict(conn.execute(sa.select(q.c.id, q.c.enqueued_at)).all())
+    for c in fused:
+        assert c.enqueued_at is not None
+        assert c.enqueued_at.utcoffset() is not None
+        assert c.enqueued_at == stored[c.id]
     assert [c.id for c in fused] == sorted(c.id for c in fused)  # claim order
     # and a claim with nothing to record says nothing completed
     rest, recorded = consumer.claim(10, 30.0, ordered=False, instances=False, outcomes=outcomes([]))
