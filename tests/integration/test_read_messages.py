@@ -11,8 +11,9 @@ import uuid
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from messagebox import Message, MessageBox
+from messagebox import Message, MessageBox, schema
 from messagebox.errors import ValidationError
 from messagebox.hosts import service
 from messagebox.message import MessageSummary, StoredMessage
@@ -57,6 +58,11 @@ def test_a_batch_reads_whole_messages_summaries_and_fragments(box: MessageBox) -
     assert blob.parts == {"body": b"b", "blob": big}
     assert blob.part_sizes == {"body": 1, "blob": len(big)}
     assert blob.published_at == whole.published_at
+    with box.store.transaction() as conn:  # the stored instant, with a zone (both reads)
+        stored = conn.execute(sa.select(schema.spool.c.published_at).limit(1)).scalar_one()
+    for message in (whole, summary, blob):
+        assert message.published_at.utcoffset() is not None
+        assert message.published_at == stored
     assert box.read_messages([]) == {}
 
 
