@@ -16,12 +16,12 @@ import operator
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from messagebox import arrays, schema, tracking
+from messagebox import arrays, clock, schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.models import (
     CRASHED_HOST,
@@ -105,11 +105,9 @@ def _claim(row: Any) -> Claim:
     enqueued_at, claimed_at, now = row[7], row[8], row[9]
     # first claimed by this claim: the database's now() is per transaction
     waited = (now - enqueued_at) if claimed_at == now else None
-    if type(enqueued_at) is int:
-        enqueued_at = _EPOCH + timedelta(microseconds=enqueued_at)
-        waited = None if waited is None else waited / 1e6
-    elif waited is not None:
-        waited = waited.total_seconds()
+    if waited is not None:
+        waited = waited / 1e6 if type(waited) is int else waited.total_seconds()
+    enqueued_at = clock.fetched(enqueued_at)
     return Claim(
         int(row[0]),
         schema.as_uuid(row[1]),
@@ -125,8 +123,6 @@ def _claim(row: Any) -> Claim:
         row[12],
     )
 
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _CLAIM_FIELDS = slice(1, 1 + len(Claim._fields))
 """Where a claim's fields are in a ``complete_claim`` row: after its flag, in order."""

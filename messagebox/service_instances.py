@@ -102,12 +102,13 @@ def load(conn: sa.Connection, instance_ids: Sequence[str]) -> dict[str, Stored]:
     found: dict[str, Stored] = {}
     ids = sorted(set(instance_ids))
     for start in range(0, len(ids), _CHUNK):
+        timed = _time_column(conn)
         for row in conn.execute(
-            sa.select(*_LOADED, *_time_column(conn)).where(
+            sa.select(*_LOADED, *timed).where(
                 arrays.one_of(conn, si.c.id, ids[start : start + _CHUNK])
             )
         ):
-            if not found and len(row) > len(_LOADED):
+            if timed and not found:
                 clock.seed_read(conn, row.mb_now)
             found[row.id] = Stored(
                 id=row.id,
@@ -203,12 +204,13 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
     q = schema.queue
     owner = steps[0].owner
     entry_ids = [s.entry_id for s in steps]
+    timed = _time_column(conn)
     gone = conn.execute(
         q.delete()
         .where(arrays.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
-        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, *_time_column(conn))
+        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, *timed)
     ).all()
-    if gone and len(gone[0]) > 4:
+    if timed and gone:
         clock.seed_read(conn, gone[0].mb_now)
     if len(gone) != len(steps):
         lost = sorted(set(entry_ids) - {r.id for r in gone})

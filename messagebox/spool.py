@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import IO, Any
 
 import sqlalchemy as sa
@@ -219,9 +219,7 @@ def _messages_query(
 ) -> sa.Select[Any]:
     """:func:`read_messages`' query: a row per part, its bytes only where they are read."""
     s, mp, p = schema.spool, schema.message_part, schema.part
-    at: sa.ColumnElement[Any] = s.c.published_at
-    if conn.dialect.name == "duckdb":  # a time with a zone costs 3 us a value to fetch there
-        at = sa.func.epoch_us(at).label("published_at")
+    at = clock.fetchable(conn, s.c.published_at).label("published_at")
     columns = (s.c.id, s.c.context, s.c.body_part, at, s.c.publisher, mp.c.name)
     joined = s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part)
     mine = arrays.one_of(conn, s.c.id, msg_ids)
@@ -257,9 +255,6 @@ def _messages_query(
     ).order_by(rows.c.id, rows.c.idx)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def _further(part_id: sa.ColumnElement[Any], n: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     """A part's id where it is needed, to read its further fragments: a UUID made for
     each part read cost more than the part (1.3 us a row on DuckDB)."""
@@ -271,15 +266,13 @@ def _message(
 ) -> StoredMessage | MessageSummary:
     """A message read back: whole when all its parts were read, else its summary."""
     context, body_part, published_at, publisher = spooled
-    if type(published_at) is int:  # microseconds since the epoch (DuckDB)
-        published_at = _EPOCH + timedelta(microseconds=published_at)
     promoted, written = decode_context(context)
     common: dict[str, Any] = {
         "id": msg_id,
         "promoted": promoted,
         "written": written,
         "body_part": body_part,
-        "published_at": published_at,
+        "published_at": clock.fetched(published_at),
         "publisher": publisher,
         "part_sizes": sizes,
     }
