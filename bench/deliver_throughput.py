@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from bench.backlog import analyze
 from bench.deliver_common import HOST, RAW_TABLE, WATCH_S
 from bench.deliver_crews import Crew, Threads, WorkerTask
 from bench.deliver_mb import mb_body, mb_open, mb_publish
@@ -80,6 +81,7 @@ def prepared(env: Env, case: Case, n: int) -> Iterator[tuple[Crew, Callable[[], 
             box = mb_open(pg.mb_url, n)
             try:
                 mb_publish(box, n)
+                analyze(box)  # as autovacuum would have (bench.backlog), and as raw's is
                 body = mb_body(box, case.workers, case.batch)
                 yield crew(Threads([body])), lambda: pg.count(mb_schema.queue.name)
             finally:

@@ -64,6 +64,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from bench.backlog import analyze
 from bench.orchestrate_limit import duckdb_limit, pg_limit
 from messagebox import Message, MessageBox
 from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
@@ -193,6 +194,7 @@ def run_one(url: str, system: str, n: int) -> float:
         for start in range(0, n, 500):
             ids = range(start, min(start + 500, n))
             box.publish([Message(b"pay", promoted={"b.Kind": "payment", "b.Id": i}) for i in ids])
+        analyze(box)  # as autovacuum would have (bench.backlog)
     instance = app.instance(url)
     target = 2 * n if system in PLAIN else n  # messages handled, or confirmations
     started = time.perf_counter()

@@ -188,7 +188,7 @@ def pg_limit(dsn: str, schema: str, n: int) -> float:
             with cur.copy("COPY lim_part (msg, data) FROM STDIN") as copy:
                 for row in parts:
                     copy.write_row(row)
-        admin.execute("ANALYZE")
+        admin.execute("ANALYZE lim_q, lim_spool, lim_part, lim_state")
 
     def work(counter: _Counter) -> None:
         owner = uuid.uuid4().hex
