@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "13"
+SCHEMA_VERSION = "14"
 
 metadata = sa.MetaData()
 
@@ -494,6 +494,8 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     # PostgreSQL: the queue's fillfactor 40 (new pages) and the claim functions in
     # PL/pgSQL, both set again as the schema is created
     "12": ("13", ()),
+    # PostgreSQL: adds mb_instance_heads (instance claims by index)
+    "13": ("14", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

@@ -102,6 +102,40 @@ BEGIN
 END
 $fn$
 
+-- name: instance_heads_function --
+-- The heads of a host's service instances to claim (see claim_instance): ready entries,
+-- each its instance's oldest, with none of the instance's entries leased and none
+-- suspended (resumable). Always by mb_queue_claim, in its order, stopping at `n` (see
+-- mb_claimable): never analysed, a queue of 600,000 instance entries made the planner
+-- test every ready entry of the host and sort them, 3.5 s a claim of 800 (16-79 ms
+-- analysed). Columns named apart from the table's: PL/pgSQL would take them for its own.
+CREATE OR REPLACE FUNCTION mb_instance_heads(p_host text, p_n bigint)
+RETURNS TABLE (head_id bigint, head_instance text, head_priority integer)
+LANGUAGE plpgsql VOLATILE
+SET enable_bitmapscan = off
+SET enable_sort = off
+ROWS 100
+AS $fn$
+BEGIN
+    RETURN QUERY
+    SELECT q.id, q.instance_id, q.priority
+    FROM mb_queue q
+    WHERE q.host = p_host AND q.state = 'ready' AND q.instance_id IS NOT NULL
+      AND q.available_at <= now()
+      AND NOT EXISTS (  -- the instance's oldest entry, and none of its entries leased
+          SELECT 1 FROM mb_queue o
+          WHERE o.host = q.host AND o.instance_id = q.instance_id
+            AND (o.id < q.id OR o.lease_expires >= now())
+      )
+      AND NOT EXISTS (  -- a suspended step holds its instance's later messages
+          SELECT 1 FROM mb_suspended s
+          WHERE s.instance_id = q.instance_id AND s.resumable
+      )
+    ORDER BY q.priority DESC, q.id
+    LIMIT p_n;
+END
+$fn$
+
 -- name: claim --
 WITH c AS MATERIALIZED (
     SELECT id FROM mb_claimable(%(host)s, %(n)s, '{}') AS id
@@ -192,23 +226,11 @@ RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, 
 -- instance is suspended (resumable): a failed step holds the rest until resumed. The
 -- head stays on the queue until its step commits. Two claims in flight
 -- at once cannot both take an instance: each takes the instance's advisory lock for its
--- own short transaction (try, never wait), besides SKIP LOCKED on the head.
+-- own short transaction (try, never wait), besides SKIP LOCKED on the head. The heads
+-- come from mb_instance_heads, by index whatever the statistics say.
 WITH candidates AS MATERIALIZED (
-    SELECT q.id, q.instance_id, q.priority
-    FROM mb_queue q
-    WHERE q.host = %(host)s AND q.state = 'ready' AND q.instance_id IS NOT NULL
-      AND q.available_at <= now()
-      AND NOT EXISTS (  -- the instance's oldest entry, and none of its entries leased
-          SELECT 1 FROM mb_queue o
-          WHERE o.host = q.host AND o.instance_id = q.instance_id
-            AND (o.id < q.id OR o.lease_expires >= now())
-      )
-      AND NOT EXISTS (  -- a suspended step holds its instance's later messages
-          SELECT 1 FROM mb_suspended s
-          WHERE s.instance_id = q.instance_id AND s.resumable
-      )
-    ORDER BY q.priority DESC, q.id
-    LIMIT %(n)s
+    SELECT head_id AS id, head_instance AS instance_id, head_priority AS priority
+    FROM mb_instance_heads(%(host)s, %(n)s)
 ),
 free AS MATERIALIZED (
     SELECT q.id

@@ -199,7 +199,7 @@ class PostgreSQLDialect(Dialect):
     def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_schema"))
         create_all(conn, metadata, indexes=True)
-        for function in ("claimable_function", "ordered_run_function"):
+        for function in ("claimable_function", "ordered_run_function", "instance_heads_function"):
             conn.exec_driver_sql(sql.load(self.name, function))
         # room on each page for a claimed row's new version (see schema.QUEUE_FILLFACTOR)
         conn.exec_driver_sql(f"ALTER TABLE mb_queue SET (fillfactor = {schema.QUEUE_FILLFACTOR})")

@@ -31,6 +31,8 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
+        if old_tables and box.store.dialect.name == "postgresql":  # before 14
+            conn.execute(sa.text("DROP FUNCTION mb_instance_heads"))
         if old_tables and version == "12" and box.store.dialect.name == "postgresql":
             # version 12's claim function was SQL, its queue's fillfactor 50
             conn.execute(
@@ -41,12 +43,14 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
                 )
             )
             conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
-        if old_tables and version != "12" and box.store.dialect.name == "postgresql":  # before 12
+        if (
+            old_tables and version not in ("12", "13") and box.store.dialect.name == "postgresql"
+        ):  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11", "12")
+            and version not in ("9", "10", "11", "12", "13")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
@@ -89,13 +93,13 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"])
+@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13"])
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
     # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions), 8
     # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions), 11
-    # (no claim functions on PostgreSQL) or 12 (SQL claim functions, fillfactor 50) left
-    # it, with data
+    # (no claim functions on PostgreSQL), 12 (SQL claim functions, fillfactor 50) or 13
+    # (no instance-head function) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -110,7 +114,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "13"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "14"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -126,16 +130,20 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                 options: list[str] = conn.execute(
                     sa.text("SELECT reloptions FROM pg_class WHERE oid = 'mb_queue'::regclass")
                 ).scalar_one()
-                languages = set(
+                languages: dict[str, str] = dict(
                     conn.execute(
                         sa.text(
-                            "SELECT l.lanname FROM pg_proc p JOIN pg_language l "
-                            "ON l.oid = p.prolang WHERE p.proname IN ('mb_claimable', "
-                            "'mb_ordered_run') AND p.pronamespace = current_schema()::regnamespace"
+                            "SELECT p.proname, l.lanname FROM pg_proc p JOIN pg_language l "
+                            "ON l.oid = p.prolang WHERE p.proname LIKE 'mb\\_%' "
+                            "AND p.pronamespace = current_schema()::regnamespace"
                         )
-                    ).scalars()
+                    ).all()
                 )
-            assert languages == {"plpgsql"}  # they keep their plans
+            assert languages == {  # claims by index; PL/pgSQL keeps their plans
+                "mb_claimable": "plpgsql",
+                "mb_ordered_run": "plpgsql",
+                "mb_instance_heads": "plpgsql",
+            }
             assert "mb_queue_lease" not in set(indexes)
             assert "mb_queue_plain" in set(indexes)
             assert f"fillfactor={mb_schema.QUEUE_FILLFACTOR}" in options
@@ -145,8 +153,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         [sub] = box.subscriptions()
         assert sub.name == "sub"
         [orphan] = box.suspended()
-        # 6 to 12 could not leave it resumable
-        if old not in ("6", "7", "8", "9", "10", "11", "12"):
+        # 6 to 13 could not leave it resumable
+        if old not in ("6", "7", "8", "9", "10", "11", "12", "13"):
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -161,6 +169,10 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert claims[0].waited is not None
         assert claims[0].waited >= 0
         assert (claims[0].charges, claims[0].interrupted) == (0, False)
+        # and a service instance's head is claimed (mb_instance_heads on PostgreSQL),
+        # its second message held behind it
+        heads = claim(box, "kept", n=5, instances=True)
+        assert [c.msg for c in heads] == [routed[0].message_id]
 
 
 def test_an_unknown_version_is_refused(backend_url: str):
@@ -168,5 +180,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 13"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 14"):
         MessageBox(backend_url)
