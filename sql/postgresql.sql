@@ -49,6 +49,15 @@ SET lease_owner = %(owner)s,
     interrupted = q.lease_owner IS NOT NULL,
     started_by = NULL
 
+-- name: claim_function_settings --
+-- What each claim function (mb_claimable, mb_ordered_run, mb_instance_heads) runs with:
+-- PL/pgSQL, which keeps its plan for the session, and no sort or bitmap scan, so that
+-- it reads the queue by an index in the index's order, stopping at its limit.
+LANGUAGE plpgsql VOLATILE
+SET enable_bitmapscan = off
+SET enable_sort = off
+ROWS 100
+
 -- name: claimable_function --
 -- The next plain entries of a host to claim, locked (SKIP LOCKED: concurrent claimers on
 -- any machine take disjoint entries, without waiting), never one of `skip`. Always by
@@ -61,10 +70,7 @@ SET lease_owner = %(owner)s,
 -- claim-and-complete statement ran a twentieth faster).
 CREATE OR REPLACE FUNCTION mb_claimable(p_host text, p_n bigint, p_skip bigint[])
 RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE
-SET enable_bitmapscan = off
-SET enable_sort = off
-ROWS 100
+-- include: claim_function_settings
 AS $fn$
 BEGIN
     RETURN QUERY
@@ -85,10 +91,7 @@ $fn$
 -- made it read and sort them all to disk, 126 ms a claim).
 CREATE OR REPLACE FUNCTION mb_ordered_run(p_host text, p_sub bigint, p_n bigint)
 RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE
-SET enable_bitmapscan = off
-SET enable_sort = off
-ROWS 100
+-- include: claim_function_settings
 AS $fn$
 BEGIN
     RETURN QUERY
@@ -111,10 +114,7 @@ $fn$
 -- analysed). Columns named apart from the table's: PL/pgSQL would take them for its own.
 CREATE OR REPLACE FUNCTION mb_instance_heads(p_host text, p_n bigint)
 RETURNS TABLE (head_id bigint, head_instance text, head_priority integer)
-LANGUAGE plpgsql VOLATILE
-SET enable_bitmapscan = off
-SET enable_sort = off
-ROWS 100
+-- include: claim_function_settings
 AS $fn$
 BEGIN
     RETURN QUERY
