@@ -37,6 +37,14 @@ What it measures
       engine cost nothing. Its ratio to plain delivery is the most the ``orch/plain``
       figure can be here.
 
+    A second table gives each system's CPU per message handled (:mod:`bench.spent`):
+    this process's (Python; on DuckDB the engine's threads too) and the rest of the
+    machine's (PostgreSQL's server, the kernel), over the timed stretch. It says where
+    a rate's limit lies: N cores give at most N CPU-seconds a second, so a rate of R
+    steps/s needs a step to cost at most N / R seconds in all (on two cores, 0.3 of
+    40k msgs/s of plain delivery: at most 167 us, less whatever the machine leaves
+    idle).
+
     An orchestration step is one message handled, so its msgs/s are steps/s. The ratios
     are the price of persisted state, per-instance ordering and atomic steps: against
     plain delivery of the same messages, against stateless services that publish the
@@ -66,6 +74,7 @@ from pydantic import BaseModel
 
 from bench.backlog import analyze
 from bench.orchestrate_limit import duckdb_limit, pg_limit
+from bench.spent import Meter, Spent
 from messagebox import Message, MessageBox
 from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
 from messagebox.predicates import P
@@ -177,8 +186,8 @@ PLAIN = ("plain", "plain reading")
 read each message's body."""
 
 
-def run_one(url: str, system: str, n: int) -> float:
-    """Messages per second for one system on one fresh store."""
+def run_one(url: str, system: str, n: int) -> Spent:
+    """What handling the 2N messages took, for one system on one fresh store."""
     counter = ReadingCounter() if system == "plain reading" else Counter()
     app = _app(system, counter)
     with MessageBox(url) as box:
@@ -197,18 +206,18 @@ def run_one(url: str, system: str, n: int) -> float:
         analyze(box)  # as autovacuum would have (bench.backlog)
     instance = app.instance(url)
     target = 2 * n if system in PLAIN else n  # messages handled, or confirmations
-    started = time.perf_counter()
+    meter = Meter()
     instance.start()
     try:
         while counter.n < target:
             time.sleep(0.005)
-        elapsed = time.perf_counter() - started
+        spent = meter.stop()
     finally:
         instance.stop(10.0)
-    return 2 * n / elapsed
+    return spent
 
 
-Backend = tuple[str, Callable[[], str], Callable[[], None], Callable[[int], float]]
+Backend = tuple[str, Callable[[], str], Callable[[], None], Callable[[int], Spent]]
 """A backend's name, a fresh store's URL, what drops them all, and its step limit."""
 
 
@@ -250,12 +259,19 @@ def _backends(names: list[str]) -> list[Backend]:
                     conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
             engine.dispose()
 
-        def limit(n: int) -> float:
+        def limit(n: int) -> Spent:
             dsn = sa.make_url(PG_URL).set(drivername="postgresql")
             return pg_limit(dsn.render_as_string(hide_password=False), new_schema(), n)
 
         out.append(("postgresql", make, drop, limit))
     return out
+
+
+Row = tuple[str, str, dict[str, tuple[Spent, int]]]
+"""A backend, an orchestration workload, and per system what handling its messages
+took and how many there were."""
+
+SYSTEMS = ("plain", "plain reading", "stateless", "orchestration", "step limit")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -266,17 +282,19 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     n = 300 if args.quick else args.conversations
     plain_n = max(n, 2_000 if args.quick else PLAIN_MIN_CONVERSATIONS)
-    rows: list[tuple[str, str, float, float, float, float, float]] = []
+    rows: list[Row] = []
     for backend, make_url, drop, step_limit in _backends(args.backends.split(",")):
         try:
-            plain = run_one(make_url(), "plain", plain_n)
-            reading = run_one(make_url(), "plain reading", plain_n)
-            base = run_one(make_url(), "stateless", n)
-            orchs = {w: run_one(make_url(), w, n) for w in ORCHESTRATIONS}
-            limit = step_limit(n)
+            shared = {
+                "plain": (run_one(make_url(), "plain", plain_n), 2 * plain_n),
+                "plain reading": (run_one(make_url(), "plain reading", plain_n), 2 * plain_n),
+                "stateless": (run_one(make_url(), "stateless", n), 2 * n),
+            }
+            orchs = {w: (run_one(make_url(), w, n), 2 * n) for w in ORCHESTRATIONS}
+            shared["step limit"] = (step_limit(n), 2 * n)
         finally:
             drop()
-        rows.extend((backend, w, plain, reading, base, orch, limit) for w, orch in orchs.items())
+        rows.extend((backend, w, {**shared, "orchestration": o}) for w, o in orchs.items())
     print(
         f"\n{n:,} conversations (2 messages each; plain delivery "
         f"{plain_n:,}), 4 dequeue threads, claim batch 50, "
@@ -286,19 +304,48 @@ def main(argv: list[str] | None = None) -> None:
         "plain (do-nothing and reading), stateless and step limit run beside each "
         "orchestration workload"
     )
+    _print_rates(rows)
+    _print_cpu(rows)
+
+
+def _rate(row: Row, system: str) -> float:
+    spent, count = row[2][system]
+    return count / spent.seconds
+
+
+def _print_rates(rows: list[Row]) -> None:
     print(
         f"{'backend':<12}{'workload':<15}{'plain msgs/s':>14}{'reading msgs/s':>16}"
         f"{'stateless msgs/s':>18}{'orchestration steps/s':>23}{'step limit/s':>14}"
         f"{'orch/plain':>12}{'orch/reading':>14}{'orch/stateless':>16}{'orch/limit':>12}"
         f"{'limit/plain':>13}  targets"
     )
-    for backend, workload, plain, reading, base, orch, limit in rows:
+    for row in rows:
+        plain, reading, base, orch, limit = (_rate(row, s) for s in SYSTEMS)
         print(
-            f"{backend:<12}{workload:<15}{plain:>14,.0f}{reading:>16,.0f}{base:>18,.0f}"
+            f"{row[0]:<12}{row[1]:<15}{plain:>14,.0f}{reading:>16,.0f}{base:>18,.0f}"
             f"{orch:>23,.0f}{limit:>14,.0f}{orch / plain:>12.2f}{orch / reading:>14.2f}"
             f"{orch / base:>16.2f}{orch / limit:>12.2f}{limit / plain:>13.2f}  "
             f"{_verdict(plain, orch, limit)}"
         )
+
+
+def _print_cpu(rows: list[Row]) -> None:
+    """CPU per message handled, by this process and by the rest of the machine: where
+    each rate's limit lies (two cores give at most 2 s of CPU a second)."""
+    print(
+        "\nCPU per message handled, us: this process (Python; on DuckDB the engine's "
+        "threads too) + the rest of the machine (PostgreSQL's server, the kernel; "
+        "/proc/stat, '?' where unknown)"
+    )
+    print(f"{'backend':<12}{'workload':<15}" + "".join(f"{s:>22}" for s in SYSTEMS))
+    for row in rows:
+        cells = []
+        for system in SYSTEMS:
+            spent, count = row[2][system]
+            process, rest = spent.per(count)
+            cells.append(f"{process:.0f} + {'?' if rest is None else f'{rest:.0f}'}")
+        print(f"{row[0]:<12}{row[1]:<15}" + "".join(f"{c:>22}" for c in cells))
 
 
 TARGET_STEPS = 1_500

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 import duckdb
 import psycopg
 
+from bench.spent import Meter, Spent
 from messagebox.hosts.supervision import STEP_BATCHES
 
 THREADS = 4
@@ -120,8 +120,8 @@ class _Counter:
                 self.finished.set()
 
 
-def _run_threads(work: Callable[[_Counter], None], target: int, threads: int = THREADS) -> float:
-    """Seconds the threads took to handle ``target`` entries (an error in one is raised)."""
+def _run_threads(work: Callable[[_Counter], None], target: int, threads: int = THREADS) -> Spent:
+    """What the threads took to handle ``target`` entries (an error in one is raised)."""
     counter = _Counter(target)
     errors: list[BaseException] = []
 
@@ -133,16 +133,16 @@ def _run_threads(work: Callable[[_Counter], None], target: int, threads: int = T
             counter.finished.set()
 
     running = [threading.Thread(target=guarded) for _ in range(threads)]
-    started = time.perf_counter()
+    meter = Meter()
     for t in running:
         t.start()
     counter.finished.wait()
-    elapsed = time.perf_counter() - started
+    spent = meter.stop()
     for t in running:
         t.join()
     if errors:
         raise errors[0]
-    return elapsed
+    return spent
 
 
 # --- PostgreSQL ---
@@ -170,8 +170,8 @@ _PG_PUBLISH = (
 )
 
 
-def pg_limit(dsn: str, schema: str, n: int) -> float:
-    """Conversation messages per second (2N / time until every entry is handled)."""
+def pg_limit(dsn: str, schema: str, n: int) -> Spent:
+    """What handling the 2N conversation messages took (until every entry is handled)."""
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"SET search_path = {schema}")
         for ddl in _TABLES:
@@ -217,7 +217,7 @@ def pg_limit(dsn: str, schema: str, n: int) -> float:
                         )
                 counter.add(len(claimed))
 
-    return 2 * n / _run_threads(work, 3 * n)
+    return _run_threads(work, 3 * n)
 
 
 # --- DuckDB ---
@@ -237,8 +237,8 @@ _DUCK_INSERT_STATES = (
 )
 
 
-def duckdb_limit(path: str, n: int) -> float:
-    """Conversation messages per second (2N / time until every entry is handled)."""
+def duckdb_limit(path: str, n: int) -> Spent:
+    """What handling the 2N conversation messages took (until every entry is handled)."""
     db = duckdb.connect(path)
     try:
         for ddl in _TABLES:
@@ -257,7 +257,7 @@ def duckdb_limit(path: str, n: int) -> float:
             "INSERT INTO lim_part SELECT unnest(?::UUID[]), unnest(?::BLOB[])",
             [[str(m) for m, _ in parts], [d for _, d in parts]],
         )
-        return 2 * n / _run_threads(_duckdb_work(db, 2 * n + 1), 3 * n, threads=1)
+        return _run_threads(_duckdb_work(db, 2 * n + 1), 3 * n, threads=1)
     finally:
         db.close()
 
