@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "14"
+SCHEMA_VERSION = "15"
 
 metadata = sa.MetaData()
 
@@ -496,6 +496,8 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "12": ("13", ()),
     # PostgreSQL: adds mb_instance_heads (instance claims by index)
     "13": ("14", ()),
+    # PostgreSQL: mb_instance_heads passes over leased heads in its scan (set again)
+    "14": ("15", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

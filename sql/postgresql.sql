@@ -122,6 +122,10 @@ BEGIN
     FROM mb_queue q
     WHERE q.host = p_host AND q.state = 'ready' AND q.instance_id IS NOT NULL
       AND q.available_at <= now()
+      -- leased heads (the steps in flight, at the front of the queue) are passed over
+      -- by the scan itself: probed for older entries, 3,200 of them made a claim of 800
+      -- take 15 ms against 3
+      AND (q.lease_expires IS NULL OR q.lease_expires < now())
       AND NOT EXISTS (  -- the instance's oldest entry, and none of its entries leased
           SELECT 1 FROM mb_queue o
           WHERE o.host = q.host AND o.instance_id = q.instance_id

@@ -31,7 +31,18 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables and box.store.dialect.name == "postgresql":  # before 14
+        if old_tables and version == "14" and box.store.dialect.name == "postgresql":
+            # version 14's instance-head function probed leased heads (any body will do)
+            conn.execute(
+                sa.text(
+                    "CREATE OR REPLACE FUNCTION mb_instance_heads(p_host text, p_n bigint) "
+                    "RETURNS TABLE (head_id bigint, head_instance text, head_priority integer) "
+                    "LANGUAGE plpgsql AS $$ BEGIN RETURN QUERY SELECT q.id, q.instance_id, "
+                    "q.priority FROM mb_queue q WHERE q.host = p_host "
+                    "AND q.instance_id IS NOT NULL ORDER BY q.id LIMIT p_n; END $$"
+                )
+            )
+        elif old_tables and box.store.dialect.name == "postgresql":  # before 14
             conn.execute(sa.text("DROP FUNCTION mb_instance_heads"))
         if old_tables and version == "12" and box.store.dialect.name == "postgresql":
             # version 12's claim function was SQL, its queue's fillfactor 50
@@ -44,13 +55,15 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
             )
             conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
         if (
-            old_tables and version not in ("12", "13") and box.store.dialect.name == "postgresql"
+            old_tables
+            and version not in ("12", "13", "14")
+            and box.store.dialect.name == "postgresql"
         ):  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11", "12", "13")
+            and version not in ("9", "10", "11", "12", "13", "14")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
@@ -93,13 +106,15 @@ def stored_version(box: MessageBox) -> str | None:
         ).scalar()
 
 
-@pytest.mark.parametrize("old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13"])
+@pytest.mark.parametrize(
+    "old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14"]
+)
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
     # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions), 8
     # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions), 11
-    # (no claim functions on PostgreSQL), 12 (SQL claim functions, fillfactor 50) or 13
-    # (no instance-head function) left it, with data
+    # (no claim functions on PostgreSQL), 12 (SQL claim functions, fillfactor 50), 13
+    # (no instance-head function) or 14 (one that probed leased heads) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -114,7 +129,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "14"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "15"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -139,6 +154,13 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                         )
                     ).all()
                 )
+                heads_sql: str = conn.execute(
+                    sa.text(
+                        "SELECT prosrc FROM pg_proc WHERE proname = 'mb_instance_heads' "
+                        "AND pronamespace = current_schema()::regnamespace"
+                    )
+                ).scalar_one()
+            assert "q.lease_expires < now()" in heads_sql  # leased heads passed over (15)
             assert languages == {  # claims by index; PL/pgSQL keeps their plans
                 "mb_claimable": "plpgsql",
                 "mb_ordered_run": "plpgsql",
@@ -153,8 +175,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         [sub] = box.subscriptions()
         assert sub.name == "sub"
         [orphan] = box.suspended()
-        # 6 to 13 could not leave it resumable
-        if old not in ("6", "7", "8", "9", "10", "11", "12", "13"):
+        # 6 to 14 could not leave it resumable
+        if old not in ("6", "7", "8", "9", "10", "11", "12", "13", "14"):
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -180,5 +202,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 14"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 15"):
         MessageBox(backend_url)
