@@ -146,7 +146,7 @@ def claim(
 
     def take(sql: str, most: int, **extra: int) -> int:
         params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
-        got = [_claim(r) for r in dialect.fetch(conn, sql, params)]
+        got = [_claim(r) for r in dialect.lease(conn, sql, params)]
         claims.extend(got)
         return len(got)
 

@@ -252,6 +252,11 @@ class Dialect:
         """The rows of a hot statement in the dialect's own SQL (tuples by position)."""
         return list(conn.exec_driver_sql(statement, params).fetchall())
 
+    def lease(self, conn: sa.Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run a claim statement (``claim``, ``claim_mixed``, ``claim_ordered``): the
+        rows of the entries it leased, as they are once leased."""
+        return self.fetch(conn, statement, params)
+
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
         """What a publish reads before it routes, in one round trip where that saves any
         (None: the dialect reads each when needed)."""

@@ -22,7 +22,7 @@ import duckdb
 import duckdb_engine
 import sqlalchemy as sa
 
-from messagebox import clock
+from messagebox import clock, sql
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import (
     Dialect,
@@ -186,6 +186,10 @@ def _staged_schema() -> pa.Schema:
     )
 
 
+_PICK = frozenset(("host", "n", "first_kind"))
+"""The parameters of a claim's pick (DuckDB refuses a parameter a statement lacks)."""
+
+
 class DuckDBDialect(Dialect):
     name: ClassVar[str] = "duckdb"
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (duckdb.Error,)
@@ -195,6 +199,7 @@ class DuckDBDialect(Dialect):
     def __init__(self) -> None:
         super().__init__()
         self._lock: threading.RLock = threading.RLock()
+        self.lease_sql = sql.load(self.name, "lease")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         database = url.database or ""
@@ -320,6 +325,22 @@ class DuckDBDialect(Dialect):
 
     def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
         return {"host": host, "owner": owner, "n": n, "lease_us": int(lease_seconds * 1e6)}
+
+    def lease(self, conn: sa.Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
+        """Pick the entries (the claim statement, a SELECT of their values once leased),
+        then lease them by id: DuckDB's ``UPDATE ... RETURNING`` took 25 ms for 800 rows,
+        against 3 without ``RETURNING`` (see ``lease`` in duckdb.sql)."""
+        picked = self.fetch(conn, statement, {k: v for k, v in params.items() if k in _PICK})
+        if picked:
+            conn.exec_driver_sql(
+                self.lease_sql,
+                {
+                    "owner": params["owner"],
+                    "lease_us": params["lease_us"],
+                    "ids": [r[0] for r in picked],
+                },
+            )
+        return picked
 
     def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds

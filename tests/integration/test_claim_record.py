@@ -273,3 +273,72 @@ def test_a_host_instance_warns_at_start_when_the_server_never_vacuums(
     assert bool(warned) == off
     if off:
         assert "autovacuum is off" in warned[0].getMessage()
+
+
+def test_what_each_kind_of_claim_returns_is_what_it_stored(box: MessageBox) -> None:
+    # Given plain, ordered and service-instance entries on one host, claimed once and
+    # their leases lapsed, one of each kind marked started (its host ended during it)
+    box.create_host("h")
+    box.subscribe("plain", host="h", filter=P("t.K") == "p", name="plain")
+    box.subscribe("seq", host="h", filter=P("t.K") == "o", name="seq", ordered=True)
+    box.subscribe("conv", host="h", filter=P("t.K") == "i", name="conv", correlation=["t.N"])
+
+    def publish(numbers: range) -> None:
+        box.publish(
+            [Message(b"m", promoted={"t.K": k, "t.N": i}) for k in ("p", "o", "i") for i in numbers]
+        )
+
+    def take(owner: str) -> list[mb_leases.Claim]:
+        with box.store.transaction(serial=True) as conn:
+            return mb_leases.claim(
+                conn,
+                box.store.dialect,
+                host="h",
+                owner=owner,
+                n=20,
+                lease_seconds=30.0,
+                ordered=True,
+                instances=True,
+            )
+
+    publish(range(3))
+    first = take("gone")
+    assert len(first) == 9
+    started = {
+        min(c.id for c in first if c.ordered),
+        min(c.id for c in first if c.instance_id is not None),
+        min(c.id for c in first if not c.ordered and c.instance_id is None),
+    }
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        conn.execute(
+            q.update().values(lease_expires=sa.func.now() - sa.text("INTERVAL '1 second'"))
+        )
+        conn.execute(q.update().where(q.c.id.in_(started)).values(started_by="gone"))
+    # and entries never claimed
+    publish(range(10, 13))
+    # When each kind is claimed
+    claims = take("me")
+    # Then what each claim says of its entry is what the entry now holds
+    assert len(claims) == 18
+    with box.store.transaction() as conn:
+        rows = {r.id: r for r in conn.execute(sa.select(q))}
+        now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    for c in claims:
+        row = rows[c.id]
+        assert (row.lease_owner, row.attempts, row.charges) == ("me", c.attempts, c.charges), c
+        assert (row.interrupted, row.crashed_by) == (c.interrupted, c.crashed_by), c
+        assert row.started_by is None
+        assert (row.msg, row.sub, row.priority) == (c.msg, c.sub, c.priority), c
+        assert (row.instance_id, row.ordered) == (c.instance_id, c.ordered), c
+        assert row.lease_expires > now
+        if c.id in started:  # after a delivery that ended while started: charged
+            assert (c.attempts, c.charges, c.interrupted, c.crashed_by) == (2, 1, True, "gone"), c
+        elif c.id in {f.id for f in first}:  # after a lapsed lease, unstarted: not charged
+            assert (c.attempts, c.charges, c.interrupted, c.crashed_by) == (2, 0, True, None), c
+        else:  # a first delivery, and how long it waited
+            assert (c.attempts, c.charges, c.interrupted, c.crashed_by) == (1, 0, False, None), c
+            assert c.waited is not None
+            assert c.waited >= 0
+        if c.attempts > 1:
+            assert c.waited is None
