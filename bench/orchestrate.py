@@ -26,7 +26,9 @@ What it measures
     - ``plain reading``: the same, by services that read each message's body (as
       real services do, and as every orchestration step does), the batch's messages
       read together. Beside the issue's baseline, for what reading the messages costs;
-      the targets are checked against ``plain``.
+      the targets are checked against ``plain``. On DuckDB the messages, published by
+      this process before the clock starts, are read from memory (``messagebox.recent``),
+      as they are wherever the publisher is the host's process (DuckDB's always is).
 
     - ``with timers``: the same orchestration whose order step also starts a timer
       (``wait_for``), which the payment's step stops: a timer row written and deleted

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from messagebox import (
     arrays,
     clock,
+    recent,
     registry,
     rollup,
     schema,
@@ -140,6 +141,7 @@ def _delete_slice(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int,
     parts = list(conn.execute(sa.select(mp.c.part).where(among(mp.c.msg, msgs))).scalars())
     conn.execute(mp.delete().where(among(mp.c.msg, msgs)))
     deleted = conn.execute(schema.spool.delete().where(among(schema.spool.c.id, msgs))).rowcount
+    recent.deleted(conn, msgs)  # no longer read from memory once this commits
     refs = 0
     for table in (schema.ref_add, schema.ref_release):
         refs += conn.execute(table.delete().where(among(table.c.msg, msgs))).rowcount

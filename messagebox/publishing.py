@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from messagebox import clock, receipts, router, schema, spool, subscriptions
+from messagebox import clock, receipts, recent, router, schema, spool, subscriptions
 from messagebox.errors import (
     AlreadyExists,
     Conflict,
@@ -251,12 +251,22 @@ class Messages:
     # --- stored messages ---
 
     def read_message(self, message_id: uuid.UUID | str) -> StoredMessage:
+        msg_id = uuid.UUID(str(message_id))
+        kept = self._kept([msg_id], None)
+        if msg_id in kept:
+            return kept[msg_id]  # type: ignore[return-value]  # whole: no max_bytes
         with self._store.transaction() as conn:
-            return spool.read_message(conn, uuid.UUID(str(message_id)))
+            found = spool.read_message(conn, msg_id)
+        self._keep([found])
+        return found
 
     def message_summary(self, message_id: uuid.UUID | str) -> MessageSummary:
+        msg_id = uuid.UUID(str(message_id))
+        kept = self._kept([msg_id], -1)
+        if msg_id in kept:
+            return kept[msg_id]  # type: ignore[return-value]  # a summary: max_bytes -1
         with self._store.transaction() as conn:
-            return spool.describe(conn, uuid.UUID(str(message_id)))
+            return spool.describe(conn, msg_id)
 
     def read_messages(
         self,
@@ -268,8 +278,29 @@ class Messages:
             if value is not None and (type(value) is not int or value < 0):
                 raise ValidationError(f"{name} must be None or an int of at least 0, not {value!r}")
         ids = [m if type(m) is uuid.UUID else uuid.UUID(str(m)) for m in message_ids]
-        with self._store.transaction() as conn:
-            return spool.read_messages(conn, ids, max_bytes=max_bytes, total_bytes=total_bytes)
+        found = self._kept(ids, max_bytes)
+        missing = [i for i in ids if i not in found] if found else ids
+        if missing:
+            with self._store.transaction() as conn:
+                read = spool.read_messages(
+                    conn, missing, max_bytes=max_bytes, total_bytes=total_bytes
+                )
+            self._keep(m for m in read.values() if isinstance(m, StoredMessage))
+            found.update(read)
+        return found
+
+    def _kept(
+        self, ids: list[uuid.UUID], max_bytes: int | None
+    ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
+        """The messages of ``ids`` held in memory (:mod:`messagebox.recent`)."""
+        kept = self._store.recent
+        return kept.get(ids, max_bytes) if kept is not None and len(kept) else {}
+
+    def _keep(self, messages: Iterable[StoredMessage]) -> None:
+        """Hold messages just read in memory, for the next read of them."""
+        kept = self._store.recent
+        if kept is not None:
+            kept.put((m.id, e) for m in messages if (e := recent.read(m)) is not None)
 
     def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
         msg_id = uuid.UUID(str(message_id))

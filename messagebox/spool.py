@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, schema
+from messagebox import arrays, clock, recent, schema
 from messagebox.dialects import Dialect, Indexed, Same, Uuids
 from messagebox.errors import UnknownMessage
 from messagebox.ids import uuid7s
@@ -92,10 +92,13 @@ def message_rows(
     add_idx, add_name = (links[k].append for k in links)
     add_size, add_fragments, add_data = (parts[k].append for k in parts)
     k = 0  # the next part's position in part_ids
+    keep: list[tuple[uuid.UUID, recent.Kept]] | None = [] if recent.keeping(conn) else None
     for i, message in enumerate(messages):
         add_context(encode_context(message.promoted, message.written))
         add_n_parts(len(message.parts))
         add_body(message.body_part)
+        if keep is not None:
+            _keep(keep, ids[i], message, context[-1], now, publisher)
         for idx, (name, data) in enumerate(message.parts.items()):
             if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case
                 first, size, n_fragments = data, len(data), 1
@@ -117,6 +120,8 @@ def message_rows(
             add_fragments(n_fragments)
             add_data(first)
             k += 1
+    if keep:
+        recent.written(conn, keep)
     n = len(messages)
     spool = {
         "id": ids,
@@ -209,6 +214,23 @@ def read_messages(
     if last is not None:
         found[last] = _message(last, spooled, sizes, held)
     return found
+
+
+def _keep(
+    keep: list[tuple[uuid.UUID, recent.Kept]],
+    msg_id: uuid.UUID,
+    message: Message,
+    context: str,
+    now: datetime,
+    publisher: str,
+) -> None:
+    """Add a message to those the transaction keeps in memory, if its parts are bytes
+    (a file's are read while it is stored) and small enough."""
+    parts = message.parts
+    if all(type(data) is bytes for data in parts.values()):
+        found = recent.entry(context, message.body_part, now, publisher, dict(parts))  # type: ignore[arg-type]
+        if found is not None:
+            keep.append((msg_id, found))
 
 
 def _messages_query(

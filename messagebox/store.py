@@ -18,6 +18,7 @@ from messagebox import (
     defaults,
     ids,
     notify,
+    recent,
     rollup,
     routing_index,
     schema,
@@ -95,6 +96,16 @@ class Store:
         )
         """This process's in-memory routing index (None: publishes route in SQL)."""
         self._blocks = ids.blocks_for(self.key) if one_process else None
+        self.recent = recent.opened(self.key) if one_process else None
+        """Messages this process published or read lately (:mod:`messagebox.recent`)."""
+        try:
+            self._open(create, shown)
+        except BaseException:
+            self._forget_recent()
+            raise
+
+    def _open(self, create: bool, shown: str) -> None:
+        """Check the schema, or create or upgrade it (see the class)."""
         if self._current():
             return  # no DDL: its table locks would contend with running hosts
         if not create:
@@ -174,6 +185,7 @@ class Store:
                     routing_index.begin(conn, self.routing)
                     ids.begin(conn, self._blocks)
                     clock.begin(conn, same_machine=self.dialect.one_process)
+                    recent.begin(conn, self.recent)
                     try:
                         yield conn
                     except BaseException:
@@ -183,10 +195,13 @@ class Store:
                     counts = tracking.committed(conn)  # read now: the commit follows
                     wakes = notify.take(conn)
                     changed = routing_index.take_changed(conn)
+                    kept, gone = recent.take(conn)
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
+        if self.recent is not None and (kept or gone):
+            recent.apply(self.recent, kept, gone)
         if changed and self.dialect.one_process:
             routing_index.committed_change(self.key)
         if counts:
@@ -230,7 +245,13 @@ class Store:
         """Write the last per-minute counts, then close every pooled connection."""
         with suppress(Exception):  # closing goes on whatever the store says
             self.write_tally()
+        self._forget_recent()
         self.engine.dispose()
+
+    def _forget_recent(self) -> None:
+        if self.recent is not None:
+            self.recent = None
+            recent.closed(self.key)
 
 
 def _forget(conn: sa.Connection) -> None:
@@ -240,4 +261,5 @@ def _forget(conn: sa.Connection) -> None:
         tracking.discard(conn)
         notify.take(conn)
         routing_index.take_changed(conn)
+        recent.take(conn)
         clock.end(conn)

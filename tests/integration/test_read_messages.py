@@ -13,12 +13,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, schema
+from messagebox import Message, MessageBox, recent, schema
 from messagebox.errors import ValidationError
 from messagebox.hosts import service
 from messagebox.message import MessageSummary, StoredMessage
 from messagebox.predicates import P
 from messagebox.spool import FRAGMENT_SIZE
+
+
+@pytest.fixture(autouse=True, params=["kept", "store"])
+def source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice on DuckDB: the messages this process published read from memory
+    (messagebox.recent), then all read from the store."""
+    if request.param == "store":
+        monkeypatch.setattr(recent.Recent, "get", lambda self, ids, max_bytes=None: {})
+    return str(request.param)
 
 
 def test_a_batch_reads_whole_messages_summaries_and_fragments(box: MessageBox) -> None:
@@ -66,6 +75,7 @@ def test_a_batch_reads_whole_messages_summaries_and_fragments(box: MessageBox) -
     assert box.read_messages([]) == {}
 
 
+@pytest.mark.parametrize("source", ["store"], indirect=True)  # what is read
 def test_a_batch_reads_parts_up_to_its_total_bytes_in_id_order(box: MessageBox) -> None:
     # Given, in id order, a message too large for the batch (past max_bytes), then four
     # of 100 bytes in two parts of 50, and a read of at most 250 bytes in all
@@ -91,6 +101,7 @@ def test_a_batch_reads_parts_up_to_its_total_bytes_in_id_order(box: MessageBox) 
     assert read[ids[2]].parts == {"a": b"a" * 50, "b": b"b" * 50}  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("source", ["store"], indirect=True)  # what is read
 def test_a_batch_past_its_total_bytes_reads_the_rest_in_chunks(
     box: MessageBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,3 +140,20 @@ def test_a_read_refuses_a_byte_limit_that_is_not_a_count(
 ) -> None:
     with pytest.raises(ValidationError, match=option):
         box.read_messages([uuid.uuid4()], **{option: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("source", ["kept"], indirect=True)
+def test_messages_held_in_memory_come_whole_whatever_the_total_read(box: MessageBox) -> None:
+    # Given six messages of 100 bytes this process published (held in memory on DuckDB)
+    box.create_host("h")
+    box.subscribe("all", host="h", filter=P("a.Id").exists())
+    ids = [uuid.UUID(int=i) for i in range(1, 7)]
+    box.publish([Message(b"m" * 100, promoted={"a.Id": i}, id=ids[i]) for i in range(6)])
+    # When they are asked for with at most 250 bytes to read
+    got = box.read_messages(ids, max_bytes=4096, total_bytes=250)
+    # Then those held come whole (nothing is read for them), the rest as the store gives
+    whole = [i for i in ids if isinstance(got[i], StoredMessage)]
+    if box.store.recent is not None:
+        assert whole == ids
+    else:
+        assert whole == ids[:2]
