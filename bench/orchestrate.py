@@ -26,9 +26,13 @@ What it measures
     - ``plain reading``: the same, by services that read each message's body (as
       real services do, and as every orchestration step does), the batch's messages
       read together. Beside the issue's baseline, for what reading the messages costs;
-      the targets are checked against ``plain``. On DuckDB the messages, published by
-      this process before the clock starts, are read from memory (``messagebox.recent``),
-      as they are wherever the publisher is the host's process (DuckDB's always is).
+      the targets are checked against ``plain``. The backlog is published before a host
+      instance runs, so on DuckDB it is read from the store.
+    - ``reading held``: the same, the backlog published while a host instance (of
+      another host, idle) runs in the process, as a backlog grows while a host's
+      instances run behind: on DuckDB each message is then held in memory
+      (``messagebox.recent``) and read from there; on PostgreSQL it is ``plain
+      reading`` again.
 
     - ``with timers``: the same orchestration whose order step also starts a timer
       (``wait_for``), which the payment's step stops: a timer row written and deleted
@@ -78,7 +82,15 @@ from bench.backlog import analyze
 from bench.orchestrate_limit import duckdb_limit, pg_limit
 from bench.spent import Meter, Spent
 from messagebox import Message, MessageBox
-from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
+from messagebox.hosts import (
+    Delivery,
+    HostApp,
+    HostInstance,
+    Orchestration,
+    activate,
+    receive,
+    timeout,
+)
 from messagebox.predicates import P
 
 PG_URL = os.environ.get(
@@ -183,31 +195,55 @@ PLAIN_MIN_CONVERSATIONS = 20_000
 """The least plain delivery runs, so that its rate is the steady one (see above)."""
 
 
-PLAIN = ("plain", "plain reading")
+PLAIN = ("plain", "plain reading", "reading held")
 """Plain delivery, by do-nothing services (the issue's baseline) and by services that
-read each message's body."""
+read each message's body (from the store, and held in memory)."""
+
+READING = ("plain reading", "reading held")
 
 
 def run_one(url: str, system: str, n: int) -> Spent:
     """What handling the 2N messages took, for one system on one fresh store."""
-    counter = ReadingCounter() if system == "plain reading" else Counter()
+    counter = ReadingCounter() if system in READING else Counter()
     app = _app(system, counter)
+    bystander = _idle_instance(url) if system == "reading held" else None
+    try:
+        with MessageBox(url) as box:
+            app.setup(box)
+            for start in range(0, n, 500):
+                ids = range(start, min(start + 500, n))
+                box.publish(
+                    [
+                        Message(b"order", promoted={"b.Kind": "order", "b.Id": i, "b.Total": 10.0})
+                        for i in ids
+                    ]
+                )
+            for start in range(0, n, 500):
+                ids = range(start, min(start + 500, n))
+                box.publish(
+                    [Message(b"pay", promoted={"b.Kind": "payment", "b.Id": i}) for i in ids]
+                )
+            analyze(box)  # as autovacuum would have (bench.backlog)
+        return _timed(app.instance(url), counter, 2 * n if system in PLAIN else n)
+    finally:
+        if bystander is not None:
+            bystander.stop(10.0)
+
+
+def _idle_instance(url: str) -> HostInstance:
+    """A running host instance of another host, with nothing to do."""
+    idle = HostApp("idle", cleanup_interval_seconds=0)
+    idle.add_service("idle", lambda _d: None)
+    idle.subscribe("idle", filter=P("b.Kind") == "none", name="idle")
     with MessageBox(url) as box:
-        app.setup(box)
-        for start in range(0, n, 500):
-            ids = range(start, min(start + 500, n))
-            box.publish(
-                [
-                    Message(b"order", promoted={"b.Kind": "order", "b.Id": i, "b.Total": 10.0})
-                    for i in ids
-                ]
-            )
-        for start in range(0, n, 500):
-            ids = range(start, min(start + 500, n))
-            box.publish([Message(b"pay", promoted={"b.Kind": "payment", "b.Id": i}) for i in ids])
-        analyze(box)  # as autovacuum would have (bench.backlog)
-    instance = app.instance(url)
-    target = 2 * n if system in PLAIN else n  # messages handled, or confirmations
+        idle.setup(box)
+    instance = idle.instance(url)
+    instance.start()
+    return instance
+
+
+def _timed(instance: HostInstance, counter: Counter, target: int) -> Spent:
+    """Run the host instance until ``counter`` reaches ``target``: what it took."""
     meter = Meter()
     instance.start()
     try:
@@ -273,7 +309,7 @@ Row = tuple[str, str, dict[str, tuple[Spent, int]]]
 """A backend, an orchestration workload, and per system what handling its messages
 took and how many there were."""
 
-SYSTEMS = ("plain", "plain reading", "stateless", "orchestration", "step limit")
+SYSTEMS = ("plain", "plain reading", "reading held", "stateless", "orchestration", "step limit")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -290,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
             shared = {
                 "plain": (run_one(make_url(), "plain", plain_n), 2 * plain_n),
                 "plain reading": (run_one(make_url(), "plain reading", plain_n), 2 * plain_n),
+                "reading held": (run_one(make_url(), "reading held", plain_n), 2 * plain_n),
                 "stateless": (run_one(make_url(), "stateless", n), 2 * n),
             }
             orchs = {w: (run_one(make_url(), w, n), 2 * n) for w in ORCHESTRATIONS}
@@ -318,14 +355,16 @@ def _rate(row: Row, system: str) -> float:
 def _print_rates(rows: list[Row]) -> None:
     print(
         f"{'backend':<12}{'workload':<15}{'plain msgs/s':>14}{'reading msgs/s':>16}"
-        f"{'stateless msgs/s':>18}{'orchestration steps/s':>23}{'step limit/s':>14}"
+        f"{'held msgs/s':>13}{'stateless msgs/s':>18}{'orchestration steps/s':>23}"
+        f"{'step limit/s':>14}"
         f"{'orch/plain':>12}{'orch/reading':>14}{'orch/stateless':>16}{'orch/limit':>12}"
         f"{'limit/plain':>13}  targets"
     )
     for row in rows:
-        plain, reading, base, orch, limit = (_rate(row, s) for s in SYSTEMS)
+        plain, reading, held, base, orch, limit = (_rate(row, s) for s in SYSTEMS)
         print(
-            f"{row[0]:<12}{row[1]:<15}{plain:>14,.0f}{reading:>16,.0f}{base:>18,.0f}"
+            f"{row[0]:<12}{row[1]:<15}{plain:>14,.0f}{reading:>16,.0f}{held:>13,.0f}"
+            f"{base:>18,.0f}"
             f"{orch:>23,.0f}{limit:>14,.0f}{orch / plain:>12.2f}{orch / reading:>14.2f}"
             f"{orch / base:>16.2f}{orch / limit:>12.2f}{limit / plain:>13.2f}  "
             f"{_verdict(plain, orch, limit)}"

@@ -162,14 +162,21 @@ class Consumer:
         """Register; returns warnings about the server (see ``Dialect.warnings``)."""
         with self._store.transaction(serial=True) as conn:
             registry.register(conn, info)
-            return self._dialect.warnings(conn)
+            warnings = self._dialect.warnings(conn)
+        if self._store.recent is not None:  # it reads the messages published here
+            self._store.recent.reader_started()
+        return warnings
 
     def unregister(self) -> int:
         """Unregister; returns the leases released (their host is woken)."""
-        with self._store.transaction(serial=True) as conn:
-            released = registry.unregister(conn, self.owner)
-            if released:
-                self._dialect.notify(conn, [self.host])
+        try:
+            with self._store.transaction(serial=True) as conn:
+                released = registry.unregister(conn, self.owner)
+                if released:
+                    self._dialect.notify(conn, [self.host])
+        finally:
+            if self._store.recent is not None:
+                self._store.recent.reader_stopped()
         return released
 
     def heartbeat(self, lease_seconds: float, in_flight: Sequence[int], info: InstanceInfo) -> bool:

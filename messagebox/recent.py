@@ -1,8 +1,9 @@
 """Messages this process published or read lately, kept in memory (DuckDB).
 
 A stored message never changes, and on a database that only one process opens
-(DuckDB) every publish, read and delete of a message happens in this process. So a
-message published here is kept, once its transaction has committed, and a host
+(DuckDB) every publish, read and delete of a message happens in this process. So
+while a host instance of the database runs in this process (nobody else reads them),
+a message published here is kept once its transaction has committed, and a host
 instance's read of it is served from memory instead of a query: on DuckDB each
 statement costs milliseconds, and reading the bodies of 50 claimed messages took
 6-8 ms, more than delivering them. Cleanup forgets what it deletes when it commits.
@@ -17,14 +18,14 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 
 from messagebox.message import MessageSummary, StoredMessage
-from messagebox.properties import Value, decode_context
+from messagebox.properties import decode_context
 
 CACHE_BYTES = 64 << 20
 """At most this many bytes of messages (parts, context and a fixed cost each) are kept
@@ -39,33 +40,33 @@ ENTRY_BYTES = 600
 measured 625 bytes in all for a 5-byte body and a 90-character context."""
 
 
-class Kept(NamedTuple):
-    """A message as kept: its context as stored (decoded on each read), or as a read
-    decoded it (copied on each read), so that every reader gets its own dicts; and its
-    parts' bytes."""
+Kept = tuple[Any, ...]
+"""A message as kept, one flat tuple: what keeping it costs in bytes; its context as
+stored (decoded on each read), or as a read decoded it (copied on each read), so that
+every reader gets its own dicts; its body part's name, time and publisher; then each
+part's name and bytes. Flat and plain: a published message's holds no container, and
+the garbage collector stops tracking it at its first collection (it never stops
+tracking a named tuple or a dict, and a nested tuple only a level a collection): tens
+of thousands of tracked objects kept would make every full collection slower."""
 
-    context: str | tuple[dict[str, Value], dict[str, Value]]
-    body_part: str
-    published_at: datetime
-    publisher: str
-    parts: dict[str, bytes]
-    size: int
 
-    def message(self, msg_id: uuid.UUID) -> StoredMessage:
-        if isinstance(self.context, str):
-            promoted, written = decode_context(self.context)
-        else:
-            promoted, written = dict(self.context[0]), dict(self.context[1])
-        return StoredMessage(
-            id=msg_id,
-            promoted=promoted,
-            written=written,
-            parts=dict(self.parts),  # each reader its own dict
-            body_part=self.body_part,
-            published_at=self.published_at,
-            publisher=self.publisher,
-            part_sizes={name: len(data) for name, data in self.parts.items()},
-        )
+def _message(msg_id: uuid.UUID, kept: Kept) -> StoredMessage:
+    context, body_part, published_at, publisher = kept[1:5]
+    if isinstance(context, str):
+        promoted, written = decode_context(context)
+    else:
+        promoted, written = dict(context[0]), dict(context[1])
+    names, datas = kept[5::2], kept[6::2]
+    return StoredMessage(
+        id=msg_id,
+        promoted=promoted,
+        written=written,
+        parts=dict(zip(names, datas, strict=True)),  # each reader its own dict
+        body_part=body_part,
+        published_at=published_at,
+        publisher=publisher,
+        part_sizes=dict(zip(names, map(len, datas), strict=True)),
+    )
 
 
 class Recent:
@@ -74,6 +75,10 @@ class Recent:
     def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.limit = limit
         self.used = 0
+        self.readers = 0
+        """Host instances of the database running in this process: messages are kept
+        only while one runs (nobody else reads them), and forgotten when the last
+        stops."""
         self._kept: OrderedDict[uuid.UUID, Kept] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -81,18 +86,21 @@ class Recent:
         return len(self._kept)
 
     def put(self, items: Iterable[tuple[uuid.UUID, Kept]]) -> None:
-        """Keep messages (committed), forgetting the oldest past the limit."""
+        """Keep messages (committed) while a reader runs, forgetting the oldest past
+        the limit."""
         with self._lock:
+            if not self.readers:
+                return
             kept = self._kept
             for msg_id, entry in items:
                 old = kept.pop(msg_id, None)
                 if old is not None:
-                    self.used -= old.size
+                    self.used -= old[0]
                 kept[msg_id] = entry
-                self.used += entry.size
+                self.used += entry[0]
             while self.used > self.limit and kept:
                 _, old = kept.popitem(last=False)
-                self.used -= old.size
+                self.used -= old[0]
 
     def get(
         self, ids: Sequence[uuid.UUID], max_bytes: int | None = None
@@ -103,12 +111,23 @@ class Recent:
             found = [(i, e) for i in ids if (e := self._kept.get(i)) is not None]
         out: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
         for msg_id, entry in found:
-            message = entry.message(msg_id)
+            message = _message(msg_id, entry)
             if max_bytes is not None and sum(message.part_sizes.values()) > max_bytes:
                 out[msg_id] = message.summary()
             else:
                 out[msg_id] = message
         return out
+
+    def reader_started(self) -> None:
+        with self._lock:
+            self.readers += 1
+
+    def reader_stopped(self) -> None:
+        with self._lock:
+            self.readers = max(0, self.readers - 1)
+            if not self.readers:
+                self._kept.clear()
+                self.used = 0
 
     def clear(self) -> None:
         with self._lock:
@@ -120,7 +139,7 @@ class Recent:
             for msg_id in ids:
                 old = self._kept.pop(msg_id, None)
                 if old is not None:
-                    self.used -= old.size
+                    self.used -= old[0]
 
 
 _OPEN: dict[str, tuple[Recent, int]] = {}
@@ -154,15 +173,31 @@ def closed(key: str) -> None:
 
 
 def entry(
-    context: str, body_part: str, published_at: datetime, publisher: str, parts: dict[str, bytes]
+    context: str,
+    body_part: str,
+    published_at: datetime,
+    publisher: str,
+    parts: Mapping[str, object],
 ) -> Kept | None:
-    """A message to keep, or None when it is too large to."""
-    size = sum(map(len, parts.values()))
+    """A message being published, to keep: None when a part is not bytes (a file's is
+    read while it is stored; text is stored as UTF-8) or the parts are too large."""
+    if len(parts) == 1:  # the common case, without a loop
+        [(name, data)] = parts.items()
+        if type(data) is not bytes or len(data) > MESSAGE_BYTES:
+            return None
+        cost = len(data) + len(context) + ENTRY_BYTES
+        return (cost, context, body_part, published_at, publisher, name, data)
+    flat: list[object] = []
+    size = 0
+    for name, data in parts.items():
+        if type(data) is not bytes:
+            return None
+        size += len(data)
+        flat += (name, data)
     if size > MESSAGE_BYTES:
         return None
-    return Kept(
-        context, body_part, published_at, publisher, parts, size + len(context) + ENTRY_BYTES
-    )
+    cost = size + len(context) + ENTRY_BYTES
+    return (cost, context, body_part, published_at, publisher, *flat)
 
 
 def read(message: StoredMessage) -> Kept | None:
@@ -172,9 +207,8 @@ def read(message: StoredMessage) -> Kept | None:
         return None
     context = (dict(message.promoted), dict(message.written))  # the reader may change its own
     cost = size + ENTRY_BYTES + 64 * (len(message.promoted) + len(message.written))
-    return Kept(
-        context, message.body_part, message.published_at, message.publisher, message.parts, cost
-    )
+    head = (cost, context, message.body_part, message.published_at, message.publisher)
+    return head + tuple(x for pair in message.parts.items() for x in pair)
 
 
 # --- per transaction: kept when it commits, forgotten when a delete commits ---
@@ -192,8 +226,10 @@ def begin(conn: sa.Connection, recent: Recent | None) -> None:
 
 
 def keeping(conn: sa.Connection) -> bool:
-    """Whether this transaction's messages are kept when it commits."""
-    return conn.info.get(_KEY) is not None
+    """Whether this transaction's messages are kept when it commits (a host instance of
+    the database runs in this process)."""
+    found: Recent | None = conn.info.get(_KEY)
+    return found is not None and found.readers > 0
 
 
 def written(conn: sa.Connection, items: list[tuple[uuid.UUID, Kept]]) -> None:

@@ -224,13 +224,10 @@ def _keep(
     now: datetime,
     publisher: str,
 ) -> None:
-    """Add a message to those the transaction keeps in memory, if its parts are bytes
-    (a file's are read while it is stored) and small enough."""
-    parts = message.parts
-    if all(type(data) is bytes for data in parts.values()):
-        found = recent.entry(context, message.body_part, now, publisher, dict(parts))  # type: ignore[arg-type]
-        if found is not None:
-            keep.append((msg_id, found))
+    """Add a message to those the transaction keeps in memory, if it can be."""
+    found = recent.entry(context, message.body_part, now, publisher, message.parts)
+    if found is not None:
+        keep.append((msg_id, found))
 
 
 def _messages_query(

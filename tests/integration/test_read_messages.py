@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,12 +23,20 @@ from messagebox.spool import FRAGMENT_SIZE
 
 
 @pytest.fixture(autouse=True, params=["kept", "store"])
-def source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def source(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, box: MessageBox
+) -> Iterator[str]:
     """Each test twice on DuckDB: the messages this process published read from memory
-    (messagebox.recent), then all read from the store."""
+    (messagebox.recent, while a host instance of the store runs here), then all read
+    from the store."""
+    held = box.store.recent
     if request.param == "store":
         monkeypatch.setattr(recent.Recent, "get", lambda self, ids, max_bytes=None: {})
-    return str(request.param)
+    elif held is not None:
+        held.reader_started()  # as a host instance does when it starts
+    yield str(request.param)
+    if request.param == "kept" and held is not None:
+        held.reader_stopped()
 
 
 def test_a_batch_reads_whole_messages_summaries_and_fragments(box: MessageBox) -> None:

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from messagebox import Message, MessageBox, recent, spool
 from messagebox.cleanup import run as run_cleanup
 from messagebox.errors import AlreadyExists, UnknownMessage, ValidationError
+from messagebox.hosts import HostApp
 from messagebox.message import MessageSummary, StoredMessage
+from messagebox.models import InstanceInfo
 from messagebox.predicates import P
 from messagebox.properties import encode_context
 from tests import strategies
@@ -30,12 +32,18 @@ from tests.conftest import claim, complete
 
 @pytest.fixture
 def duck(duckdb_url: str) -> Iterator[MessageBox]:
+    """A DuckDB store with a host instance of it registered in this process (messages
+    are held only while one runs)."""
     box = MessageBox(duckdb_url, publisher="tests")
     box.create_host("h")
     box.subscribe("all", host="h", filter=P("t.a").exists() | P("t.b").exists(), name="all")
+    reader = box.consumer("h", "reader")
+    at = datetime.now(UTC)
+    reader.register(InstanceInfo("reader", "h", "here", 1, at, at, "running"))
     try:
         yield box
     finally:
+        reader.unregister()
         box.close()
 
 
@@ -191,6 +199,7 @@ def test_large_messages_and_file_parts_are_read_from_the_store(duck: MessageBox)
 
 def test_memory_is_bounded_and_the_oldest_are_forgotten_first() -> None:
     kept = recent.Recent(limit=10_000)
+    kept.reader_started()
     at = datetime.now(UTC)
     ids = [uuid.UUID(int=i) for i in range(100)]
     for i in ids:
@@ -245,3 +254,29 @@ def test_postgresql_holds_nothing(pg_url: str) -> None:
         finally:
             statements.close()
         assert statements.n > 0
+
+
+def test_nothing_is_held_while_no_host_instance_runs_here(duckdb_url: str) -> None:
+    # Given a store with no host instance running in this process (a publishing job)
+    box = MessageBox(duckdb_url)
+    box.create_host("h")
+    box.subscribe("all", host="h", filter=P("t.a").exists())
+    held = box.store.recent
+    assert held is not None
+    box.publish([Message(b"x", promoted={"t.a": 1})])
+    # Then nothing it publishes is held
+    assert len(held) == 0
+    # When a host instance of it starts here, what is published next is held
+    app = HostApp("h")
+    app.add_service("all", lambda _d: None)
+    instance = app.instance(duckdb_url)
+    instance.start()
+    assert held.readers == 1
+    box.publish([Message(b"y", promoted={"t.a": 2})])
+    assert len(held) >= 1
+    # and when the last one stops, all is forgotten
+    instance.stop(5.0)
+    assert (held.readers, len(held), held.used) == (0, 0, 0)
+    box.publish([Message(b"z", promoted={"t.a": 3})])
+    assert len(held) == 0
+    box.close()
