@@ -39,13 +39,17 @@ UPDATE mb_queue
 -- include: claim_set
 WHERE id IN (SELECT unnest(CAST($ids AS BIGINT[])))
 
+-- name: plain_ready --
+-- A host's plain entries that a claim may take now (claim, claim_mixed).
+WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
+  AND available_at <= now()
+  AND (lease_expires IS NULL OR lease_expires < now())
+
 -- name: claim --
 -- The next plain entries of a host, by priority and age.
 -- include: claim_values
 FROM mb_queue
-WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
-  AND available_at <= now()
-  AND (lease_expires IS NULL OR lease_expires < now())
+-- include: plain_ready
 ORDER BY priority DESC, id
 LIMIT $n
 
@@ -88,9 +92,7 @@ WHERE id IN (
         FROM (
             SELECT id, priority
             FROM mb_queue
-            WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
-              AND available_at <= now()
-              AND (lease_expires IS NULL OR lease_expires < now())
+-- include: plain_ready
             ORDER BY priority DESC, id
             LIMIT $n
         )

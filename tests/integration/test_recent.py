@@ -48,17 +48,20 @@ def duck(duckdb_url: str) -> Iterator[MessageBox]:
 
 
 class Statements:
-    """Counts the statements a store runs."""
+    """Counts the statements a store runs while in its ``with`` block."""
 
     def __init__(self, box: MessageBox) -> None:
         self.n = 0
         self._engine = box.store.engine
-        sa.event.listen(self._engine, "before_cursor_execute", self._count)
 
     def _count(self, *_args: object) -> None:
         self.n += 1
 
-    def close(self) -> None:
+    def __enter__(self) -> Statements:
+        sa.event.listen(self._engine, "before_cursor_execute", self._count)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
         sa.event.remove(self._engine, "before_cursor_execute", self._count)
 
 
@@ -74,13 +77,10 @@ def test_a_message_published_here_is_read_without_a_query(duck: MessageBox) -> N
     routed = duck.publish([Message(b"m%d" % i, promoted={"t.a": i}) for i in range(5)])
     ids = [r.message_id for r in routed]
     # When a host instance's batch reads them, and one is read alone and described
-    statements = Statements(duck)
-    try:
+    with Statements(duck) as statements:
         batch = duck.read_messages(ids, max_bytes=1 << 18)
         one = duck.read_message(ids[0])
         summary = duck.message_summary(ids[1])
-    finally:
-        statements.close()
     # Then no statement ran, and each is what the store holds
     assert statements.n == 0
     assert batch == stored(duck, ids)
@@ -117,11 +117,8 @@ def test_what_memory_gives_is_what_the_store_gives(
     [routed] = duck.publish([message])
     msg = routed.message_id
     # When it is read from memory, and read from the store
-    statements = Statements(duck)
-    try:
+    with Statements(duck) as statements:
         held = duck.read_messages([msg], max_bytes=None)[msg]
-    finally:
-        statements.close()
     assert statements.n == 0  # from memory
     # Then the two are equal, value for value and type for type
     expected = stored(duck, [msg])[msg]
@@ -231,11 +228,8 @@ def test_two_stores_of_one_database_share_what_is_held(duck: MessageBox, duckdb_
         # When the first publishes
         [routed] = duck.publish([Message(b"x", promoted={"t.a": 1})])
         # Then the second reads it without a query
-        statements = Statements(host_side)
-        try:
+        with Statements(host_side) as statements:
             assert host_side.read_message(routed.message_id).body == b"x"
-        finally:
-            statements.close()
         assert statements.n == 0
     # and closing one keeps it held for the other
     assert duck.store.recent is not None
@@ -248,11 +242,8 @@ def test_postgresql_holds_nothing(pg_url: str) -> None:
         box.create_host("h")
         box.subscribe("all", host="h", filter=P("t.a").exists())
         [routed] = box.publish([Message(b"x", promoted={"t.a": 1})])
-        statements = Statements(box)
-        try:
+        with Statements(box) as statements:
             assert box.read_message(routed.message_id).body == b"x"
-        finally:
-            statements.close()
         assert statements.n > 0
 
 
