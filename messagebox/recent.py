@@ -129,11 +129,6 @@ class Recent:
                 self._kept.clear()
                 self.used = 0
 
-    def clear(self) -> None:
-        with self._lock:
-            self._kept.clear()
-            self.used = 0
-
     def forget(self, ids: Iterable[uuid.UUID]) -> None:
         with self._lock:
             for msg_id in ids:
@@ -233,9 +228,8 @@ def keeping(conn: sa.Connection) -> bool:
 
 
 def written(conn: sa.Connection, items: list[tuple[uuid.UUID, Kept]]) -> None:
-    """Messages this transaction stored (kept if it commits)."""
-    if items and conn.info.get(_KEY) is not None:
-        conn.info.setdefault(_WRITTEN, []).extend(items)
+    """Messages this transaction stored (kept if it commits; see :func:`keeping`)."""
+    conn.info.setdefault(_WRITTEN, []).extend(items)
 
 
 def deleted(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> None:
@@ -245,13 +239,6 @@ def deleted(conn: sa.Connection, ids: Sequence[uuid.UUID]) -> None:
 
 
 def take(conn: sa.Connection) -> tuple[list[tuple[uuid.UUID, Kept]], list[uuid.UUID]]:
-    """What the transaction stored and deleted, taken (the caller applies it after the
-    commit, with :func:`apply`)."""
+    """What the transaction stored and deleted, taken (the caller puts and forgets them
+    after the commit)."""
     return conn.info.pop(_WRITTEN, []), conn.info.pop(_DELETED, [])
-
-
-def apply(recent: Recent, stored: list[tuple[uuid.UUID, Kept]], gone: list[uuid.UUID]) -> None:
-    if stored:
-        recent.put(stored)
-    if gone:
-        recent.forget(gone)

@@ -97,8 +97,10 @@ def message_rows(
         add_context(encode_context(message.promoted, message.written))
         add_n_parts(len(message.parts))
         add_body(message.body_part)
-        if keep is not None:
-            _keep(keep, ids[i], message, context[-1], now, publisher)
+        if keep is not None and (
+            held := recent.entry(context[-1], message.body_part, now, publisher, message.parts)
+        ):
+            keep.append((ids[i], held))
         for idx, (name, data) in enumerate(message.parts.items()):
             if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case
                 first, size, n_fragments = data, len(data), 1
@@ -214,20 +216,6 @@ def read_messages(
     if last is not None:
         found[last] = _message(last, spooled, sizes, held)
     return found
-
-
-def _keep(
-    keep: list[tuple[uuid.UUID, recent.Kept]],
-    msg_id: uuid.UUID,
-    message: Message,
-    context: str,
-    now: datetime,
-    publisher: str,
-) -> None:
-    """Add a message to those the transaction keeps in memory, if it can be."""
-    found = recent.entry(context, message.body_part, now, publisher, message.parts)
-    if found is not None:
-        keep.append((msg_id, found))
 
 
 def _messages_query(

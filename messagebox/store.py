@@ -201,7 +201,8 @@ class Store:
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
         if self.recent is not None and (kept or gone):
-            recent.apply(self.recent, kept, gone)
+            self.recent.put(kept)
+            self.recent.forget(gone)
         if changed and self.dialect.one_process:
             routing_index.committed_change(self.key)
         if counts:
