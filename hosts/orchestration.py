@@ -64,7 +64,8 @@ Guarantees:
   for that receive is handled; when it is due, a host instance queues a timeout message
   for the instance and the ``@timeout(receive)`` method runs, in order with the
   instance's other messages. Timers fire within ``poll_max_seconds`` of their due time
-  (sooner when set by the same process).
+  (sooner when set by the same process, and on DuckDB, where every step runs in one
+  process, on time).
 """
 
 from __future__ import annotations

@@ -326,6 +326,12 @@ class Consumer:
         with self._store.transaction() as conn:  # a read: no write lock while idle
             return service_instances.next_due(conn, self.host)
 
+    @property
+    def timers_set_here(self) -> bool:
+        """Whether every timer of the store is set by a step in this process (DuckDB:
+        one process), so that :meth:`timer_set_before` knows of each one."""
+        return self._dialect.one_process
+
     def timer_set_before(self, at: float) -> bool:
         """Whether a step in this process set a timer of the host due before ``at``
         (seconds since the epoch) since the host's timers were last looked at
@@ -344,11 +350,11 @@ class Consumer:
     ) -> tuple[datetime, dict[str, service_instances.Stored], set[str]]:
         """The store's time, the saved instances of these ids, and which of the missing
         ones are convoys still being created (their first step has not committed)."""
-        with self._store.transaction() as conn:
-            stored = service_instances.load(conn, instance_ids) if instance_ids else {}
-            now = clock.now(conn)  # timeouts fall due by the store's clock
-            missing = [i for i in instance_ids if i not in stored]
-            return now, stored, service_instances.in_convoy(conn, missing) if missing else set()
+        with self._store.transaction(autocommit=True) as conn:  # one statement
+            stored, convoys = (
+                service_instances.load(conn, instance_ids) if instance_ids else ({}, set())
+            )
+            return clock.now(conn), stored, convoys  # timeouts fall due by the store's clock
 
     def commit_steps(self, steps: Sequence[service_instances.Step], publisher: str) -> int:
         """Commit steps at once (see :func:`messagebox.service_instances.commit_steps`); returns

@@ -280,8 +280,8 @@ class Messages:
         ids = [m if type(m) is uuid.UUID else uuid.UUID(str(m)) for m in message_ids]
         found = self._kept(ids, max_bytes)
         missing = [i for i in ids if i not in found] if found else ids
-        if missing:
-            with self._store.transaction() as conn:
+        if missing:  # a message never changes: no transaction around its statements
+            with self._store.transaction(autocommit=True) as conn:
                 read = spool.read_messages(
                     conn, missing, max_bytes=max_bytes, total_bytes=total_bytes
                 )

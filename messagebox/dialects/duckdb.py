@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import duckdb
 import duckdb_engine
 import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import IsolationLevel
 
 from messagebox import clock, sql
 from messagebox.dialects._ddl import create_all
@@ -52,18 +53,41 @@ class _CachingDriver(duckdb_engine.Dialect):
     # rollback with nothing open fails (0.4 ms, caught by duckdb_engine), after every
     # committed transaction. Unknown (never begun or ended here) counts as open.
     def do_begin(self, dbapi_connection: Any) -> None:
-        super().do_begin(dbapi_connection)
-        _driver(dbapi_connection).mb_open = True
+        driver = _driver(dbapi_connection)
+        if not getattr(driver, "mb_autocommit", False):
+            super().do_begin(dbapi_connection)
+            driver.mb_open = True
 
     def do_commit(self, dbapi_connection: Any) -> None:
-        super().do_commit(dbapi_connection)  # type: ignore[no-untyped-call]
-        _driver(dbapi_connection).mb_open = False
+        driver = _driver(dbapi_connection)
+        if getattr(driver, "mb_open", True):
+            super().do_commit(dbapi_connection)  # type: ignore[no-untyped-call]
+            driver.mb_open = False
 
     def do_rollback(self, dbapi_connection: Any) -> None:
         driver = _driver(dbapi_connection)
         if getattr(driver, "mb_open", True):
             super().do_rollback(dbapi_connection)
             driver.mb_open = False
+
+    # ``isolation_level="AUTOCOMMIT"`` (:meth:`Store.transaction` with
+    # ``autocommit=True``): no BEGIN and COMMIT, each statement commits alone, as the
+    # driver does outside a transaction. A BEGIN and a COMMIT cost a statement each.
+    def get_isolation_level_values(self, dbapi_connection: Any) -> list[IsolationLevel]:
+        return ["SERIALIZABLE", "AUTOCOMMIT"]
+
+    def get_default_isolation_level(self, dbapi_connection: Any) -> IsolationLevel:  # type: ignore[override]
+        return "SERIALIZABLE"  # DuckDB's only level
+
+    def get_isolation_level(self, dbapi_connection: Any) -> IsolationLevel:
+        return (
+            "AUTOCOMMIT"
+            if getattr(_driver(dbapi_connection), "mb_autocommit", False)
+            else "SERIALIZABLE"
+        )
+
+    def set_isolation_level(self, dbapi_connection: Any, level: IsolationLevel) -> None:
+        _driver(dbapi_connection).mb_autocommit = level == "AUTOCOMMIT"
 
 
 def _driver(conn: Any) -> Any:

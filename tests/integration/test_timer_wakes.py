@@ -6,12 +6,14 @@ store for nothing: orchestrations that wait with long time-outs cost it no read)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from messagebox import MessageBox
 from messagebox.hosts import HostInstance
+from messagebox.hosts.supervision import TIMERS_LOOK_SECONDS
 from tests.integration.orchestration_support import make_app, msg, wait_until
 from tests.integration.test_orchestration import PaymentTimeout
 
@@ -60,3 +62,26 @@ def test_a_step_wakes_the_timer_loop_only_for_a_timer_due_before_its_next_look(
     wait_until(lambda: sink.orders("cancel") == [2], LONG_POLL / 2, "order 2's timeout")
     assert wakes.sets >= 1
     assert inst.stats.snapshot()["timers_fired"] == 1
+
+
+def test_on_duckdb_the_timer_loop_reads_the_timers_only_when_woken_or_due(
+    box: MessageBox, backend_url: str, instance: list[HostInstance]
+) -> None:
+    """On DuckDB every timer is set by a step of this one process, which wakes the loop:
+    its own looks are a minute apart whatever ``poll_max_seconds`` is (each cost a
+    statement). Elsewhere another process may set one: it looks every
+    ``poll_max_seconds``."""
+    # Given a host instance whose poll_max_seconds is short
+    app, sink = make_app(PaymentTimeout, sink_kinds=("cancel",), poll_max_seconds=0.2)
+    inst = app.instance(backend_url)
+    instance.append(inst.start())
+    wait_until(lambda: inst._timers_look_at < float("inf"), 30, "the loop to wait")
+    # Then its next look is a minute away on DuckDB, poll_max_seconds away elsewhere
+    ahead = inst._timers_look_at - time.time()
+    if box.one_process:
+        assert ahead > TIMERS_LOOK_SECONDS - 10, ahead
+    else:
+        assert ahead <= 0.2 + 0.01, ahead
+    # And a timer a step sets still fires on time
+    box.publish([msg("order", 1, **{"t.Wait": 0.3})])
+    wait_until(lambda: sink.orders("cancel") == [1], 20, "order 1's timeout")

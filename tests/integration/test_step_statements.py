@@ -1,0 +1,124 @@
+"""Statements of an orchestration step batch on both backends (issue 20): the batch's
+instances and convoys load in one statement, and messages are read, outside a
+transaction (no BEGIN and COMMIT: each cost a statement on DuckDB, a round trip on
+PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from messagebox import Message, MessageBox, schema, service_instances
+from tests.integration.conftest import catch_all_box
+
+
+@pytest.fixture
+def box(backend_url: str) -> Iterator[MessageBox]:
+    with catch_all_box(backend_url) as b:
+        yield b
+
+
+class Statements:
+    """The statements run on the store from now on, with whether each ran in a
+    transaction, and the transactions begun."""
+
+    def __init__(self, box: MessageBox) -> None:
+        self.engine = box.store.engine
+        self.ran: list[tuple[str, str | None]] = []
+        self.begun = 0
+        event.listen(self.engine, "before_cursor_execute", self._execute)
+        event.listen(self.engine, "begin", self._begin)
+
+    def _execute(self, conn: sa.Connection, _c: Any, statement: str, *_a: Any) -> None:
+        self.ran.append((statement, conn.get_execution_options().get("isolation_level")))
+
+    def _begin(self, conn: sa.Connection) -> None:
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            self.begun += 1
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._execute)
+        event.remove(self.engine, "begin", self._begin)
+
+
+def _step(claim_id: int, sub: int, instance_id: str) -> service_instances.Step:
+    return service_instances.Step(
+        owner="a",
+        entry_id=claim_id,
+        instance_id=instance_id,
+        service="s",
+        host="h",
+        sub=sub,
+        version=None,
+        data={"state": {"n": 1}},
+    )
+
+
+def test_a_batch_loads_its_instances_and_their_convoys_in_one_statement(
+    box: MessageBox,
+) -> None:
+    # Given a stored instance (its first step committed), an instance that routing made
+    # for a convoy (its first step not committed yet) and an id the store never had
+    box.publish([Message(b"x", promoted={"a.N": 1})])
+    consumer = box.consumer("h", "a")
+    [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
+    consumer.commit_steps([_step(claim.id, claim.sub, "i-saved")], publisher="tests")
+    with box.store.transaction() as conn:
+        conn.execute(
+            schema.convoy.insert().values(
+                service="s", key='[["s","k"]]', instance_id="i-routed", created_at=datetime.now(UTC)
+            )
+        )
+    seen = Statements(box)
+    try:
+        # When a batch of steps loads them
+        now, stored, convoys = consumer.load(["i-saved", "i-routed", "i-unknown"])
+    finally:
+        seen.close()
+    # Then the saved one comes with its state, the routed one as a convoy, the other not
+    assert list(stored) == ["i-saved"]
+    assert (stored["i-saved"].version, stored["i-saved"].data["state"]) == (1, {"n": 1})
+    assert convoys == {"i-routed"}
+    assert now.tzinfo is not None
+    # And that was one statement, outside a transaction
+    assert len(seen.ran) == 1, seen.ran
+    assert seen.ran[0][1] == "AUTOCOMMIT"
+    assert seen.begun == 0
+
+
+def test_a_saved_instance_is_not_also_a_convoy_being_created(box: MessageBox) -> None:
+    # Given an instance whose first step committed, its convoy still routing to it
+    box.publish([Message(b"x", promoted={"a.N": 1})])
+    consumer = box.consumer("h", "a")
+    [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
+    consumer.commit_steps([_step(claim.id, claim.sub, "i-1")], publisher="tests")
+    with box.store.transaction() as conn:
+        conn.execute(
+            schema.convoy.insert().values(
+                service="s", key='[["s","k"]]', instance_id="i-1", created_at=datetime.now(UTC)
+            )
+        )
+    # When it is loaded, Then it is stored, and not among the convoys being created
+    _, stored, convoys = consumer.load(["i-1"])
+    assert list(stored) == ["i-1"]
+    assert convoys == set()
+
+
+def test_a_batch_of_messages_is_read_outside_a_transaction(box: MessageBox) -> None:
+    # Given messages in the store (not held in memory: no host instance runs)
+    routed = box.publish([Message(b"body %d" % i, promoted={"a.N": i}) for i in range(3)])
+    seen = Statements(box)
+    try:
+        # When they are read together
+        read = box.read_messages([r.message_id for r in routed], max_bytes=1024)
+    finally:
+        seen.close()
+    # Then each comes whole, read in one statement, outside a transaction
+    assert sorted(m.parts["body"] for m in read.values()) == [b"body 0", b"body 1", b"body 2"]  # type: ignore[union-attr]
+    assert [level for _, level in seen.ran] == ["AUTOCOMMIT"]
+    assert seen.begun == 0
