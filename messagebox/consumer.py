@@ -92,8 +92,9 @@ class _ClaimAsk:
 
 
 _TIMER_HINTS: dict[tuple[str, str], float] = {}
-"""Per store key and host: the earliest due time (seconds since the epoch) of the
-timers steps in this process set since the host's timers were last looked at."""
+"""Per store key and host: the earliest due time (seconds since the epoch, by this
+process's clock, :func:`clock.local_now`) of the timers steps in this process set since
+the host's timers were last looked at."""
 _TIMER_HINTS_GUARD = threading.Lock()
 
 _GROUPS: weakref.WeakKeyDictionary[Store, dict[str, Group[Any, Any]]] = weakref.WeakKeyDictionary()
@@ -386,9 +387,11 @@ class Consumer:
                 _, discarded[run[0]] = service_instances.commit_steps(
                     conn, self._dialect, steps, publisher=publisher
                 )
+            # timers fall due by the store's clock; the timer loop waits by this process's
+            ahead = clock.now(conn).timestamp() - clock.local_now().timestamp()
         soonest: dict[str, float] = {}  # per host, the earliest timer these steps set
         for s in (s for a in together for s in a.steps if s.timers and not s.complete):
-            due = min(t.due_at.timestamp() for t in s.timers)
+            due = min(t.due_at.timestamp() for t in s.timers) - ahead
             soonest[s.host] = min(due, soonest.get(s.host, math.inf))
         if soonest:  # committed: hint first, then wake (a look now sees the timers)
             with _TIMER_HINTS_GUARD:

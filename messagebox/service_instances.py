@@ -428,9 +428,18 @@ def complete(
     messages suspended."""
     q, s, sp = schema.queue, schema.subscription, schema.spool
     ids = sorted(services)
-    subs = list(
-        conn.execute(sa.select(s.c.id).where(arrays.one_of(conn, s.c.instance_id, ids))).scalars()
-    )
+    # what names them, in one statement: their instance subscriptions and the entries
+    # still queued for them (usually none: then no delete)
+    named = conn.execute(
+        sa.union_all(
+            sa.select(sa.true().label("sub"), s.c.id).where(
+                arrays.one_of(conn, s.c.instance_id, ids)
+            ),
+            sa.select(sa.false(), q.c.id).where(arrays.one_of(conn, q.c.instance_id, ids)),
+        )
+    ).all()
+    subs = [r.id for r in named if r.sub]
+    entries = [r.id for r in named if not r.sub]
     if subs:
         subscriptions.unsubscribe(conn, dialect, subs)
     conn.execute(
@@ -441,13 +450,11 @@ def complete(
         conn.execute(
             schema.timer.delete().where(arrays.one_of(conn, schema.timer.c.instance_id, timed))
         )
-    rows = conn.execute(
-        q.delete()
-        .where(arrays.one_of(conn, q.c.instance_id, ids))
-        .returning(*schema.queue_columns())
-    ).all()
-    if not rows:
+    if not entries:
         return 0
+    rows = conn.execute(
+        q.delete().where(arrays.one_of(conn, q.c.id, entries)).returning(*schema.queue_columns())
+    ).all()
     timeouts = set(
         conn.execute(
             sa.select(sp.c.id).where(
