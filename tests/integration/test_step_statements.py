@@ -6,6 +6,7 @@ PostgreSQL)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -122,3 +123,25 @@ def test_a_batch_of_messages_is_read_outside_a_transaction(box: MessageBox) -> N
     assert sorted(m.parts["body"] for m in read.values()) == [b"body 0", b"body 1", b"body 2"]  # type: ignore[union-attr]
     assert [level for _, level in seen.ran] == ["AUTOCOMMIT"]
     assert seen.begun == 0
+
+
+def test_completing_an_instance_with_nothing_queued_for_it_deletes_no_queue_entry(
+    box: MessageBox,
+) -> None:
+    # Given instance i-1, made by a first step, and a second message for a step of it
+    box.publish([Message(b"x", promoted={"a.N": n}) for n in (1, 2)])
+    consumer = box.consumer("h", "a")
+    first, second = consumer.claim(2, 30.0, ordered=False, instances=False)[0]
+    consumer.commit_steps([_step(first.id, first.sub, "i-1")], publisher="tests")
+    seen = Statements(box)
+    try:
+        # When that step completes i-1 (nothing else is queued for it)
+        done = replace(_step(second.id, second.sub, "i-1"), version=1, complete=True)
+        consumer.commit_steps([done], publisher="tests")
+    finally:
+        seen.close()
+    # Then the step's own entry is the only one deleted: the lookup found none for i-1
+    deletes = [s for s, _ in seen.ran if s.lstrip().upper().startswith("DELETE FROM MB_QUEUE")]
+    assert len(deletes) == 1, deletes
+    _, stored, _ = consumer.load(["i-1"])
+    assert stored["i-1"].completed_at is not None
