@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from messagebox import Message, MessageBox, schema, service_instances
+from messagebox.consumer import Consumer
 from tests.integration.conftest import catch_all_box
 
 
@@ -60,21 +61,28 @@ def _step(claim_id: int, sub: int, instance_id: str) -> service_instances.Step:
     )
 
 
+def _saved_and_routed(box: MessageBox, saved: str, routed: str) -> Consumer:
+    """Instance ``saved`` stored by a committed first step, and a convoy routing to
+    ``routed``; the consumer that took the step."""
+    box.publish([Message(b"x", promoted={"a.N": 1})])
+    consumer = box.consumer("h", "a")
+    [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
+    consumer.commit_steps([_step(claim.id, claim.sub, saved)], publisher="tests")
+    with box.store.transaction() as conn:
+        conn.execute(
+            schema.convoy.insert().values(
+                service="s", key='[["s","k"]]', instance_id=routed, created_at=datetime.now(UTC)
+            )
+        )
+    return consumer
+
+
 def test_a_batch_loads_its_instances_and_their_convoys_in_one_statement(
     box: MessageBox,
 ) -> None:
     # Given a stored instance (its first step committed), an instance that routing made
     # for a convoy (its first step not committed yet) and an id the store never had
-    box.publish([Message(b"x", promoted={"a.N": 1})])
-    consumer = box.consumer("h", "a")
-    [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
-    consumer.commit_steps([_step(claim.id, claim.sub, "i-saved")], publisher="tests")
-    with box.store.transaction() as conn:
-        conn.execute(
-            schema.convoy.insert().values(
-                service="s", key='[["s","k"]]', instance_id="i-routed", created_at=datetime.now(UTC)
-            )
-        )
+    consumer = _saved_and_routed(box, saved="i-saved", routed="i-routed")
     seen = Statements(box)
     try:
         # When a batch of steps loads them
@@ -94,16 +102,7 @@ def test_a_batch_loads_its_instances_and_their_convoys_in_one_statement(
 
 def test_a_saved_instance_is_not_also_a_convoy_being_created(box: MessageBox) -> None:
     # Given an instance whose first step committed, its convoy still routing to it
-    box.publish([Message(b"x", promoted={"a.N": 1})])
-    consumer = box.consumer("h", "a")
-    [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
-    consumer.commit_steps([_step(claim.id, claim.sub, "i-1")], publisher="tests")
-    with box.store.transaction() as conn:
-        conn.execute(
-            schema.convoy.insert().values(
-                service="s", key='[["s","k"]]', instance_id="i-1", created_at=datetime.now(UTC)
-            )
-        )
+    consumer = _saved_and_routed(box, saved="i-1", routed="i-1")
     # When it is loaded, Then it is stored, and not among the convoys being created
     _, stored, convoys = consumer.load(["i-1"])
     assert list(stored) == ["i-1"]
