@@ -52,11 +52,11 @@ class Throttle:
                         cached[h] = entry[1]
         stale = [h for h in wanted if h not in cached]
         if stale:
-            found = leases.queue_depths(conn, stale)
+            found = leases.queue_depths(conn, stale)  # may count other hosts too: kept
             with self._lock:
                 for h, d in found.items():
                     self._depths[h] = (now, d)
-            cached.update(found)
+            cached.update((h, found[h]) for h in stale)
         return cached
 
     def over(self, conn: sa.Connection, hosts: Iterable[str], fresh: bool = False) -> list[str]:
