@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backends", default="duckdb,postgresql")
     ap.add_argument(
         "--runs",
-        type=int,
+        type=_positive,
         default=3,
         help="rounds of every measurement (default 3): each cell is the median, the "
         "targets are checked on the medians, and a table of the ranges follows",
@@ -330,8 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     n = 300 if args.quick else args.conversations
     plain_n = max(n, 2_000 if args.quick else PLAIN_MIN_CONVERSATIONS)
     runs: list[list[Row]] = []
-    for round_ in range(1, max(args.runs, 1) + 1):
-        print(f"round {round_} of {max(args.runs, 1)}", flush=True)
+    for round_ in range(1, args.runs + 1):
+        print(f"round {round_} of {args.runs}", flush=True)
         runs.append(_round(args.backends.split(","), n, plain_n))
     print(
         f"\n{n:,} conversations (2 messages each; plain delivery "
@@ -346,6 +346,17 @@ def main(argv: list[str] | None = None) -> None:
     if len(runs) > 1:
         _print_ranges(runs)
     _print_cpu(runs)
+
+
+def _positive(text: str) -> int:
+    """A count of at least 1, for ``--runs``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 round, not {value}")
+    return value
 
 
 def _round(backends: list[str], n: int, plain_n: int) -> list[Row]:
