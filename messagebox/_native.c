@@ -2,7 +2,7 @@
  *
  * A publish makes a version-7 UUID for every message and part, writes every UUID column
  * (on DuckDB) as one buffer of 16 bytes a value, tags every property of every context
- * with its type, and returns a frozen Routed result for every message. In Python each costs a few attribute sets, an int.to_bytes
+ * with its type (and writes the common context as its JSON text), and returns a frozen Routed result for every message. In Python each costs a few attribute sets, an int.to_bytes
  * call or a dict lookup per value. Here they are loops in C. The UUIDs made are
  * ordinary uuid.UUID objects, with `int` and `is_safe` set through the slots as
  * uuid.UUID's constructor sets them. ids.py's and properties.py's Python code is the
@@ -153,6 +153,205 @@ typed(PyObject *self, PyObject *props)
 fail:
     Py_DECREF(out);
     return NULL;
+}
+
+/* A growing byte buffer for context_json: on the stack until it outgrows it. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+    char stack[1024];
+} Buf;
+
+static int
+buf_put(Buf *b, const char *s, Py_ssize_t n)
+{
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = (b->len + n) * 2;
+        char *grown = PyMem_Malloc(cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(grown, b->data, b->len);
+        if (b->data != b->stack)
+            PyMem_Free(b->data);
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+#define PUT(b, lit) buf_put((b), (lit), (Py_ssize_t)(sizeof(lit) - 1))
+
+/* A str written between quotes as it is: printable ASCII without '"' or '\\' (JSON
+ * needs no escape for it, and orjson writes it so); 1 if written, 0 if not plain. */
+static int
+put_plain_str(Buf *b, PyObject *s, int *failed)
+{
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const char *c = (const char *)PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (c[i] < 0x20 || c[i] == '"' || c[i] == '\\' || c[i] == 0x7f)
+            return 0;
+    if (PUT(b, "\"") < 0 || buf_put(b, c, n) < 0 || PUT(b, "\"") < 0) {
+        *failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* `width` decimal digits of 0 <= x < 10**width at d; the end of them. */
+static char *
+digits(char *d, int x, int width)
+{
+    for (int i = width - 1; i >= 0; i--) {
+        d[i] = (char)('0' + x % 10);
+        x /= 10;
+    }
+    return d + width;
+}
+
+/* One value as ["tag",value]; 1 if written, 0 if not plain (the caller falls back),
+ * -1 on error. */
+static int
+put_value(Buf *b, PyObject *v)
+{
+    char num[64];
+    int failed = 0;
+    if (PyBool_Check(v))
+        return (v == Py_True ? PUT(b, "[\"b\",true]") : PUT(b, "[\"b\",false]")) < 0 ? -1 : 1;
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return 0;
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        /* the digits backwards from the end of num, then the tag before them */
+        char *end = num + sizeof num, *d = end;
+        *--d = ']';
+        unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+        do {
+            *--d = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (x < 0)
+            *--d = '-';
+        return (PUT(b, "[\"i\",") < 0 || buf_put(b, d, end - d) < 0) ? -1 : 1;
+    }
+    if (PyFloat_CheckExact(v)) {
+        /* repr's shortest digits; orjson writes the same unless repr has an exponent */
+        char *r = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (r == NULL)
+            return -1;
+        int plain = strpbrk(r, "eni") == NULL; /* no exponent, inf or nan */
+        int ok = !plain || (PUT(b, "[\"f\",") == 0 && buf_put(b, r, strlen(r)) == 0 &&
+                            PUT(b, "]") == 0);
+        PyMem_Free(r);
+        return ok ? plain : -1;
+    }
+    if (PyUnicode_CheckExact(v)) {
+        if (PUT(b, "[\"s\",") < 0)
+            return -1;
+        if (!put_plain_str(b, v, &failed))
+            return failed ? -1 : 0;
+        return PUT(b, "]") < 0 ? -1 : 1;
+    }
+    if (PyDateTime_CheckExact(v) && PyDateTime_DATE_GET_TZINFO(v) == utc) {
+        int year = PyDateTime_GET_YEAR(v), us = PyDateTime_DATE_GET_MICROSECOND(v);
+        if (year < 1000)
+            return 0;
+        /* as isoformat(): YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00 */
+        char *d = num;
+        memcpy(d, "[\"d\",\"", 6);
+        d += 6;
+        d = digits(d, year, 4);
+        *d++ = '-';
+        d = digits(d, PyDateTime_GET_MONTH(v), 2);
+        *d++ = '-';
+        d = digits(d, PyDateTime_GET_DAY(v), 2);
+        *d++ = 'T';
+        d = digits(d, PyDateTime_DATE_GET_HOUR(v), 2);
+        *d++ = ':';
+        d = digits(d, PyDateTime_DATE_GET_MINUTE(v), 2);
+        *d++ = ':';
+        d = digits(d, PyDateTime_DATE_GET_SECOND(v), 2);
+        if (us) {
+            *d++ = '.';
+            d = digits(d, us, 6);
+        }
+        memcpy(d, "+00:00\"]", 8);
+        d += 8;
+        return buf_put(b, num, d - num) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* {"k":[tag,value],...} of one dict; 1, 0 (not plain) or -1 as put_value. */
+static int
+put_props(Buf *b, PyObject *props)
+{
+    if (!PyDict_CheckExact(props))
+        return 0;
+    if (PUT(b, "{") < 0)
+        return -1;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int first = 1, failed = 0;
+    while (PyDict_Next(props, &pos, &key, &value)) {
+        if (!first && PUT(b, ",") < 0)
+            return -1;
+        first = 0;
+        if (!put_plain_str(b, key, &failed))
+            return failed ? -1 : 0;
+        if (PUT(b, ":") < 0)
+            return -1;
+        int done = put_value(b, value);
+        if (done <= 0)
+            return done;
+    }
+    return PUT(b, "}") < 0 ? -1 : 1;
+}
+
+PyDoc_STRVAR(context_json_doc,
+             "context_json(promoted, written) -> str | None: properties.encode_context's\n"
+             "text, when every name and value is plain (printable ASCII text without \" or\n"
+             "\\, a 64-bit int, a float whose repr has no exponent, a bool, a UTC datetime\n"
+             "from year 1000); else None, and the caller encodes it in Python.");
+
+static PyObject *
+context_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "context_json takes 2 arguments");
+        return NULL;
+    }
+    if (set_up(utc, "setup_values") < 0)
+        return NULL;
+    Buf b;
+    b.data = b.stack;
+    b.len = 0;
+    b.cap = sizeof b.stack;
+    PyObject *out = NULL;
+    int done = PUT(&b, "{\"promoted\":") < 0 ? -1 : put_props(&b, args[0]);
+    if (done > 0)
+        done = PUT(&b, ",\"written\":") < 0 ? -1 : put_props(&b, args[1]);
+    if (done > 0)
+        done = PUT(&b, "}") < 0 ? -1 : 1;
+    if (done > 0) {
+        out = PyUnicode_New(b.len, 127);
+        if (out != NULL)
+            memcpy(PyUnicode_1BYTE_DATA(out), b.data, b.len);
+    }
+    else if (done == 0)
+        out = Py_NewRef(Py_None);
+    if (b.data != b.stack)
+        PyMem_Free(b.data);
+    return out;
 }
 
 static PyObject *
@@ -353,6 +552,7 @@ static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, setup_doc},
     {"setup_values", setup_values, METH_VARARGS, setup_values_doc},
     {"typed", typed, METH_O, typed_doc},
+    {"context_json", (PyCFunction)(void (*)(void))context_json, METH_FASTCALL, context_json_doc},
     {"routed", (PyCFunction)(void (*)(void))routed, METH_FASTCALL, routed_doc},
     {"uuid7s", (PyCFunction)(void (*)(void))uuid7s, METH_FASTCALL, uuid7s_doc},
     {"uuid_bytes", uuid_bytes, METH_O, uuid_bytes_doc},

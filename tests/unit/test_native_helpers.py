@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from enum import IntEnum
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -115,6 +116,89 @@ def test_encode_context_is_the_same_with_and_without_the_compiled_helpers(
     monkeypatch.setattr(compiled, "NATIVE", False)
     assert properties.encode_context(promoted, written) == made
     assert properties.decode_context(made)[0] == promoted
+
+
+def _orjson_context(promoted: dict[str, object], written: dict[str, object]) -> str:
+    """encode_context's text as the Python path writes it (orjson)."""
+    return orjson.dumps(
+        {"promoted": properties._typed(promoted), "written": properties._typed(written)}  # type: ignore[arg-type]
+    ).decode()
+
+
+plain_names = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=6)
+plain_values = st.one_of(
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: "e" not in repr(f)),
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=8),
+    st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)),
+)
+"""The values C writes itself (text with '"' and '\\', which it leaves to orjson)."""
+
+any_names = st.one_of(plain_names, st.text(max_size=4))
+any_values = st.one_of(
+    plain_values,
+    values,
+    st.floats(),  # exponents, inf and nan too
+    st.integers(-(2**64), 2**64 - 1),
+    st.text(max_size=6),
+)
+
+
+@given(
+    st.dictionaries(any_names, any_values, max_size=6),
+    st.dictionaries(any_names, any_values, max_size=3),
+)
+def test_compiled_context_text_is_orjsons_or_none(
+    promoted: dict[str, object], written: dict[str, object]
+) -> None:
+    """C writes a context's JSON text exactly as orjson does, or gives it back (None)
+    for encode_context to write in Python: non-ASCII or escaped text, a float repr
+    writes with an exponent, an int over 64 bits, a datetime not in UTC, ..."""
+    try:
+        expected = _orjson_context(promoted, written)
+    except (ValueError, TypeError, orjson.JSONEncodeError):
+        assert native.context_json(promoted, written) is None
+        return
+    got = native.context_json(promoted, written)
+    assert got is None or got == expected
+    assert properties.encode_context(promoted, written) == expected  # type: ignore[arg-type]
+
+
+@given(
+    st.dictionaries(plain_names, plain_values, max_size=8),
+    st.dictionaries(plain_names, plain_values, max_size=3),
+)
+def test_compiled_context_text_covers_the_common_values(
+    promoted: dict[str, object], written: dict[str, object]
+) -> None:
+    """A context of plain names and values is written in C (not given back), as orjson
+    writes it, when no text holds a quote or a backslash."""
+    expected = _orjson_context(promoted, written)
+    got = native.context_json(promoted, written)
+    given_values = [*promoted.values(), *written.values()]
+    texts = [*promoted, *written, *(v for v in given_values if type(v) is str)]
+    if any('"' in t or "\\" in t for t in texts):
+        assert got is None
+    else:
+        assert got == expected
+
+
+def test_compiled_context_text_of_a_published_message() -> None:
+    promoted: dict[str, Value] = {
+        "orders.Region": "UK",
+        "orders.Total": 8474.34,
+        "orders.Qty": -98,
+        "orders.Placed": datetime(2024, 4, 9, 1, 24, 56, 120, tzinfo=UTC),
+        "orders.Rush": False,
+    }
+    assert native.context_json(promoted, {"orders.Note": "n"}) == (
+        '{"promoted":{"orders.Region":["s","UK"],"orders.Total":["f",8474.34],'
+        '"orders.Qty":["i",-98],"orders.Placed":["d","2024-04-09T01:24:56.000120+00:00"],'
+        '"orders.Rush":["b",false]},"written":{"orders.Note":["s","n"]}}'
+    )
+    assert native.context_json({"a": 1e16}, {}) is None  # repr 1e+16, orjson 1e16
+    assert native.context_json({}, {"a": "é"}) is None
 
 
 @given(st.lists(st.integers(0, 4), max_size=30), st.booleans())
