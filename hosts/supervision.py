@@ -367,7 +367,7 @@ class Supervision(Handling):
                     "host instance %s: dequeue thread %s ended",
                     self.id,
                     t.name,
-                    extra=self._event("thread-ended", thread=t.name),
+                    extra=self._event("thread-ended", dequeue_thread=t.name),
                 )
             want = self.settings.dequeue_threads
             running = len(self._threads)
@@ -386,7 +386,7 @@ class Supervision(Handling):
                     "host instance %s: started dequeue thread %s",
                     self.id,
                     t.name,
-                    extra=self._event("thread-started", thread=t.name),
+                    extra=self._event("thread-started", dequeue_thread=t.name),
                 )
             if len(self._threads) < want:
                 log.error(

@@ -115,8 +115,9 @@ def test_a_dequeue_thread_that_fails_is_replaced(
 
 
 def test_a_hung_handler_is_abandoned_its_entry_fails_and_its_batch_goes_on(
-    box: MessageBox, instances: list[HostInstance]
+    box: MessageBox, instances: list[HostInstance], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("WARNING", logger="messagebox.hosts")
     setup_host(box, max_attempts=2)
     seen = Seen()
     release = threading.Event()
@@ -145,6 +146,14 @@ def test_a_hung_handler_is_abandoned_its_entry_fails_and_its_batch_goes_on(
         assert stats["timed_out"] == 2
         assert stats["threads_replaced"] == 2
         assert stats["completed"] == 9
+        # each replacement is logged as its event, and the supervisor never failed (a
+        # field named "thread" clashed with the log record's own: KeyError, logged as a
+        # supervisor failure at each replacement)
+        events = [getattr(r, "event", None) for r in caplog.records]
+        assert "supervisor-failed" not in events
+        started = [r for r in caplog.records if getattr(r, "event", None) == "thread-started"]
+        assert len(started) == 2
+        assert all(str(getattr(r, "dequeue_thread", "")).startswith("h-dequeue-") for r in started)
     finally:
         release.set()
 
