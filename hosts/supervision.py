@@ -177,16 +177,23 @@ class Supervision(Handling):
         return batches[0]
 
     def _batches(self, claims: list[Claim]) -> list[list[Claim]]:
-        """A claim for several threads cut into their batches: entries of service
-        instances (orchestration steps) together, up to :data:`STEP_BATCHES` batches'
-        worth, first; then the others in batches of ``claim_batch``."""
+        """A claim for several threads cut into their batches: an ordered run (at most
+        ``claim_batch`` entries: see :meth:`_claim`) alone first, for the claiming
+        thread, which handles it in order; entries of service instances (orchestration
+        steps) together, up to :data:`STEP_BATCHES` batches' worth; then the others in
+        batches of ``claim_batch``."""
         size = self.settings.claim_batch
+        run = [c for c in claims if c.ordered]
+        if run:
+            claims = [c for c in claims if not c.ordered]
         steps = [c for c in claims if c.instance_id is not None]
         rest = [c for c in claims if c.instance_id is None] if steps else claims
         most = STEP_BATCHES * size
-        return [steps[i : i + most] for i in range(0, len(steps), most)] + [
-            rest[i : i + size] for i in range(0, len(rest), size)
-        ]
+        return (
+            ([run] if run else [])
+            + [steps[i : i + most] for i in range(0, len(steps), most)]
+            + [rest[i : i + size] for i in range(0, len(rest), size)]
+        )
 
     def _share_reads(self, batches: list[list[Claim]]) -> None:
         """A claim's batches of plain entries read their messages together,
@@ -203,9 +210,9 @@ class Supervision(Handling):
         """Permits for entries to claim for the other dequeue threads (where
         :meth:`_claims_ahead`): as many as :meth:`_ahead_room` leaves free
         (``max_in_flight`` bounds what the instance holds, as a broker's prefetch count
-        does); none while the host has ordered subscriptions (an ordered run stays with
-        one thread)."""
-        if not self._claims_ahead() or self._has_ordered():
+        does). An ordered run claimed with them stays with the claiming thread
+        (:meth:`_batches`)."""
+        if not self._claims_ahead():
             return 0
         return self._permits.take(self._ahead_room(), self._stopping, wait=False)
 
@@ -228,6 +235,7 @@ class Supervision(Handling):
             n,
             self.settings.lease_seconds,
             ordered=self._has_ordered(),
+            ordered_most=self.settings.claim_batch,  # one batch: one thread's (_batches)
             instances=self._has_instances(),
             outcomes=outcomes or None,
         )

@@ -89,6 +89,8 @@ class _ClaimAsk:
     n: int
     instances: bool
     outcomes: Outcomes | None
+    ordered: int = 0
+    """The most entries of an ordered run this thread takes (0: none)."""
 
 
 _TIMER_HINTS: dict[tuple[str, str], float] = {}
@@ -204,10 +206,13 @@ class Consumer:
         ordered: bool,
         instances: bool,
         outcomes: Outcomes | None = None,
+        ordered_most: int | None = None,
     ) -> tuple[list[Claim], Recorded | None]:
         """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
         record those first in the same transaction: one commit per batch instead of
         two. Returns the claims and what was recorded (None without ``outcomes``).
+        With ``ordered``, the run of an ordered subscription comes first: at most
+        ``ordered_most`` entries of it (default ``n``).
 
         Where transactions are serialised in-process (DuckDB), the claims that other
         threads of this instance ask for while one transaction runs are made together
@@ -215,41 +220,54 @@ class Consumer:
         thread taking its share in claim order. What was recorded is returned to one of
         them (it holds the others' outcomes too; all are the same host instance's), None
         to the others. If that shared claim fails, each thread claims alone."""
-        if not self._dialect.one_process or ordered:  # an ordered run stays with one thread
-            return self._claim(n, lease_seconds, ordered, instances, outcomes)
+        run = min(n, n if ordered_most is None else ordered_most) if ordered else 0
+        if not self._dialect.one_process:
+            return self._claim(n, lease_seconds, run, instances, outcomes)
         return _claim_group(self._store, self.owner).run(
-            _ClaimAsk(n, instances, outcomes),
+            _ClaimAsk(n, instances, outcomes, run),
             lambda asks: self._claim_shares(asks, lease_seconds),
-            lambda ask: self._claim(ask.n, lease_seconds, False, ask.instances, ask.outcomes),
+            lambda ask: self._claim(ask.n, lease_seconds, ask.ordered, ask.instances, ask.outcomes),
         )
 
     def _claim_shares(
         self, asks: list[_ClaimAsk], lease_seconds: float
     ) -> list[tuple[list[Claim], Recorded | None]]:
         """One claim for every ask, with all their outcomes; a share each in claim order,
-        what was recorded to the first."""
+        what was recorded to the first. An ordered run (the first ask that takes one
+        asks for at most its own share) goes whole to that ask, as a claim alone would
+        give it: a run stays with one thread."""
+        runner = next((i for i, a in enumerate(asks) if a.ordered), None)
         claims, recorded = self._claim(
             sum(a.n for a in asks),
             lease_seconds,
-            False,
+            0 if runner is None else asks[runner].ordered,
             any(a.instances for a in asks),
             merged([a.outcomes for a in asks if a.outcomes is not None]),
         )
+        run = [c for c in claims if c.ordered] if runner is not None else []
+        rest = [c for c in claims if not c.ordered] if run else claims
         shares: list[tuple[list[Claim], Recorded | None]] = []
         start = 0
-        for ask in asks:
-            shares.append((claims[start : start + ask.n], None if shares else recorded))
-            start += ask.n
+        for i, ask in enumerate(asks):
+            mine = run if i == runner else []
+            room = ask.n - len(mine)
+            share = mine + rest[start : start + room]
+            if mine:
+                leases.in_claim_order(share)
+            shares.append((share, None if shares else recorded))
+            start += room
         return shares
 
     def _claim(
         self,
         n: int,
         lease_seconds: float,
-        ordered: bool,
+        ordered: int,
         instances: bool,
         outcomes: Outcomes | None,
     ) -> tuple[list[Claim], Recorded | None]:
+        """:meth:`claim` in one transaction; ``ordered``: the most entries of an ordered
+        run to take first (0: none)."""
         fused = (
             self._dialect.complete_claim_sql is not None
             and not (ordered or instances)
@@ -279,8 +297,9 @@ class Consumer:
                 owner=self.owner,
                 n=n,
                 lease_seconds=lease_seconds,
-                ordered=ordered,
+                ordered=bool(ordered),
                 instances=instances,
+                ordered_most=ordered,
             )
         return claims, recorded
 

@@ -138,9 +138,11 @@ def claim(
     lease_seconds: float,
     ordered: bool,
     instances: bool = False,
+    ordered_most: int | None = None,
 ) -> list[Claim]:
-    """Lease up to ``n`` ready entries of ``host``: the heads of its ordered
-    subscriptions first (when ``ordered``), then the heads of its service instances
+    """Lease up to ``n`` ready entries of ``host``: the run of one of its ordered
+    subscriptions first (when ``ordered``; at most ``ordered_most`` entries if given),
+    then the heads of its service instances
     (when ``instances``; at most half the batch while other entries wait, so neither
     kind starves the other), then the rest by priority and age."""
 
@@ -152,13 +154,13 @@ def claim(
 
     claims: list[Claim] = []
     if ordered:
-        take(dialect.claim_ordered_sql, n)
+        take(dialect.claim_ordered_sql, n if ordered_most is None else min(n, ordered_most))
     room = n - len(claims)
     if instances and room and dialect.claim_mixed_sql is not None:
         # one statement for both kinds, interleaved; a claim of one entry alternates
         first = next(_turns) % 2 if room == 1 else 0
         take(dialect.claim_mixed_sql, room, first_kind=first)
-        _in_claim_order(claims)
+        in_claim_order(claims)
         return claims
     # half each; a claim of one entry alternates between the kinds
     share = room // 2 if room > 1 else (next(_turns) % 2 if room == 1 else 0)
@@ -167,14 +169,14 @@ def claim(
         take(dialect.claim_sql, n - len(claims))
     if instances and heads == share and len(claims) < n:
         take(dialect.claim_instance_sql, n - len(claims))
-    _in_claim_order(claims)
+    in_claim_order(claims)
     return claims
 
 
 _turns = itertools.count()
 
 
-def _in_claim_order(claims: list[Claim]) -> None:
+def in_claim_order(claims: list[Claim]) -> None:
     """Sort by priority (highest first), then age (id): two C-keyed stable sorts, the
     second only when priorities differ."""
     claims.sort(key=_ID)
@@ -216,7 +218,7 @@ def complete_and_claim(
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
     if gone:
         _delivered(conn, dialect, completed, gone, [host] * len(gone), owner)
-    _in_claim_order(claims)
+    in_claim_order(claims)
     return result, claims
 
 

@@ -9,6 +9,7 @@ owed to a next claim are recorded even when every thread stays busy. On PostgreS
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -495,3 +496,48 @@ def test_batches_claimed_ahead_wake_threads_that_sleep_after_an_empty_claim(
     finally:
         release.set()
     wait_for(lambda: len(met) == 2, what="entries 2 and 3 handled at once", timeout=15)
+
+
+def test_a_host_with_an_ordered_subscription_still_claims_ahead_and_keeps_each_run_whole(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """An ordered subscription on a host no longer turns its claims into one thread's
+    batch at a time (on DuckDB the host delivered all its entries 8x slower for it): a
+    claim still takes batches for the other threads, and an ordered run it takes stays
+    whole with the thread that claimed it, so the ordered entries are handled one after
+    the other in publish order while the plain ones spread over the threads."""
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
+    box.subscribe("svc", host="h", filter=P("t.N") < 60, name="ordered", ordered=True)
+    box.publish([Message(f"{i}".encode(), promoted={"t.N": i}) for i in range(300)])
+    lock = threading.Lock()
+    handled: list[tuple[str, int, str]] = []  # in the order handlers ran
+    running: set[str] = set()  # threads in an ordered handler now
+    overlaps: list[int] = []
+
+    def handler(d: Delivery) -> None:
+        n = int(d.properties["t.N"])  # type: ignore[arg-type]
+        me = threading.current_thread().name
+        if d.subscription.name == "ordered":
+            with lock:
+                if running:
+                    overlaps.append(n)  # two ordered handlers at once: a run was split
+                running.add(me)
+            time.sleep(0.001)  # room for another thread to overlap, were the run split
+            with lock:
+                running.discard(me)
+        with lock:
+            handled.append((d.subscription.name, n, me))
+
+    inst, sizes = _instance(box, handler, 4, 10, 80)
+    instances.append(inst.start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain")
+    wait_for(lambda: inst.stats.snapshot()["completed"] == 360, what="360 completions counted")
+    assert Counter((s, n) for s, n, _ in handled) == Counter(
+        [("plain", n) for n in range(300)] + [("ordered", n) for n in range(60)]
+    )
+    assert [n for s, n, _ in handled if s == "ordered"] == list(range(60))
+    assert overlaps == []
+    assert len({t for s, _, t in handled if s == "plain"}) > 1  # the plain ones spread
+    if box.backend == "duckdb":
+        assert max(sizes) > 10  # a claim took batches for the other threads too

@@ -142,6 +142,8 @@ def test_a_hung_handler_is_abandoned_its_entry_fails_and_its_batch_goes_on(
         assert "did not return within 0.5 s" in (entry.error or "")
         assert seen.attempts[2] == 2
         assert all(seen.attempts[n] == 1 for n in range(10) if n != 2)
+        # a worker counts its entries just after their commit, which the wait above saw
+        wait_for(lambda: inst.stats.snapshot()["completed"] == 9, what="9 completions counted")
         stats = inst.stats.snapshot()
         assert stats["timed_out"] == 2
         assert stats["threads_replaced"] == 2

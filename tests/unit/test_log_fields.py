@@ -23,7 +23,11 @@ def _fields(call: ast.Call) -> list[str]:
     names = [kw.arg for kw in call.keywords if kw.arg] if name == "_event" else []
     for kw in call.keywords:
         if kw.arg == "extra" and isinstance(kw.value, ast.Dict):
-            names += [k.value for k in kw.value.keys if isinstance(k, ast.Constant)]
+            names += [
+                k.value
+                for k in kw.value.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
     return names
 
 
