@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking lint format clean
+.PHONY: demo test test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered lint format clean
 
 $(STAMP): pyproject.toml setup.py predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 # `make bench ARGS=--quick` for a short run of each
-bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking
+bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered
 
 bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
@@ -41,6 +41,9 @@ bench-spark: $(STAMP)
 
 bench-tracking: $(STAMP)
 	$(PY) -m bench.tracking $(ARGS)
+
+bench-ordered: $(STAMP)
+	$(PY) -m bench.ordered $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
