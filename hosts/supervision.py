@@ -183,9 +183,9 @@ class Supervision(Handling):
         steps) together, up to :data:`STEP_BATCHES` batches' worth; then the others in
         batches of ``claim_batch``."""
         size = self.settings.claim_batch
-        run = [c for c in claims if c.ordered]
+        run = [c for c in claims if c.run]
         if run:
-            claims = [c for c in claims if not c.ordered]
+            claims = [c for c in claims if not c.run]
         steps = [c for c in claims if c.instance_id is not None]
         rest = [c for c in claims if c.instance_id is None] if steps else claims
         most = STEP_BATCHES * size

@@ -244,13 +244,13 @@ class Consumer:
             any(a.instances for a in asks),
             merged([a.outcomes for a in asks if a.outcomes is not None]),
         )
-        run = [c for c in claims if c.ordered] if runner is not None else []
-        rest = [c for c in claims if not c.ordered] if run else claims
+        run = [c for c in claims if c.run] if runner is not None else []
+        rest = [c for c in claims if not c.run] if run else claims
         shares: list[tuple[list[Claim], Recorded | None]] = []
         start = 0
         for i, ask in enumerate(asks):
             mine = run if i == runner else []
-            room = ask.n - len(mine)
+            room = max(0, ask.n - len(mine))  # the run is at most the runner's ask
             share = mine + rest[start : start + room]
             if mine:
                 leases.in_claim_order(share)

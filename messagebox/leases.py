@@ -67,6 +67,9 @@ class Claim(NamedTuple):
     """The previous delivery ended with no outcome (a crash, a kill, a lapsed lease)."""
     crashed_by: str | None = None
     """The last host instance that ended while handling it, if any."""
+    run: bool = False
+    """Claimed as part of an ordered subscription's run (:func:`claim` with
+    ``ordered``): the thread that claimed it handles the run, whole and in order."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,9 @@ def _claim(row: Any) -> Claim:
     )
 
 
-_CLAIM_FIELDS = slice(1, 1 + len(Claim._fields))
-"""Where a claim's fields are in a ``complete_claim`` row: after its flag, in order."""
+_CLAIM_FIELDS = slice(1, 1 + Claim._fields.index("run"))
+"""Where a claim's fields are in a ``complete_claim`` row: after its flag, in order
+(all but ``run``: that statement claims no ordered run)."""
 
 
 def claim(
@@ -155,6 +159,7 @@ def claim(
     claims: list[Claim] = []
     if ordered:
         take(dialect.claim_ordered_sql, n if ordered_most is None else min(n, ordered_most))
+        claims = [c._replace(run=True) for c in claims]
     room = n - len(claims)
     if instances and room and dialect.claim_mixed_sql is not None:
         # one statement for both kinds, interleaved; a claim of one entry alternates
@@ -212,7 +217,7 @@ def complete_and_claim(
     make = Claim._make
     for row in dialect.fetch(conn, dialect.complete_claim_sql, params):
         if row[0]:  # typed by the driver already (psycopg), its wait computed
-            claims.append(make(row[_CLAIM_FIELDS]))
+            claims.append(make((*row[_CLAIM_FIELDS], False)))
         else:
             gone = row[-1]
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))

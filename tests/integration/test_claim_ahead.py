@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
-from messagebox.consumer import Consumer
+from messagebox.consumer import Consumer, _ClaimAsk
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.hosts.supervision import READ_BATCHES, STEP_BATCHES
 from messagebox.leases import Claim
@@ -541,3 +541,65 @@ def test_a_host_with_an_ordered_subscription_still_claims_ahead_and_keeps_each_r
     assert len({t for s, _, t in handled if s == "plain"}) > 1  # the plain ones spread
     if box.backend == "duckdb":
         assert max(sizes) > 10  # a claim took batches for the other threads too
+
+
+def test_entries_of_an_ordered_correlated_subscription_are_not_taken_for_a_run(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """An ordered subscription that is also correlated queues entries that are both
+    ordered and a service instance's; the instance heads claimed beside an ordered run
+    are not part of it. (Counted with the run, they made a thread's share longer than
+    it asked for, and shared claims gave the same entries to two threads.) Each entry
+    is handled once, and the instance's permits come out even."""
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
+    box.subscribe("svc", host="h", filter=P("t.N") < 150, name="ord", ordered=True)
+    box.subscribe(
+        "svc", host="h", filter=P("t.N") >= 0, name="conv", ordered=True, correlation=["t.K"]
+    )
+    box.publish([Message(f"{i}".encode(), promoted={"t.N": i, "t.K": i % 7}) for i in range(300)])
+    lock = threading.Lock()
+    handled: Counter[tuple[str, int]] = Counter()
+
+    def handler(d: Delivery) -> None:
+        with lock:
+            handled[(d.subscription.name, int(d.properties["t.N"]))] += 1  # type: ignore[arg-type]
+
+    inst, _ = _instance(box, handler, 4, 10, 80)
+    instances.append(inst.start())
+    wait_for(lambda: not box.queue_depth(), what="the queue to drain", timeout=60)
+    expected = 300 + 150 + 300
+    wait_for(lambda: inst.stats.snapshot()["completed"] == expected, what="completions counted")
+    assert set(handled.values()) == {1}
+    assert len(handled) == expected
+    wait_for(lambda: inst._permits.taken() == 0, what="every permit given back")
+
+
+def test_a_shared_claim_gives_the_ordered_run_whole_to_one_ask_and_no_entry_twice(
+    box: MessageBox,
+) -> None:
+    """Three threads' asks served by one claim: the first ask's share holds the ordered
+    run (at most what it asked for, in publish order), instance heads of an ordered,
+    correlated subscription are shared out like any other entry, no share is longer
+    than its ask, and no entry is in two shares."""
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
+    box.subscribe("svc", host="h", filter=P("t.N") < 40, name="ord", ordered=True)
+    box.subscribe(
+        "svc", host="h", filter=P("t.N") >= 0, name="conv", ordered=True, correlation=["t.K"]
+    )
+    box.publish([Message(f"{i}".encode(), promoted={"t.N": i, "t.K": i % 7}) for i in range(60)])
+    ord_id = next(s.id for s in box.subscriptions() if s.name == "ord")
+    consumer = box.consumer("h", "a")
+    asks = [_ClaimAsk(10, True, None, run) for run in (6, 6, 0)]
+    shares = [claims for claims, _ in consumer._claim_shares(asks, 30.0)]
+    taken = [c.id for share in shares for c in share]
+    assert len(taken) == len(set(taken)) == 30  # every ask filled, no entry twice
+    assert [len(share) for share in shares] == [10, 10, 10]
+    run = [c for c in shares[0] if c.run]
+    assert [c.sub for c in run] == [ord_id] * 6  # the run: the first ask's, whole
+    assert [c.id for c in run] == sorted(c.id for c in run)
+    assert not any(c.run for share in shares[1:] for c in share)
+    heads = [c for share in shares for c in share if c.ordered and not c.run]
+    assert heads  # instance heads, shared out
+    assert all(c.instance_id is not None for c in heads)
