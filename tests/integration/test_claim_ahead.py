@@ -543,6 +543,19 @@ def test_a_host_with_an_ordered_subscription_still_claims_ahead_and_keeps_each_r
         assert max(sizes) > 10  # a claim took batches for the other threads too
 
 
+def _ordered_and_correlated(box: MessageBox, n: int, ordered: int) -> None:
+    """Host ``h``: a plain subscription, an ordered one of the first ``ordered``
+    messages, and an ordered one correlated by ``t.K`` (seven instances); ``n``
+    messages published."""
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
+    box.subscribe("svc", host="h", filter=P("t.N") < ordered, name="ord", ordered=True)
+    box.subscribe(
+        "svc", host="h", filter=P("t.N") >= 0, name="conv", ordered=True, correlation=["t.K"]
+    )
+    box.publish([Message(f"{i}".encode(), promoted={"t.N": i, "t.K": i % 7}) for i in range(n)])
+
+
 def test_entries_of_an_ordered_correlated_subscription_are_not_taken_for_a_run(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
@@ -551,13 +564,7 @@ def test_entries_of_an_ordered_correlated_subscription_are_not_taken_for_a_run(
     are not part of it. (Counted with the run, they made a thread's share longer than
     it asked for, and shared claims gave the same entries to two threads.) Each entry
     is handled once, and the instance's permits come out even."""
-    box.create_host("h", **FAST)
-    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
-    box.subscribe("svc", host="h", filter=P("t.N") < 150, name="ord", ordered=True)
-    box.subscribe(
-        "svc", host="h", filter=P("t.N") >= 0, name="conv", ordered=True, correlation=["t.K"]
-    )
-    box.publish([Message(f"{i}".encode(), promoted={"t.N": i, "t.K": i % 7}) for i in range(300)])
+    _ordered_and_correlated(box, 300, 150)
     lock = threading.Lock()
     handled: Counter[tuple[str, int]] = Counter()
 
@@ -582,13 +589,7 @@ def test_a_shared_claim_gives_the_ordered_run_whole_to_one_ask_and_no_entry_twic
     run (at most what it asked for, in publish order), instance heads of an ordered,
     correlated subscription are shared out like any other entry, no share is longer
     than its ask, and no entry is in two shares."""
-    box.create_host("h", **FAST)
-    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
-    box.subscribe("svc", host="h", filter=P("t.N") < 40, name="ord", ordered=True)
-    box.subscribe(
-        "svc", host="h", filter=P("t.N") >= 0, name="conv", ordered=True, correlation=["t.K"]
-    )
-    box.publish([Message(f"{i}".encode(), promoted={"t.N": i, "t.K": i % 7}) for i in range(60)])
+    _ordered_and_correlated(box, 60, 40)
     ord_id = next(s.id for s in box.subscriptions() if s.name == "ord")
     consumer = box.consumer("h", "a")
     asks = [_ClaimAsk(10, True, None, run) for run in (6, 6, 0)]
