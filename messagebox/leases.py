@@ -158,8 +158,10 @@ def claim(
 
     claims: list[Claim] = []
     if ordered:
-        take(dialect.claim_ordered_sql, n if ordered_most is None else min(n, ordered_most))
-        claims = [c._replace(run=True) for c in claims]
+        most = n if ordered_most is None else min(n, ordered_most)
+        claims = claim_run(
+            conn, dialect, host=host, owner=owner, n=most, lease_seconds=lease_seconds
+        )
     room = n - len(claims)
     if instances and room and dialect.claim_mixed_sql is not None:
         # one statement for both kinds, interleaved; a claim of one entry alternates
@@ -179,6 +181,17 @@ def claim(
 
 
 _turns = itertools.count()
+
+
+def claim_run(
+    conn: sa.Connection, dialect: Dialect, *, host: str, owner: str, n: int, lease_seconds: float
+) -> list[Claim]:
+    """Lease the run of one of ``host``'s ordered subscriptions (at most ``n`` of its
+    oldest entries, when its head is free), in id order (an ``UPDATE ... RETURNING``
+    returns its rows in no set order), each claim marked :attr:`Claim.run`."""
+    params = dialect.claim_params(host, owner, n, lease_seconds)
+    rows = dialect.lease(conn, dialect.claim_ordered_sql, params)
+    return sorted((_claim(r)._replace(run=True) for r in rows), key=_ID)
 
 
 def in_claim_order(claims: list[Claim]) -> None:

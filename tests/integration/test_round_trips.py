@@ -14,6 +14,7 @@ from messagebox import Message, MessageBox, rollup, service_instances
 from messagebox.consumer import Outcomes
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import HostSettings
+from messagebox.predicates import P
 from tests.integration.conftest import catch_all_box
 
 pytestmark = pytest.mark.postgres
@@ -132,3 +133,27 @@ def test_a_step_batch_reads_the_time_with_its_rows(
     assert now.tzinfo is not None
     assert not [s for s in seen if s.upper().startswith("SELECT NOW()")], seen
     assert any("mb_now" in s for s in seen)
+
+
+def test_with_an_ordered_subscription_completions_and_the_next_claim_are_two_statements(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ordered run alone, then the completions and the rest of the claim in one
+    statement: no transaction of several statements (it halved the delivery of the
+    whole host)."""
+    box.subscribe("svc", host="h", filter=P("a.N") < 3, name="ord", ordered=True)
+    box.publish([Message(b"x", promoted={"a.N": i}) for i in range(6)])
+    ord_id = next(s.id for s in box.subscriptions() if s.name == "ord")
+    consumer = box.consumer("h", "a")
+    first, _ = consumer.claim(4, 30.0, ordered=True, instances=False, ordered_most=4)
+    run = [c for c in first if c.run]
+    assert [c.sub for c in run] == [ord_id] * 3  # the whole run, first
+    assert [c.id for c in run] == sorted(c.id for c in run)  # in publish order
+    seen = statements(monkeypatch)
+    done = Outcomes([c for c in first if not c.run], [], [], HostSettings(), set())
+    claims, recorded = consumer.claim(4, 30.0, ordered=True, instances=False, outcomes=done)
+    assert recorded is not None
+    assert recorded.finished.completed == 1
+    assert len(claims) == 4  # the run is still leased: plain entries only
+    assert not any(c.run for c in claims)
+    assert len(seen) == 2, seen
