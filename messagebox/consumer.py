@@ -271,13 +271,18 @@ class Consumer:
         run to take first (0: none). Where completions and a claim are one statement
         (PostgreSQL), an ordered run is claimed first, alone, and that statement then
         claims the rest: a transaction of several statements made a host with an
-        ordered subscription deliver everything at half the rate."""
+        ordered subscription deliver everything at half the rate. After a batch with
+        ordered entries it is that transaction still: completed first, a run's
+        subscription is free for its next run in the same claim."""
         fused = (
             self._dialect.complete_claim_sql is not None
             and not instances
             and (outcomes is None or not (outcomes.failed or outcomes.unstarted))
         )
-        if fused and ordered:
+        # after a batch with ordered entries, those are completed first, in the transaction
+        # that claims the next run (their subscription is busy until then)
+        after_run = outcomes is not None and any(c.ordered for c in outcomes.done)
+        if fused and ordered and not after_run:
             with self._store.transaction(
                 serial=True, autocommit=self._store.tracking_off()
             ) as conn:
@@ -300,6 +305,7 @@ class Consumer:
             claims = first + rest
             leases.in_claim_order(claims)
             return claims, recorded
+        fused = fused and not ordered
         # the common case is one statement: alone, with no transaction round trips, when
         # tracking (which writes rows of its own) is off
         with self._store.transaction(

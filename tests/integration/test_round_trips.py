@@ -157,3 +157,26 @@ def test_with_an_ordered_subscription_completions_and_the_next_claim_are_two_sta
     assert len(claims) == 4  # the run is still leased: plain entries only
     assert not any(c.run for c in claims)
     assert len(seen) == 2, seen
+
+
+def test_the_claim_after_a_run_completes_it_first_and_takes_the_next_run(
+    box: MessageBox,
+) -> None:
+    """A thread's next claim after an ordered run records the run before it claims:
+    the subscription is free again in that claim and its next run comes at once (had
+    the run been claimed first, its subscription would still be busy with the batch
+    just done, and the next run would wait for another claim)."""
+    box.subscribe("svc", host="h", filter=P("a.N") < 6, name="ord", ordered=True)
+    box.publish([Message(b"x", promoted={"a.N": i}) for i in range(8)])
+    consumer = box.consumer("h", "a")
+    first, _ = consumer.claim(3, 30.0, ordered=True, instances=False, ordered_most=3)
+    assert [c.run for c in first] == [True] * 3
+    done = Outcomes(first, [], [], HostSettings(), set())
+    claims, recorded = consumer.claim(
+        3, 30.0, ordered=True, instances=False, outcomes=done, ordered_most=3
+    )
+    assert recorded is not None
+    assert recorded.finished.completed == 3
+    assert [c.run for c in claims] == [True] * 3  # the next run
+    assert [c.id for c in claims] == sorted(c.id for c in claims)
+    assert min(c.id for c in claims) > max(c.id for c in first)
