@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backends", default="duckdb,postgresql")
     ap.add_argument(
         "--runs",
-        type=_positive,
+        type=positive,
         default=3,
         help="rounds of every measurement (default 3): each cell is the median, the "
         "targets are checked on the medians, and a table of the ranges follows",
@@ -348,14 +348,14 @@ def main(argv: list[str] | None = None) -> None:
     _print_cpu(runs)
 
 
-def _positive(text: str) -> int:
-    """A count of at least 1, for ``--runs``."""
+def positive(text: str) -> int:
+    """A count of at least 1 (an argparse type: ``--runs`` here, and bench.ordered's)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 round, not {value}")
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
     return value
 
 

@@ -34,6 +34,7 @@ import statistics
 import threading
 import time
 
+from bench.orchestrate import positive
 from bench.tracking import PG_URL, pg_reachable, store
 from messagebox import Message, MessageBox
 from messagebox.hosts import Delivery, HostInstance
@@ -50,6 +51,22 @@ SETTINGS = {
 TARGET = 0.5
 """The least ratio to call the cost acceptable: an ordered subscription may slow its
 own entries (one at a time), not halve the rest of its host."""
+
+
+BACKENDS = ("duckdb", "postgresql")
+
+
+def _backends(text: str) -> list[str]:
+    """``--backends``: a comma-separated list of :data:`BACKENDS`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"not a backend: {unknown[0]!r} (choose from {', '.join(BACKENDS)})"
+            if unknown
+            else "no backend given"
+        )
+    return names
 
 
 def run_one(url: str, messages: int, ordered: int) -> float:
@@ -85,10 +102,12 @@ def run_one(url: str, messages: int, ordered: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ordered", description=__doc__)
-    parser.add_argument("--messages", type=int, default=10_000, help="messages (10,000)")
-    parser.add_argument("--ordered", type=int, default=300, help="of them ordered (300)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (3; medians shown)")
-    parser.add_argument("--backends", default="duckdb,postgresql", help="comma-separated")
+    parser.add_argument("--messages", type=positive, default=10_000, help="messages (10,000)")
+    parser.add_argument("--ordered", type=positive, default=300, help="of them ordered (300)")
+    parser.add_argument("--rounds", type=positive, default=3, help="rounds (3; medians shown)")
+    parser.add_argument(
+        "--backends", type=_backends, default=list(BACKENDS), help="comma-separated"
+    )
     parser.add_argument("--quick", action="store_true", help="2,000 messages, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
@@ -98,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{min(args.ordered, args.messages):,} of them ordered; {args.rounds} round(s), medians"
     )
     print(f"{'backend':<12}{'without /s':>12}{'with /s':>12}{'ratio':>8}  rounds (ratio)  target")
-    for backend in args.backends.split(","):
+    for backend in args.backends:
         if backend == "postgresql" and not pg_reachable():
             print(f"{backend:<12}(unreachable at {PG_URL}: skipped)")
             continue
