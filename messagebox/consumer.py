@@ -221,7 +221,7 @@ class Consumer:
         thread taking its share in claim order. What was recorded is returned to one of
         them (it holds the others' outcomes too; all are the same host instance's), None
         to the others. If that shared claim fails, each thread claims alone."""
-        run = min(n, n if ordered_most is None else ordered_most) if ordered else 0
+        run = (n if ordered_most is None else min(n, ordered_most)) if ordered else 0
         if not self._dialect.one_process:
             return self._claim(n, lease_seconds, run, instances, outcomes)
         return _claim_group(self._store, self.owner).run(
@@ -281,8 +281,7 @@ class Consumer:
         )
         # after a batch with ordered entries, those are completed first, in the transaction
         # that claims the next run (their subscription is busy until then)
-        after_run = outcomes is not None and any(c.ordered for c in outcomes.done)
-        if fused and ordered and not after_run:
+        if fused and ordered and not (outcomes and any(c.ordered for c in outcomes.done)):
             with self._store.transaction(
                 serial=True, autocommit=self._store.tracking_off()
             ) as conn:
