@@ -190,7 +190,7 @@ def claim_run(
     oldest entries, when its head is free), in id order (an ``UPDATE ... RETURNING``
     returns its rows in no set order), each claim marked :attr:`Claim.run`."""
     params = dialect.claim_params(host, owner, n, lease_seconds)
-    rows = dialect.lease(conn, dialect.claim_ordered_sql, params)
+    rows = dialect.lease_run(conn, params)
     return sorted((_claim(r)._replace(run=True) for r in rows), key=_ID)
 
 

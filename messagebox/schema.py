@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "15"
+SCHEMA_VERSION = "16"
 
 metadata = sa.MetaData()
 
@@ -498,6 +498,9 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "13": ("14", ()),
     # PostgreSQL: mb_instance_heads passes over leased heads in its scan (set again)
     "14": ("15", ()),
+    # PostgreSQL: an ordered subscription's entries of a service instance go with its
+    # run, which obeys their instances (mb_ordered_run, mb_instance_heads; set again)
+    "15": ("16", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

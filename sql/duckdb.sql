@@ -57,7 +57,8 @@ LIMIT $n
 -- claim and claim_instance (see postgresql.sql) in one statement, since each DuckDB
 -- statement costs milliseconds whatever its row count. A service instance handles one
 -- message at a time, in publish order: only the oldest entry of each instance is
--- claimable, while none of its entries is leased and none is suspended (resumable).
+-- claimable, while none of its entries is leased and none is suspended (resumable),
+-- unless it is an ordered subscription's (taken with its run: claim_ordered).
 -- The first few of those heads and of the other ready entries, each by priority and
 -- age, are interleaved one of each kind at a time ($first_kind first: 1 for instance
 -- heads), so neither kind takes more than half the batch while the other waits. The
@@ -73,13 +74,14 @@ WHERE id IN (
             FROM (
                 SELECT instance_id, min(id) AS id, arg_min(priority, id) AS priority,
                        arg_min(state, id) AS state, arg_min(available_at, id) AS available_at,
-                       max(lease_expires) AS last_lease
+                       arg_min(ordered, id) AS ordered, max(lease_expires) AS last_lease
                 FROM mb_queue
                 WHERE host = $host AND instance_id IS NOT NULL
                 GROUP BY instance_id
             ) h
             WHERE (h.last_lease IS NULL OR h.last_lease < now())
               AND h.state = 'ready' AND h.available_at <= now()
+              AND NOT h.ordered  -- an ordered subscription's entry goes with its run
               AND NOT EXISTS (
                   SELECT 1 FROM mb_suspended s
                   WHERE s.instance_id = h.instance_id AND s.resumable
@@ -104,7 +106,10 @@ WHERE id IN (
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
 -- entries, taken only when its head is free. Its claimer handles the run in id order
--- (strictly publish order, one at a time) and gives back the rest on a failure.
+-- (strictly publish order, one at a time) and gives back the rest on a failure. An
+-- entry of a service instance (a correlated subscription) obeys its instance too: it
+-- is passed over while a suspended (resumable) step holds the instance's later
+-- messages, and the run ends before one whose instance is busy elsewhere (run_cut).
 -- include: claim_values
 FROM mb_queue
 WHERE id IN (
@@ -126,7 +131,25 @@ WHERE id IN (
     JOIN free f ON q.sub = f.sub
     WHERE q.state = 'ready' AND q.available_at <= now()
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
+      -- a guarded NOT IN: an anti-join on every row cost half a millisecond a claim
+      AND (q.instance_id IS NULL OR q.instance_id NOT IN (
+          SELECT s.instance_id FROM mb_suspended s
+          WHERE s.resumable AND s.instance_id IS NOT NULL
+      ))
     ORDER BY q.id
     LIMIT $n
 )
 
+-- name: run_cut --
+-- Where an ordered run of service instances' entries must end (see mb_ordered_run in
+-- postgresql.sql): its first entry whose instance has an older entry of another
+-- subscription, or one leased. Run only for a run that holds such entries: the same
+-- test inside claim_ordered made every ordered claim 2.5 times as long.
+SELECT min(r.id)
+FROM (SELECT unnest(CAST($ids AS BIGINT[])) AS id,
+             unnest(CAST($instances AS TEXT[])) AS instance_id) r
+WHERE EXISTS (
+    SELECT 1 FROM mb_queue o
+    WHERE o.host = $host AND o.instance_id = r.instance_id AND o.sub <> $sub
+      AND (o.id < r.id OR o.lease_expires >= now())
+)

@@ -88,27 +88,52 @@ $fn$
 -- name: ordered_run_function --
 -- The run of an ordered subscription to claim: its oldest ready entries, locked, by the
 -- ordered index in id order (see mb_claimable: an unanalysed queue of 100,000 entries
--- made it read and sort them all to disk, 126 ms a claim).
+-- made it read and sort them all to disk, 126 ms a claim). An entry of a service
+-- instance (a correlated subscription) obeys its instance too: passed over while a
+-- suspended (resumable) step holds the instance's later messages, and the run ends at
+-- one whose instance has an older entry of another subscription, or one leased: it
+-- waits for that, and what follows it in the subscription waits for it.
 CREATE OR REPLACE FUNCTION mb_ordered_run(p_host text, p_sub bigint, p_n bigint)
 RETURNS SETOF bigint
 -- include: claim_function_settings
 AS $fn$
+DECLARE
+    r record;
+    taken bigint := 0;
 BEGIN
-    RETURN QUERY
-    SELECT q.id FROM mb_queue q
-    WHERE q.host = p_host AND q.ordered AND q.sub = p_sub
-      AND q.state = 'ready' AND q.available_at <= now()
-      AND (q.lease_expires IS NULL OR q.lease_expires < now())
-    ORDER BY q.id
-    LIMIT p_n
-    FOR UPDATE;
+    IF p_n < 1 THEN
+        RETURN;
+    END IF;
+    FOR r IN
+        SELECT q.id, q.instance_id FROM mb_queue q
+        WHERE q.host = p_host AND q.ordered AND q.sub = p_sub
+          AND q.state = 'ready' AND q.available_at <= now()
+          AND (q.lease_expires IS NULL OR q.lease_expires < now())
+        ORDER BY q.id
+        FOR UPDATE
+    LOOP
+        IF r.instance_id IS NOT NULL THEN
+            CONTINUE WHEN EXISTS (
+                SELECT 1 FROM mb_suspended s
+                WHERE s.instance_id = r.instance_id AND s.resumable
+            );
+            EXIT WHEN EXISTS (
+                SELECT 1 FROM mb_queue o
+                WHERE o.host = p_host AND o.instance_id = r.instance_id AND o.sub <> p_sub
+                  AND (o.id < r.id OR o.lease_expires >= now())
+            );
+        END IF;
+        RETURN NEXT r.id;
+        taken := taken + 1;
+        EXIT WHEN taken >= p_n;
+    END LOOP;
 END
 $fn$
 
 -- name: instance_heads_function --
--- The heads of a host's service instances to claim (see claim_instance): ready entries,
--- each its instance's oldest, with none of the instance's entries leased and none
--- suspended (resumable). Always by mb_queue_claim, in its order, stopping at `n` (see
+-- The heads of a host's service instances to claim (see claim_instance): ready entries
+-- of subscriptions that are not ordered, each its instance's oldest, with none of the
+-- instance's entries leased and none suspended (resumable). Always by mb_queue_claim, in its order, stopping at `n` (see
 -- mb_claimable): never analysed, a queue of 600,000 instance entries made the planner
 -- test every ready entry of the host and sort them, 3.5 s a claim of 800 (16-79 ms
 -- analysed). Columns named apart from the table's: PL/pgSQL would take them for its own.
@@ -135,6 +160,9 @@ BEGIN
           SELECT 1 FROM mb_suspended s
           WHERE s.instance_id = q.instance_id AND s.resumable
       )
+      -- an ordered subscription's entry goes with its run (mb_ordered_run), in
+      -- publish order, never as a head beside it
+      AND NOT q.ordered
     ORDER BY q.priority DESC, q.id
     LIMIT p_n;
 END

@@ -257,6 +257,10 @@ class Dialect:
         rows of the entries it leased, as they are once leased."""
         return self.fetch(conn, statement, params)
 
+    def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Run ``claim_ordered``: the rows of the ordered run it leased."""
+        return self.lease(conn, self.claim_ordered_sql, params)
+
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
         """What a publish reads before it routes, in one round trip where that saves any
         (None: the dialect reads each when needed)."""

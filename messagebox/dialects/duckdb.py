@@ -224,6 +224,7 @@ class DuckDBDialect(Dialect):
         super().__init__()
         self._lock: threading.RLock = threading.RLock()
         self.lease_sql = sql.load(self.name, "lease")
+        self.run_cut_sql = sql.load(self.name, "run_cut")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         database = url.database or ""
@@ -355,6 +356,12 @@ class DuckDBDialect(Dialect):
         then lease them by id: DuckDB's ``UPDATE ... RETURNING`` took 25 ms for 800 rows,
         against 3 without ``RETURNING`` (see ``lease`` in duckdb.sql)."""
         picked = self.fetch(conn, statement, {k: v for k, v in params.items() if k in _PICK})
+        return self._leased(conn, params, picked)
+
+    def _leased(
+        self, conn: sa.Connection, params: Mapping[str, Any], picked: list[Any]
+    ) -> list[Any]:
+        """Lease the entries a claim picked (``lease``); returns them."""
         if picked:
             conn.exec_driver_sql(
                 self.lease_sql,
@@ -365,6 +372,27 @@ class DuckDBDialect(Dialect):
                 },
             )
         return picked
+
+    def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Pick the ordered run, end it before an entry whose instance is busy elsewhere
+        (``run_cut``, only for a run that holds instances' entries), then lease it."""
+        picked = self.fetch(
+            conn, self.claim_ordered_sql, {k: v for k, v in params.items() if k in _PICK}
+        )
+        mine = [(r[0], r[5]) for r in picked if r[5] is not None]  # (id, instance_id)
+        if mine:
+            cut = conn.exec_driver_sql(
+                self.run_cut_sql,
+                {
+                    "host": params["host"],
+                    "sub": picked[0][2],
+                    "ids": [i for i, _ in mine],
+                    "instances": [inst for _, inst in mine],
+                },
+            ).scalar()
+            if cut is not None:
+                picked = [r for r in picked if r[0] < cut]
+        return self._leased(conn, params, picked)
 
     def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds

@@ -556,13 +556,12 @@ def _ordered_and_correlated(box: MessageBox, n: int, ordered: int) -> None:
     box.publish([Message(f"{i}".encode(), promoted={"t.N": i, "t.K": i % 7}) for i in range(n)])
 
 
-def test_entries_of_an_ordered_correlated_subscription_are_not_taken_for_a_run(
+def test_entries_of_an_ordered_correlated_subscription_are_each_handled_once(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
     """An ordered subscription that is also correlated queues entries that are both
-    ordered and a service instance's; the instance heads claimed beside an ordered run
-    are not part of it. (Counted with the run, they made a thread's share longer than
-    it asked for, and shared claims gave the same entries to two threads.) Each entry
+    ordered and a service instance's: they go with its runs, never as instance heads,
+    beside another ordered subscription and a plain one, in shared claims. Each entry
     is handled once, and the instance's permits come out even."""
     _ordered_and_correlated(box, 300, 150)
     lock = threading.Lock()
@@ -586,9 +585,10 @@ def test_a_shared_claim_gives_the_ordered_run_whole_to_one_ask_and_no_entry_twic
     box: MessageBox,
 ) -> None:
     """Three threads' asks served by one claim: the first ask's share holds the ordered
-    run (at most what it asked for, in publish order), instance heads of an ordered,
-    correlated subscription are shared out like any other entry, no share is longer
-    than its ask, and no entry is in two shares."""
+    run (at most what it asked for, in publish order), no entry of an ordered
+    subscription is outside it (an ordered, correlated subscription's go with its run,
+    never as instance heads), no share is longer than its ask, and no entry is in two
+    shares."""
     _ordered_and_correlated(box, 60, 40)
     ord_id = next(s.id for s in box.subscriptions() if s.name == "ord")
     consumer = box.consumer("h", "a")
@@ -601,6 +601,4 @@ def test_a_shared_claim_gives_the_ordered_run_whole_to_one_ask_and_no_entry_twic
     assert [c.sub for c in run] == [ord_id] * 6  # the run: the first ask's, whole
     assert [c.id for c in run] == sorted(c.id for c in run)
     assert not any(c.run for share in shares[1:] for c in share)
-    heads = [c for share in shares for c in share if c.ordered and not c.run]
-    assert heads  # instance heads, shared out
-    assert all(c.instance_id is not None for c in heads)
+    assert not [c for share in shares for c in share if c.ordered and not c.run]

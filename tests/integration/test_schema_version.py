@@ -31,7 +31,18 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables and version == "14" and box.store.dialect.name == "postgresql":
+        if old_tables and version == "15" and box.store.dialect.name == "postgresql":
+            # version 15's functions let instance heads of an ordered subscription go
+            # and its run pass over instances (any bodies will do)
+            conn.execute(
+                sa.text(
+                    "CREATE OR REPLACE FUNCTION mb_ordered_run(p_host text, p_sub bigint, "
+                    "p_n bigint) RETURNS SETOF bigint LANGUAGE plpgsql AS $$ BEGIN "
+                    "RETURN QUERY SELECT q.id FROM mb_queue q WHERE q.host = p_host "
+                    "AND q.sub = p_sub ORDER BY q.id LIMIT p_n; END $$"
+                )
+            )
+        if old_tables and version in ("14", "15") and box.store.dialect.name == "postgresql":
             # version 14's instance-head function probed leased heads (any body will do)
             conn.execute(
                 sa.text(
@@ -56,14 +67,14 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
             conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
         if (
             old_tables
-            and version not in ("12", "13", "14")
+            and version not in ("12", "13", "14", "15")
             and box.store.dialect.name == "postgresql"
         ):  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11", "12", "13", "14")
+            and version not in ("9", "10", "11", "12", "13", "14", "15")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
@@ -107,14 +118,15 @@ def stored_version(box: MessageBox) -> str | None:
 
 
 @pytest.mark.parametrize(
-    "old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14"]
+    "old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"]
 )
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
     # 5 (no first-claim time), 6 (no crash accounting), 7 (no routing versions), 8
     # (an index on lease_owner), 9 (no audit, no rollups), 10 (no routing versions), 11
     # (no claim functions on PostgreSQL), 12 (SQL claim functions, fillfactor 50), 13
-    # (no instance-head function) or 14 (one that probed leased heads) left it, with data
+    # (no instance-head function), 14 (one that probed leased heads) or 15 (instance
+    # heads of ordered subscriptions claimed beside their runs) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -129,7 +141,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "15"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "16"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -154,13 +166,19 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                         )
                     ).all()
                 )
-                heads_sql: str = conn.execute(
-                    sa.text(
-                        "SELECT prosrc FROM pg_proc WHERE proname = 'mb_instance_heads' "
-                        "AND pronamespace = current_schema()::regnamespace"
-                    )
-                ).scalar_one()
+                bodies: dict[str, str] = dict(
+                    conn.execute(
+                        sa.text(
+                            "SELECT proname, prosrc FROM pg_proc WHERE proname IN "
+                            "('mb_instance_heads', 'mb_ordered_run') "
+                            "AND pronamespace = current_schema()::regnamespace"
+                        )
+                    ).all()
+                )
+            heads_sql = bodies["mb_instance_heads"]
             assert "q.lease_expires < now()" in heads_sql  # leased heads passed over (15)
+            assert "NOT q.ordered" in heads_sql  # ordered entries go with their runs (16)
+            assert "mb_suspended" in bodies["mb_ordered_run"]  # runs obey instances (16)
             assert languages == {  # claims by index; PL/pgSQL keeps their plans
                 "mb_claimable": "plpgsql",
                 "mb_ordered_run": "plpgsql",
@@ -175,8 +193,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         [sub] = box.subscriptions()
         assert sub.name == "sub"
         [orphan] = box.suspended()
-        # 6 to 14 could not leave it resumable
-        if old not in ("6", "7", "8", "9", "10", "11", "12", "13", "14"):
+        # 6 to 15 could not leave it resumable
+        if old not in ("6", "7", "8", "9", "10", "11", "12", "13", "14", "15"):
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -202,5 +220,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 15"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 16"):
         MessageBox(backend_url)
