@@ -22,6 +22,7 @@ static PyObject *utc = NULL;       /* datetime.UTC */
 static PyObject *encode_value = NULL; /* properties.encode_value, for other values */
 static PyObject *tag_b, *tag_i, *tag_f, *tag_s, *tag_d;
 static PyObject *str_message_id, *str_outcome, *str_subscriptions;
+static PyObject *str_promoted, *str_written, *str_parts, *str_body_part; /* Message's */
 
 /* 0 if `needed` (set by the setup function named) is set; else -1 with an exception. */
 static int
@@ -323,23 +324,18 @@ PyDoc_STRVAR(context_json_doc,
              "\\, a 64-bit int, a float whose repr has no exponent, a bool, a UTC datetime\n"
              "from year 1000); else None, and the caller encodes it in Python.");
 
+/* context_json's text of one message's dicts: a new str, None (not plain) or NULL. */
 static PyObject *
-context_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+context_text(PyObject *promoted, PyObject *written)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "context_json takes 2 arguments");
-        return NULL;
-    }
-    if (set_up(utc, "setup_values") < 0)
-        return NULL;
     Buf b;
     b.data = b.stack;
     b.len = 0;
     b.cap = sizeof b.stack;
     PyObject *out = NULL;
-    int done = PUT(&b, "{\"promoted\":") < 0 ? -1 : put_props(&b, args[0]);
+    int done = PUT(&b, "{\"promoted\":") < 0 ? -1 : put_props(&b, promoted);
     if (done > 0)
-        done = PUT(&b, ",\"written\":") < 0 ? -1 : put_props(&b, args[1]);
+        done = PUT(&b, ",\"written\":") < 0 ? -1 : put_props(&b, written);
     if (done > 0)
         done = PUT(&b, "}") < 0 ? -1 : 1;
     if (done > 0) {
@@ -351,6 +347,133 @@ context_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         out = Py_NewRef(Py_None);
     if (b.data != b.stack)
         PyMem_Free(b.data);
+    return out;
+}
+
+static PyObject *
+context_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "context_json takes 2 arguments");
+        return NULL;
+    }
+    if (set_up(utc, "setup_values") < 0)
+        return NULL;
+    return context_text(args[0], args[1]);
+}
+
+/* Append a new reference to a list, dropping it; -1 on failure. */
+static int
+append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+#define N_COLUMNS 9
+
+/* One message's columns (see message_columns): 1, 0 (not plain) or -1. */
+static int
+put_message(PyObject **cols, PyObject *message, Py_ssize_t i, Py_ssize_t limit)
+{
+    PyObject *promoted = NULL, *written = NULL, *parts = NULL, *body = NULL, *text = NULL;
+    int done = -1;
+    promoted = PyObject_GetAttr(message, str_promoted);
+    written = promoted ? PyObject_GetAttr(message, str_written) : NULL;
+    parts = written ? PyObject_GetAttr(message, str_parts) : NULL;
+    body = parts ? PyObject_GetAttr(message, str_body_part) : NULL;
+    if (body == NULL)
+        goto end;
+    if (!PyDict_CheckExact(parts)) {
+        done = 0;
+        goto end;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *name, *data;
+    while (PyDict_Next(parts, &pos, &name, &data)) {  /* plain parts first: no append undone */
+        if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) > limit) {
+            done = 0;
+            goto end;
+        }
+    }
+    text = context_text(promoted, written);
+    if (text == NULL)
+        goto end;
+    if (text == Py_None) {
+        done = 0;
+        goto end;
+    }
+    if (PyList_Append(cols[0], text) < 0 ||
+        append_new(cols[1], PyLong_FromSsize_t(PyDict_GET_SIZE(parts))) < 0 ||
+        PyList_Append(cols[2], body) < 0)
+        goto end;
+    pos = 0;
+    Py_ssize_t idx = 0;
+    while (PyDict_Next(parts, &pos, &name, &data)) {
+        if (append_new(cols[3], PyLong_FromSsize_t(i)) < 0 ||
+            append_new(cols[4], PyLong_FromSsize_t(idx)) < 0 ||
+            PyList_Append(cols[5], name) < 0 ||
+            append_new(cols[6], PyLong_FromSsize_t(PyBytes_GET_SIZE(data))) < 0 ||
+            append_new(cols[7], PyLong_FromLong(1)) < 0 || PyList_Append(cols[8], data) < 0)
+            goto end;
+        idx++;
+    }
+    done = 1;
+end:
+    Py_XDECREF(promoted);
+    Py_XDECREF(written);
+    Py_XDECREF(parts);
+    Py_XDECREF(body);
+    Py_XDECREF(text);
+    return done;
+}
+
+PyDoc_STRVAR(message_columns_doc,
+             "message_columns(messages, fragment_size) -> tuple | None: spool.message_rows'\n"
+             "columns (context, n_parts, body_part; then per part: its message's position,\n"
+             "idx, name, size, n_fragments, data) of a list of Messages whose contexts\n"
+             "context_json writes and whose parts are all bytes of at most fragment_size;\n"
+             "else None, and the caller builds them in Python.");
+
+static PyObject *
+message_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "message_columns takes a list and an int");
+        return NULL;
+    }
+    if (set_up(utc, "setup_values") < 0)
+        return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *messages = args[0];
+    PyObject *cols[N_COLUMNS] = {NULL};
+    PyObject *out = NULL;
+    for (int c = 0; c < N_COLUMNS; c++)
+        if ((cols[c] = PyList_New(0)) == NULL)
+            goto end;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        int done = put_message(cols, PyList_GET_ITEM(messages, i), i, limit);
+        if (done < 0)
+            goto end;
+        if (done == 0) {
+            out = Py_NewRef(Py_None);
+            goto end;
+        }
+    }
+    out = PyTuple_New(N_COLUMNS);
+    if (out != NULL)
+        for (int c = 0; c < N_COLUMNS; c++) {
+            PyTuple_SET_ITEM(out, c, cols[c]);
+            cols[c] = NULL;
+        }
+end:
+    for (int c = 0; c < N_COLUMNS; c++)
+        Py_XDECREF(cols[c]);
     return out;
 }
 
@@ -553,6 +676,8 @@ static PyMethodDef methods[] = {
     {"setup_values", setup_values, METH_VARARGS, setup_values_doc},
     {"typed", typed, METH_O, typed_doc},
     {"context_json", (PyCFunction)(void (*)(void))context_json, METH_FASTCALL, context_json_doc},
+    {"message_columns", (PyCFunction)(void (*)(void))message_columns, METH_FASTCALL,
+     message_columns_doc},
     {"routed", (PyCFunction)(void (*)(void))routed, METH_FASTCALL, routed_doc},
     {"uuid7s", (PyCFunction)(void (*)(void))uuid7s, METH_FASTCALL, uuid7s_doc},
     {"uuid_bytes", uuid_bytes, METH_O, uuid_bytes_doc},
@@ -585,6 +710,12 @@ PyInit__native(void)
     str_outcome = PyUnicode_InternFromString("outcome");
     str_subscriptions = PyUnicode_InternFromString("subscriptions");
     if (!str_message_id || !str_outcome || !str_subscriptions)
+        return NULL;
+    str_promoted = PyUnicode_InternFromString("promoted");
+    str_written = PyUnicode_InternFromString("written");
+    str_parts = PyUnicode_InternFromString("parts");
+    str_body_part = PyUnicode_InternFromString("body_part");
+    if (!str_promoted || !str_written || !str_parts || !str_body_part)
         return NULL;
     PyDateTime_IMPORT;
     if (PyDateTimeAPI == NULL)

@@ -11,6 +11,22 @@ def uuid_bytes(values: Sequence[object], /) -> bytes: ...
 def setup_values(utc: tzinfo, encode_value: Callable[[Any], list[Any]], /) -> None: ...
 def typed(props: dict[str, Any], /) -> dict[str, list[Any]]: ...
 def context_json(promoted: Any, written: Any, /) -> str | None: ...
+def message_columns(
+    messages: list[Any], fragment_size: int, /
+) -> (
+    tuple[
+        list[str],
+        list[int],
+        list[str],
+        list[int],
+        list[int],
+        list[str],
+        list[int],
+        list[int],
+        list[bytes],
+    ]
+    | None
+): ...
 def routed(
     cls: type[Any],
     ids: Sequence[uuid.UUID],

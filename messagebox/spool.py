@@ -16,7 +16,8 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, recent, schema
+from messagebox import arrays, clock, compiled, recent, schema
+from messagebox.compiled import native
 from messagebox.dialects import Dialect, Indexed, Same, Uuids
 from messagebox.errors import UnknownMessage
 from messagebox.ids import uuid7s
@@ -72,35 +73,83 @@ def message_rows(
     """The spool rows, part links and parts of messages (with these ids), as columns per
     table, for the caller to insert with its other rows (fragments past a part's first
     are written here, as the part is read). The ids go as given (a :class:`Uuids`
-    column stays one, converted once), and so do the parts' new ids to both tables."""
+    column stays one, converted once), and so do the parts' new ids to both tables.
+    Where it was built, C makes the columns of a batch whose contexts it writes and
+    whose parts are bytes of one fragment (the common batch: half the time)."""
     if not messages:
         return []
+    part_ids = Uuids(uuid7s(sum(len(message.parts) for message in messages)))
+    columns = (
+        native.message_columns(messages, FRAGMENT_SIZE)
+        if compiled.NATIVE and type(messages) is list
+        else None
+    )
+    if columns is None:
+        columns = _columns(conn, dialect, messages, part_ids)
+    context, n_parts, body, owner, idx, name, size, n_fragments, data = columns
+    if recent.keeping(conn):
+        keep = [
+            (ids[i], held)
+            for i, message in enumerate(messages)
+            if (held := recent.entry(context[i], message.body_part, now, publisher, message.parts))
+        ]
+        if keep:
+            recent.written(conn, keep)
+    n = len(messages)
+    spool = {
+        "id": ids,
+        "context": context,
+        "n_parts": n_parts,
+        "body_part": body,
+        "published_at": Same(now, n),
+        "publisher": Same(publisher, n),
+    }
+    return [
+        (schema.spool, spool),
+        (
+            schema.message_part,
+            {"msg": Indexed(ids, owner), "idx": idx, "name": name, "part": part_ids},
+        ),
+        (schema.part, {"id": part_ids, "size": size, "n_fragments": n_fragments, "data": data}),
+    ]
+
+
+_Columns = tuple[
+    list[str],
+    list[int],
+    list[str],
+    list[int],
+    list[int],
+    list[str],
+    list[int],
+    list[int],
+    list[Any],
+]
+
+
+def _columns(
+    conn: sa.Connection,
+    dialect: Dialect,
+    messages: Sequence[Message],
+    part_ids: Uuids[uuid.UUID],
+) -> _Columns:
+    """:func:`message_rows`' columns, as ``native.message_columns`` gives them (context,
+    n_parts, body_part; then per part: its message's position, idx, name, size,
+    n_fragments, first fragment), writing the further fragments of large parts."""
     context: list[str] = []
     n_parts: list[int] = []
     body: list[str] = []
-    owner: list[int] = []  # per part, its message's position in ids
-    links: dict[str, list[Any]] = {"idx": [], "name": []}
-    parts: dict[str, list[Any]] = {"size": [], "n_fragments": [], "data": []}
-    part_ids = Uuids(uuid7s(sum(len(message.parts) for message in messages)))
-    # the columns' appends bound once: this runs for every message published
-    add_context, add_n_parts, add_body, add_owner = (
-        context.append,
-        n_parts.append,
-        body.append,
-        owner.append,
-    )
-    add_idx, add_name = (links[k].append for k in links)
-    add_size, add_fragments, add_data = (parts[k].append for k in parts)
+    owner: list[int] = []
+    idx_column: list[int] = []
+    names: list[str] = []
+    sizes: list[int] = []
+    fragments: list[int] = []
+    firsts: list[Any] = []
     k = 0  # the next part's position in part_ids
-    keep: list[tuple[uuid.UUID, recent.Kept]] | None = [] if recent.keeping(conn) else None
     for i, message in enumerate(messages):
-        add_context(encode_context(message.promoted, message.written))
-        add_n_parts(len(message.parts))
-        add_body(message.body_part)
-        if keep is not None and (
-            held := recent.entry(context[-1], message.body_part, now, publisher, message.parts)
-        ):
-            keep.append((ids[i], held))
+        context.append(encode_context(message.promoted, message.written))
+        n_parts.append(len(message.parts))
+        body.append(message.body_part)
         for idx, (name, data) in enumerate(message.parts.items()):
             if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case
                 first, size, n_fragments = data, len(data), 1
@@ -115,29 +164,14 @@ def message_rows(
                     )
                     size += len(chunk)
                 n_fragments = seq + 1
-            add_owner(i)
-            add_idx(idx)
-            add_name(name)
-            add_size(size)
-            add_fragments(n_fragments)
-            add_data(first)
+            owner.append(i)
+            idx_column.append(idx)
+            names.append(name)
+            sizes.append(size)
+            fragments.append(n_fragments)
+            firsts.append(first)
             k += 1
-    if keep:
-        recent.written(conn, keep)
-    n = len(messages)
-    spool = {
-        "id": ids,
-        "context": context,
-        "n_parts": n_parts,
-        "body_part": body,
-        "published_at": Same(now, n),
-        "publisher": Same(publisher, n),
-    }
-    return [
-        (schema.spool, spool),
-        (schema.message_part, {"msg": Indexed(ids, owner), **links, "part": part_ids}),
-        (schema.part, {"id": part_ids, **parts}),
-    ]
+    return context, n_parts, body, owner, idx_column, names, sizes, fragments, firsts
 
 
 def promoted_page(

@@ -15,8 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox import compiled, ids, properties, router
+from messagebox import compiled, ids, properties, router, spool
 from messagebox.compiled import native
+from messagebox.dialects import Uuids
+from messagebox.message import Message
 from messagebox.models import Outcome, Routed
 from messagebox.properties import Value
 from tests.conftest import IN_CI
@@ -235,3 +237,73 @@ def test_compiled_results_refuse_counts_that_do_not_fit() -> None:
         native.routed(Routed, batch, [1, 2], (7, 8), Outcome.ROUTED, Outcome.DROPPED)
     with pytest.raises(TypeError):
         native.routed(Routed, batch, (1, 1), (7, 8), Outcome.ROUTED, Outcome.DROPPED)  # type: ignore[arg-type]
+
+
+part_data = st.one_of(
+    st.binary(max_size=40),
+    st.text(max_size=10),  # stored as UTF-8: given back to Python
+)
+
+
+message_values = st.one_of(plain_values, st.text(max_size=3))  # some not plain
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    names = draw(st.lists(st.sampled_from(["body", "x", "y", "é"]), min_size=1, unique=True))
+    keys = st.sampled_from(["A", "B", "C-2", "D_1"])
+    return Message(
+        parts={name: draw(part_data) for name in names},
+        promoted=draw(st.dictionaries(keys.map("p.".__add__), message_values, max_size=4)),
+        written=draw(st.dictionaries(keys.map("w.".__add__), message_values, max_size=2)),
+        body_part=draw(st.sampled_from(names)),
+    )
+
+
+@given(st.lists(messages(), max_size=8), st.integers(0, 50))
+def test_compiled_message_columns_are_the_python_ones(
+    batch: list[Message], fragment_size: int
+) -> None:
+    """A batch's spool, link and part columns, made in C: those spool._columns makes
+    (which is what a batch of one fragment per part needs), or None when a message's
+    context is not plain or a part is not bytes of at most ``fragment_size``."""
+    got = native.message_columns(batch, fragment_size)
+    plain = all(
+        native.context_json(m.promoted, m.written) is not None
+        and all(type(d) is bytes and len(d) <= fragment_size for d in m.parts.values())
+        for m in batch
+    )
+    if not plain:
+        assert got is None
+        return
+    part_ids = Uuids(ids.uuid7s(sum(len(m.parts) for m in batch)))
+    assert got == spool._columns(None, None, batch, part_ids)  # type: ignore[arg-type]
+
+
+def test_compiled_message_columns_refuse_what_is_not_a_list_of_messages() -> None:
+    with pytest.raises(TypeError, match="a list and an int"):
+        native.message_columns((), 10)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        native.message_columns([object()], 10)
+
+
+def test_compiled_message_columns_of_a_published_batch() -> None:
+    batch = [
+        Message(b"<a/>", promoted={"o.Region": "UK", "o.Total": 10.5}),
+        Message(parts={"head": b"h", "body": b"<b/>"}, body_part="body", written={"o.N": 1}),
+    ]
+    assert native.message_columns(batch, 10) == (
+        [
+            '{"promoted":{"o.Region":["s","UK"],"o.Total":["f",10.5]},"written":{}}',
+            '{"promoted":{},"written":{"o.N":["i",1]}}',
+        ],
+        [1, 2],
+        ["body", "body"],
+        [0, 1, 1],
+        [0, 0, 1],
+        ["body", "head", "body"],
+        [4, 1, 4],
+        [1, 1, 1],
+        [b"<a/>", b"h", b"<b/>"],
+    )
+    assert native.message_columns(batch, 3) is None  # a part of two fragments
