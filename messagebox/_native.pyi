@@ -11,22 +11,13 @@ def uuid_bytes(values: Sequence[object], /) -> bytes: ...
 def setup_values(utc: tzinfo, encode_value: Callable[[Any], list[Any]], /) -> None: ...
 def typed(props: dict[str, Any], /) -> dict[str, list[Any]]: ...
 def context_json(promoted: Any, written: Any, /) -> str | None: ...
-def message_columns(
-    messages: list[Any], fragment_size: int, /
-) -> (
-    tuple[
-        list[str],
-        list[int],
-        list[str],
-        list[int],
-        list[int],
-        list[str],
-        list[int],
-        list[int],
-        list[bytes],
-    ]
-    | None
-): ...
+
+_Ints = list[int]
+Columns = tuple[list[str], _Ints, list[str], _Ints, _Ints, list[str], _Ints, _Ints, list[Any]]
+"""message_columns' columns (spool.message_rows): context, n_parts, body_part; then per
+part, its message's position, idx, name, size, n_fragments and first fragment."""
+
+def message_columns(messages: list[Any], fragment_size: int, /) -> Columns | None: ...
 def routed(
     cls: type[Any],
     ids: Sequence[uuid.UUID],

@@ -12,7 +12,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -23,6 +23,9 @@ from messagebox.errors import UnknownMessage
 from messagebox.ids import uuid7s
 from messagebox.message import Message, MessageSummary, PartData, StoredMessage
 from messagebox.properties import Value, decode_context, encode_context
+
+if TYPE_CHECKING:
+    from messagebox._native import Columns
 
 FRAGMENT_SIZE = 1 << 20
 
@@ -114,25 +117,12 @@ def message_rows(
     ]
 
 
-_Columns = tuple[
-    list[str],
-    list[int],
-    list[str],
-    list[int],
-    list[int],
-    list[str],
-    list[int],
-    list[int],
-    list[Any],
-]
-
-
 def _columns(
     conn: sa.Connection,
     dialect: Dialect,
     messages: Sequence[Message],
     part_ids: Uuids[uuid.UUID],
-) -> _Columns:
+) -> Columns:
     """:func:`message_rows`' columns, as ``native.message_columns`` gives them (context,
     n_parts, body_part; then per part: its message's position, idx, name, size,
     n_fragments, first fragment), writing the further fragments of large parts."""
