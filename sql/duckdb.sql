@@ -109,12 +109,22 @@ WHERE id IN (
 -- (strictly publish order, one at a time) and gives back the rest on a failure. An
 -- entry of a service instance (a correlated subscription) obeys its instance too: it
 -- is passed over while a suspended (resumable) step holds the instance's later
--- messages, and the run ends before one whose instance is busy elsewhere (run_cut).
+-- messages, and the run ends before one whose instance is busy elsewhere (run_cut;
+-- a subscription whose run that leaves empty is skipped, `skip`, for the next).
 -- include: claim_values
 FROM mb_queue
 WHERE id IN (
-    WITH heads AS (
-        SELECT sub, min(id) AS id,
+    WITH held AS (  -- instances a suspended step holds
+        SELECT s.instance_id FROM mb_suspended s
+        WHERE s.resumable AND s.instance_id IS NOT NULL
+    ),
+    heads AS (
+        -- a subscription's head is its oldest entry not held: one whose every entry
+        -- is held leaves the others their turn (guarded NOT INs: an anti-join on every
+        -- row cost half a millisecond a claim)
+        SELECT sub,
+               min(id) FILTER (WHERE instance_id IS NULL
+                               OR instance_id NOT IN (SELECT instance_id FROM held)) AS id,
                max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
         FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
     ),
@@ -123,6 +133,7 @@ WHERE id IN (
         FROM heads h
         JOIN mb_queue q ON q.id = h.id
         WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
+          AND h.sub NOT IN (SELECT unnest(CAST($skip AS BIGINT[])))  -- runs cut empty
         ORDER BY q.priority DESC, q.id
         LIMIT 1
     )
@@ -131,11 +142,7 @@ WHERE id IN (
     JOIN free f ON q.sub = f.sub
     WHERE q.state = 'ready' AND q.available_at <= now()
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
-      -- a guarded NOT IN: an anti-join on every row cost half a millisecond a claim
-      AND (q.instance_id IS NULL OR q.instance_id NOT IN (
-          SELECT s.instance_id FROM mb_suspended s
-          WHERE s.resumable AND s.instance_id IS NOT NULL
-      ))
+      AND (q.instance_id IS NULL OR q.instance_id NOT IN (SELECT instance_id FROM held))
     ORDER BY q.id
     LIMIT $n
 )

@@ -227,9 +227,15 @@ FROM gone
 -- skipped, never waited for). Its claimer handles the run in id order (strictly publish
 -- order, one at a time) and gives back the rest on a failure.
 WITH heads AS (
-    SELECT sub, min(id) AS id,
+    -- a subscription's head is its oldest entry that no suspended step holds (see
+    -- mb_ordered_run): one whose every entry is held leaves the others their turn
+    SELECT sub,
+           min(id) FILTER (WHERE instance_id IS NULL OR NOT EXISTS (
+               SELECT 1 FROM mb_suspended s
+               WHERE s.instance_id = q.instance_id AND s.resumable
+           )) AS id,
            max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
-    FROM mb_queue WHERE host = %(host)s AND ordered GROUP BY sub
+    FROM mb_queue q WHERE host = %(host)s AND ordered GROUP BY sub
 ),
 free AS MATERIALIZED (
     SELECT q.sub
@@ -237,6 +243,12 @@ free AS MATERIALIZED (
     JOIN heads h ON q.id = h.id
     WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
+      -- nor one whose head waits for its instance (a run would end before it)
+      AND (q.instance_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM mb_queue o
+          WHERE o.host = q.host AND o.instance_id = q.instance_id AND o.sub <> q.sub
+            AND (o.id < q.id OR o.lease_expires >= now())
+      ))
     ORDER BY q.priority DESC, q.id
     LIMIT 1
     FOR UPDATE OF q SKIP LOCKED

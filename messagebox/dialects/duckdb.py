@@ -375,24 +375,29 @@ class DuckDBDialect(Dialect):
 
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
         """Pick the ordered run, end it before an entry whose instance is busy elsewhere
-        (``run_cut``, only for a run that holds instances' entries), then lease it."""
-        picked = self.fetch(
-            conn, self.claim_ordered_sql, {k: v for k, v in params.items() if k in _PICK}
-        )
-        mine = [(r[0], r[5]) for r in picked if r[5] is not None]  # (id, instance_id)
-        if mine:
-            cut = conn.exec_driver_sql(
-                self.run_cut_sql,
-                {
-                    "host": params["host"],
-                    "sub": picked[0][2],
-                    "ids": [i for i, _ in mine],
-                    "instances": [inst for _, inst in mine],
-                },
-            ).scalar()
-            if cut is not None:
-                picked = [r for r in picked if r[0] < cut]
-        return self._leased(conn, params, picked)
+        (``run_cut``, only for a run that holds instances' entries), then lease it. A
+        subscription whose run that leaves empty is passed over for the next one."""
+        pick = {"host": params["host"], "n": params["n"], "skip": []}
+        while True:
+            picked = self.fetch(conn, self.claim_ordered_sql, pick)
+            mine = [(r[0], r[5]) for r in picked if r[5] is not None]  # (id, instance)
+            if mine:
+                sub = picked[0][2]
+                cut = conn.exec_driver_sql(
+                    self.run_cut_sql,
+                    {
+                        "host": params["host"],
+                        "sub": sub,
+                        "ids": [i for i, _ in mine],
+                        "instances": [instance for _, instance in mine],
+                    },
+                ).scalar()
+                if cut is not None:
+                    picked = [r for r in picked if r[0] < cut]
+                    if not picked:
+                        pick["skip"].append(sub)
+                        continue
+            return self._leased(conn, params, picked)
 
     def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds

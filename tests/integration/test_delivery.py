@@ -29,7 +29,15 @@ from messagebox.models import (
     SUBSCRIPTION_REMOVED,
 )
 from messagebox.predicates import P
-from tests.conftest import FAST_HOST, Stalled, claim, fail_for_good, table_counts, wait_for
+from tests.conftest import (
+    FAST_HOST,
+    Stalled,
+    claim,
+    complete,
+    fail_for_good,
+    table_counts,
+    wait_for,
+)
 
 FAST = FAST_HOST
 
@@ -378,6 +386,58 @@ def test_a_suspended_message_of_an_ordered_correlated_subscription_holds_its_ins
     box.resume(entry.id)
     wait_for(drained(box))
     assert [n for _, n, _ in rec.seen] == [0, 1, 2, 3, 4, 5, 7, 8, 3, 6]
+
+
+def _run(box: MessageBox, n: int = 10) -> list[leases.Claim]:
+    """The ordered run a claim takes now for host ``h``."""
+    with box.store.transaction(serial=True) as conn:
+        return leases.claim_run(
+            conn, box.store.dialect, host="h", owner="t", n=n, lease_seconds=30.0
+        )
+
+
+def test_an_ordered_subscription_held_by_a_suspended_instance_holds_no_other(
+    box: MessageBox,
+) -> None:
+    """Every message left to an ordered, correlated subscription waits for an instance
+    that a suspended message holds: a claim takes the run of another ordered
+    subscription of the host, with younger messages (it chose the held one, older, and
+    took nothing), and the held one's again once the suspended message is resumed."""
+    box.create_host("h", **FAST)
+    box.subscribe(
+        "svc", host="h", filter=P("t.Kind") == "a", name="conv", ordered=True, correlation=["t.K"]
+    )
+    box.subscribe("svc", host="h", filter=P("t.Kind") == "b", name="ord", ordered=True)
+    first, second = box.publish(msgs(2, start=0, **{"t.Kind": "a", "t.K": 7}))  # instance 7
+    [claimed] = _run(box, n=1)
+    fail_for_good(box, claimed, "refused")
+    others = box.publish(msgs(2, start=2, **{"t.Kind": "b"}))
+    assert [c.msg for c in _run(box)] == [r.message_id for r in others]
+    for c in claim(box, "h", n=5):  # none: ordered entries go by run only
+        raise AssertionError(f"claimed {c}")
+    box.resume(box.suspended()[0].id)
+    assert [c.msg for c in _run(box)] == [first.message_id, second.message_id]
+
+
+def test_an_ordered_subscription_whose_head_waits_for_its_instance_holds_no_other(
+    box: MessageBox,
+) -> None:
+    """While an ordered, correlated subscription's oldest message waits for its
+    instance (busy with an older message of another subscription), a claim takes the
+    run of another ordered subscription; the waiting one's once the instance is free."""
+    box.create_host("h", **FAST)
+    box.subscribe("svc", host="h", filter=P("t.Kind") == "a", name="plain", correlation=["t.K"])
+    box.subscribe(
+        "svc", host="h", filter=P("t.Kind") == "b", name="conv", ordered=True, correlation=["t.K"]
+    )
+    box.subscribe("svc", host="h", filter=P("t.Kind") == "c", name="ord", ordered=True)
+    box.publish(msgs(1, start=0, **{"t.Kind": "a", "t.K": 1}))
+    [busy] = claim(box, "h", n=5, instances=True)
+    [waiting] = box.publish(msgs(1, start=1, **{"t.Kind": "b", "t.K": 1}))
+    [other] = box.publish(msgs(1, start=2, **{"t.Kind": "c"}))
+    assert [c.msg for c in _run(box)] == [other.message_id]
+    complete(box, busy)
+    assert [c.msg for c in _run(box)] == [waiting.message_id]
 
 
 def test_an_ordered_correlated_run_waits_for_its_instance_in_another_subscription(
