@@ -103,6 +103,23 @@ WHERE id IN (
     LIMIT $n
 )
 
+-- name: ordered_heads --
+-- The ordered subscriptions' heads (claim_ordered, blocked_heads): a subscription's head
+-- is its oldest entry that no suspended step holds, so that one whose every entry is
+-- held leaves the others their turn; busy while one of its entries is leased. (Guarded
+-- NOT INs: an anti-join on every row cost half a millisecond a claim.)
+held AS (
+    SELECT s.instance_id FROM mb_suspended s
+    WHERE s.resumable AND s.instance_id IS NOT NULL
+),
+heads AS (
+    SELECT sub,
+           min(id) FILTER (WHERE instance_id IS NULL
+                           OR instance_id NOT IN (SELECT instance_id FROM held)) AS id,
+           max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
+    FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
+)
+
 -- name: claim_ordered --
 -- An ordered subscription is served by one claimer at a time: the run of its oldest
 -- entries, taken only when its head is free. Its claimer handles the run in id order
@@ -110,24 +127,14 @@ WHERE id IN (
 -- entry of a service instance (a correlated subscription) obeys its instance too: it
 -- is passed over while a suspended (resumable) step holds the instance's later
 -- messages, and the run ends before one whose instance is busy elsewhere (run_cut;
--- a subscription whose run that leaves empty is skipped, `skip`, for the next).
+-- a subscription whose head that leaves waiting is skipped, `skip`, for the next:
+-- blocked_heads).
 -- include: claim_values
 FROM mb_queue
 WHERE id IN (
-    WITH held AS (  -- instances a suspended step holds
-        SELECT s.instance_id FROM mb_suspended s
-        WHERE s.resumable AND s.instance_id IS NOT NULL
-    ),
-    heads AS (
-        -- a subscription's head is its oldest entry not held: one whose every entry
-        -- is held leaves the others their turn (guarded NOT INs: an anti-join on every
-        -- row cost half a millisecond a claim)
-        SELECT sub,
-               min(id) FILTER (WHERE instance_id IS NULL
-                               OR instance_id NOT IN (SELECT instance_id FROM held)) AS id,
-               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
-        FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
-    ),
+    WITH
+-- include: ordered_heads
+    ,
     free AS (
         SELECT h.sub
         FROM heads h
@@ -159,4 +166,19 @@ WHERE EXISTS (
     SELECT 1 FROM mb_queue o
     WHERE o.host = $host AND o.instance_id = r.instance_id AND o.sub <> $sub
       AND (o.id < r.id OR o.lease_expires >= now())
+)
+
+-- name: blocked_heads --
+-- The ordered subscriptions whose head waits for its instance, as run_cut tests it: a
+-- claim whose run the cut left empty picks again without them (one statement, however
+-- many there are).
+WITH
+-- include: ordered_heads
+SELECT h.sub
+FROM heads h
+JOIN mb_queue q ON q.id = h.id
+WHERE q.instance_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM mb_queue o
+    WHERE o.host = $host AND o.instance_id = q.instance_id AND o.sub <> q.sub
+      AND (o.id < q.id OR o.lease_expires >= now())
 )

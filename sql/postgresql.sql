@@ -86,13 +86,18 @@ END
 $fn$
 
 -- name: ordered_run_function --
--- The run of an ordered subscription to claim: its oldest ready entries, locked, by the
--- ordered index in id order (see mb_claimable: an unanalysed queue of 100,000 entries
--- made it read and sort them all to disk, 126 ms a claim). An entry of a service
+-- The run of an ordered subscription to claim: its oldest ready entries, by the ordered
+-- index in id order (see mb_claimable: an unanalysed queue of 100,000 entries made it
+-- read and sort them all to disk, 126 ms a claim), none while one of its entries is in
+-- hand. One claimer of a subscription at a time: the subscription's advisory lock, for
+-- the claim's transaction (tried, never waited for), besides the head the claim
+-- locked (a head can change under a claim: a suspension resumed or ended); the rows
+-- are locked by the claim's UPDATE, only those it takes. An entry of a service
 -- instance (a correlated subscription) obeys its instance too: passed over while a
 -- suspended (resumable) step holds the instance's later messages, and the run ends at
--- one whose instance has an older entry of another subscription, or one leased: it
--- waits for that, and what follows it in the subscription waits for it.
+-- one whose instance another claim is taking (claim_instance's lock), or that has an
+-- older entry of another subscription, or one leased: it waits for that, and what
+-- follows it in the subscription waits for it.
 CREATE OR REPLACE FUNCTION mb_ordered_run(p_host text, p_sub bigint, p_n bigint)
 RETURNS SETOF bigint
 -- include: claim_function_settings
@@ -101,7 +106,13 @@ DECLARE
     r record;
     taken bigint := 0;
 BEGIN
-    IF p_n < 1 THEN
+    IF p_n < 1 OR NOT pg_try_advisory_xact_lock(724012, hashtext(p_sub::text)) THEN
+        RETURN;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM mb_queue q
+        WHERE q.host = p_host AND q.ordered AND q.sub = p_sub AND q.lease_expires >= now()
+    ) THEN
         RETURN;
     END IF;
     FOR r IN
@@ -110,13 +121,13 @@ BEGIN
           AND q.state = 'ready' AND q.available_at <= now()
           AND (q.lease_expires IS NULL OR q.lease_expires < now())
         ORDER BY q.id
-        FOR UPDATE
     LOOP
         IF r.instance_id IS NOT NULL THEN
             CONTINUE WHEN EXISTS (
                 SELECT 1 FROM mb_suspended s
                 WHERE s.instance_id = r.instance_id AND s.resumable
             );
+            EXIT WHEN NOT pg_try_advisory_xact_lock(724011, hashtext(r.instance_id));
             EXIT WHEN EXISTS (
                 SELECT 1 FROM mb_queue o
                 WHERE o.host = p_host AND o.instance_id = r.instance_id AND o.sub <> p_sub

@@ -225,6 +225,7 @@ class DuckDBDialect(Dialect):
         self._lock: threading.RLock = threading.RLock()
         self.lease_sql = sql.load(self.name, "lease")
         self.run_cut_sql = sql.load(self.name, "run_cut")
+        self.blocked_heads_sql = sql.load(self.name, "blocked_heads")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         database = url.database or ""
@@ -375,29 +376,38 @@ class DuckDBDialect(Dialect):
 
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
         """Pick the ordered run, end it before an entry whose instance is busy elsewhere
-        (``run_cut``, only for a run that holds instances' entries), then lease it. A
-        subscription whose run that leaves empty is passed over for the next one."""
-        pick = {"host": params["host"], "n": params["n"], "skip": []}
-        while True:
-            picked = self.fetch(conn, self.claim_ordered_sql, pick)
-            mine = [(r[0], r[5]) for r in picked if r[5] is not None]  # (id, instance)
-            if mine:
-                sub = picked[0][2]
-                cut = conn.exec_driver_sql(
-                    self.run_cut_sql,
-                    {
-                        "host": params["host"],
-                        "sub": sub,
-                        "ids": [i for i, _ in mine],
-                        "instances": [instance for _, instance in mine],
-                    },
-                ).scalar()
-                if cut is not None:
-                    picked = [r for r in picked if r[0] < cut]
-                    if not picked:
-                        pick["skip"].append(sub)
-                        continue
-            return self._leased(conn, params, picked)
+        (``run_cut``, only for a run that holds instances' entries), then lease it. If
+        that leaves nothing (the head waits for its instance), pick again without every
+        subscription whose head waits (``blocked_heads``)."""
+        host = params["host"]
+        picked = self._cut_run(conn, host, self._pick_run(conn, host, params["n"], []))
+        if picked == []:
+            blocked = [r[0] for r in self.fetch(conn, self.blocked_heads_sql, {"host": host})]
+            if blocked:
+                picked = self._cut_run(conn, host, self._pick_run(conn, host, params["n"], blocked))
+        return self._leased(conn, params, picked or [])
+
+    def _pick_run(self, conn: sa.Connection, host: str, n: int, skip: list[int]) -> list[Any]:
+        return self.fetch(conn, self.claim_ordered_sql, {"host": host, "n": n, "skip": skip})
+
+    def _cut_run(self, conn: sa.Connection, host: str, picked: list[Any]) -> list[Any] | None:
+        """The run up to its first entry whose instance is busy elsewhere; [] when that
+        is its first (None: nothing was picked)."""
+        if not picked:
+            return None
+        mine = [(r[0], r[5]) for r in picked if r[5] is not None]  # (id, instance)
+        if not mine:
+            return picked
+        cut = conn.exec_driver_sql(
+            self.run_cut_sql,
+            {
+                "host": host,
+                "sub": picked[0][2],
+                "ids": [i for i, _ in mine],
+                "instances": [instance for _, instance in mine],
+            },
+        ).scalar()
+        return picked if cut is None else [r for r in picked if r[0] < cut]
 
     def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds
