@@ -3,13 +3,13 @@ work (hypothesis), on both backends: a host with an ordered, correlated subscrip
 a plain correlated one sharing its instances, another ordered one and a plain one;
 messages published, claimed by two host instances (ordered runs, instance heads and
 plain entries, as a host instance claims them), completed, failed for good (the rest of
-a run given back, as a host instance does) and resumed.
+a run given back, as a host instance does), failed to be retried at once, and resumed.
 
 After every step:
 
 - an ordered subscription is in one claimer's hands at a time, and nothing of it waits
   older than what is in hand, but for messages that a suspended one of their instance
-  holds, or that were resumed after it was taken;
+  holds, or that were resumed (or released by a resumed one) after it was taken;
 - a service instance is in one claimer's hands at a time, one message at a time
   (several only as consecutive entries of one ordered run), and never while an older
   message of it waits or a suspended one holds it;
@@ -35,6 +35,7 @@ from messagebox.predicates import P
 from tests.conftest import FAST_HOST
 
 OWNERS = ("a", "b")
+RETRY_AT_ONCE = HostSettings(retry_backoff_seconds=0.0, max_attempts=3)
 _hosts = itertools.count()
 
 steps = st.lists(
@@ -46,6 +47,7 @@ steps = st.lists(
         st.tuples(st.just("claim"), st.sampled_from(OWNERS), st.integers(1, 4)),
         st.tuples(st.just("complete"), st.integers(0, 50)),
         st.tuples(st.just("fail"), st.integers(0, 50)),
+        st.tuples(st.just("retry"), st.integers(0, 50)),
         st.tuples(st.just("resume"), st.integers(0, 50)),
     ),
     min_size=4,
@@ -140,7 +142,7 @@ def _check(box: MessageBox, work: list[tuple[Any, ...]]) -> None:
                 assert c.id not in taken, f"entry {c.id} taken twice"
                 taken.add(c.id)
                 hands[owner][c.id] = c
-        elif step[0] in ("complete", "fail"):
+        elif step[0] in ("complete", "fail", "retry"):
             held = [(o, c) for o in OWNERS for c in hands[o].values()]
             if not held:
                 continue
@@ -149,8 +151,8 @@ def _check(box: MessageBox, work: list[tuple[Any, ...]]) -> None:
                 if step[0] == "complete":
                     leases.finish(conn, dialect, owner, [c], [], HostSettings(), set())
                 else:
-                    failure = leases.Failure(c, "refused", permanent=True)
-                    leases.finish(conn, dialect, owner, [], [failure], HostSettings(), set())
+                    failure = leases.Failure(c, "refused", permanent=step[0] == "fail")
+                    leases.finish(conn, dialect, owner, [], [failure], RETRY_AT_ONCE, set())
                     # a host instance gives back the rest of a failed run
                     rest = [
                         r for r in hands[owner].values() if r.run and r.sub == c.sub and r.id > c.id
@@ -160,13 +162,20 @@ def _check(box: MessageBox, work: list[tuple[Any, ...]]) -> None:
                         del hands[owner][r.id]
                         taken.discard(r.id)
             del hands[owner][c.id]
+            if step[0] == "retry":
+                taken.discard(c.id)  # delivered again
         else:
-            suspended = box.suspended()
+            suspended = box.suspended(host=host)
             if not suspended:
                 continue
             entry = suspended[step[1] % len(suspended)]
             box.resume(entry.id)
-            resumed_after[entry.id] = {i for o in OWNERS for i in hands[o]}
+            in_hand = {i for o in OWNERS for i in hands[o]}
+            rows = _rows(box, host)
+            [instance] = [r.instance_id for r in rows if r.id == entry.id]
+            for r in rows:  # it and what it held now wait behind what is in hand
+                if r.id == entry.id or (instance is not None and r.instance_id == instance):
+                    resumed_after.setdefault(r.id, set()).update(in_hand)
             taken.discard(entry.id)
         _invariants(box, host, ordered, resumed_after)
     # then, handling whatever is in hand and claiming again, everything is delivered but
