@@ -4,8 +4,6 @@ claim is taking (claim_instance's advisory lock on the instance)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -17,16 +15,10 @@ from messagebox.message import Message
 from messagebox.predicates import P
 from tests.conftest import complete
 
-pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def box(pg_url: str) -> Iterator[MessageBox]:
-    b = MessageBox(pg_url, publisher="tests")
-    try:
-        yield b
-    finally:
-        b.close()
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.parametrize("backend_url", ["postgresql"], indirect=True),  # conftest's box
+]
 
 
 def _run(box: MessageBox, conn: sa.Connection, n: int) -> list[leases.Claim]:
