@@ -90,13 +90,10 @@ class Handling(InstanceCore):
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
         batch = self._reads.take(run.claims) or MessageBatch(self.box, [c.msg for c in run.claims])
         most = self.settings.max_attempts
-        # an ordered subscription with an interrupted entry here goes one by one, in order
-        one_by_one = {c.sub for c in run.claims if c.ordered and c.interrupted}
-        fresh = [
-            c
-            for c in run.claims
-            if not c.interrupted and c.charges < most and c.sub not in one_by_one
-        ]
+        # an ordered subscription's entries go one by one, in order, even to a service
+        # that takes batches: a failure stops the rest (in a batch, they had been handed
+        # over before it was known)
+        fresh = [c for c in run.claims if not c.interrupted and c.charges < most and not c.ordered]
         together = {} if self._stopping.is_set() else self._handle_together(run, fresh, batch)
         for c in run.claims:
             outcome: Failure | Settled | Done | None

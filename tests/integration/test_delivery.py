@@ -476,6 +476,48 @@ def test_an_ordered_correlated_run_waits_for_its_instance_in_another_subscriptio
     assert seen == [("a", 1), ("b", 1), ("b", 2)]
 
 
+class BatchRecorder:
+    """A service that takes batches (``handle_many``), failing message 3 for good."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.lock = threading.Lock()
+
+    def handle(self, d: Delivery) -> None:
+        [error] = self.handle_many([d])
+        if error is not None:
+            raise error
+
+    def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
+        errors: list[Exception | None] = []
+        for d in ds:
+            n = int(d.properties["t.N"])  # type: ignore[arg-type]
+            with self.lock:
+                self.seen.append(n)
+            errors.append(PermanentFailure(f"refused {n}") if n == 3 else None)
+        return errors
+
+
+def test_an_ordered_subscription_stops_at_a_failure_of_a_service_that_takes_batches(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    """A service with ``handle_many`` gets an ordered subscription's messages one at a
+    time: one that fails stops the rest (here the subscription stops), where a batch of
+    the whole run had handed them all over before the failure was known."""
+    box.create_host("h", **FAST)
+    box.subscribe(
+        "svc", host="h", filter=P("t.N") >= 0, name="ord", ordered=True, on_failure="stop"
+    )
+    rec = BatchRecorder()
+    marker = Marker(box)
+    run(instances, box, "h", {"svc": rec, "marker": marker}, dequeue_threads=2, claim_batch=8)
+    box.publish(msgs(8))
+    wait_for(lambda: len(box.suspended()) == 1, what="message 3 suspended")
+    marker.passes(1)  # the host instance has claimed past them
+    assert rec.seen == [0, 1, 2, 3]
+    assert box.subscription("ord").state is State.STOPPED
+
+
 def test_stopped_service_holds_until_started(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
