@@ -78,7 +78,7 @@ def message_rows(
     are written here, as the part is read). The ids go as given (a :class:`Uuids`
     column stays one, converted once), and so do the parts' new ids to both tables.
     Where it was built, C makes the columns of a batch whose contexts it writes and
-    whose parts are bytes of one fragment (the common batch: half the time)."""
+    whose parts are bytes of one fragment (the common batch: a fifth of the time)."""
     if not messages:
         return []
     part_ids = Uuids(uuid7s(sum(len(message.parts) for message in messages)))
@@ -135,11 +135,15 @@ def _columns(
     sizes: list[int] = []
     fragments: list[int] = []
     firsts: list[Any] = []
+    # the columns' appends bound once: this runs for every message of such a batch
+    add_context, add_n_parts, add_body = context.append, n_parts.append, body.append
+    add_owner, add_idx, add_name = owner.append, idx_column.append, names.append
+    add_size, add_fragments, add_first = sizes.append, fragments.append, firsts.append
     k = 0  # the next part's position in part_ids
     for i, message in enumerate(messages):
-        context.append(encode_context(message.promoted, message.written))
-        n_parts.append(len(message.parts))
-        body.append(message.body_part)
+        add_context(encode_context(message.promoted, message.written))
+        add_n_parts(len(message.parts))
+        add_body(message.body_part)
         for idx, (name, data) in enumerate(message.parts.items()):
             if type(data) is bytes and len(data) <= FRAGMENT_SIZE:  # the common case
                 first, size, n_fragments = data, len(data), 1
@@ -154,12 +158,12 @@ def _columns(
                     )
                     size += len(chunk)
                 n_fragments = seq + 1
-            owner.append(i)
-            idx_column.append(idx)
-            names.append(name)
-            sizes.append(size)
-            fragments.append(n_fragments)
-            firsts.append(first)
+            add_owner(i)
+            add_idx(idx)
+            add_name(name)
+            add_size(size)
+            add_fragments(n_fragments)
+            add_first(first)
             k += 1
     return context, n_parts, body, owner, idx_column, names, sizes, fragments, firsts
 
