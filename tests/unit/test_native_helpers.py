@@ -245,7 +245,10 @@ part_data = st.one_of(
 )
 
 
-message_values = st.one_of(plain_values, st.text(max_size=3))  # some not plain
+message_values = st.one_of(  # some not plain; a Message refuses NUL and lone surrogates
+    plain_values,
+    st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=3),
+)
 
 
 @st.composite
