@@ -46,6 +46,7 @@ import time
 from typing import Any
 
 from messagebox.errors import Conflict, MessageBoxError
+from messagebox.hosts import collector
 from messagebox.hosts.core import Receiver
 from messagebox.hosts.supervision import Supervision
 from messagebox.models import State
@@ -64,6 +65,9 @@ class HostInstance(Supervision):
     instance only (e.g. ``{"dequeue_threads": 2}``). ``close_box`` closes the box on
     stop (the default when the instance opened it from a URL).
     """
+
+    _frozen = False
+    """Whether this instance holds the collector's freeze (:mod:`messagebox.hosts.collector`)."""
 
     def start(self) -> HostInstance:
         """Register and start the threads; returns at once."""
@@ -100,6 +104,8 @@ class HostInstance(Supervision):
             self._service_threads.append(
                 threading.Thread(target=self._timers, name=f"{self.host}-timers", daemon=True)
             )
+        collector.instance_started()
+        self._frozen = True
         for t in (*self._threads, *self._service_threads):
             t.start()
         for n, r in enumerate(self.receivers):
@@ -210,6 +216,9 @@ class HostInstance(Supervision):
                     exc,
                     extra=self._event("on-stop-failed", error=str(exc)),
                 )
+        if self._frozen:
+            self._frozen = False
+            collector.instance_stopped()
         if self._owns_box:
             self.box.close()
         return finished
