@@ -16,6 +16,10 @@ What it measures
     - ``stateless``: plain services with the same filters, no state, no correlation;
       the payment handler publishes the confirmation with ``Delivery.publish`` (its own
       transaction) and the entry completes after.
+    - ``outbox``: the same stateless services, the payment handler publishing with
+      ``Delivery.publish_on_completion``: the confirmation is stored and routed in the
+      transaction that completes the payment's entry (with the rest of its batch), as
+      an orchestration step's publications are.
     - ``plain`` (the baseline the issue names): the same kind of messages delivered to
       do-nothing services on the same host settings; no state, no publishing. The clock
       stops when all are handled. It runs at least ``PLAIN_MIN_CONVERSATIONS``
@@ -182,7 +186,11 @@ def _app(system: str, counter: Counter) -> HostApp:
             pass
 
         def payment(d: Delivery) -> None:
-            d.publish([Message(b"confirmed", promoted={"b.Kind": "confirm"})])
+            confirm = Message(b"confirmed", promoted={"b.Kind": "confirm"})
+            if system == "outbox":
+                d.publish_on_completion(confirm)
+            else:
+                d.publish([confirm])
 
         app.add_service("order", order)
         app.add_service("payment", payment)
@@ -311,7 +319,15 @@ Row = tuple[str, str, dict[str, tuple[Spent, int]]]
 """A backend, an orchestration workload, and per system what handling its messages
 took and how many there were."""
 
-SYSTEMS = ("plain", "plain reading", "reading held", "stateless", "orchestration", "step limit")
+SYSTEMS = (
+    "plain",
+    "plain reading",
+    "reading held",
+    "stateless",
+    "outbox",
+    "orchestration",
+    "step limit",
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -339,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         "max_in_flight the default (a batch for every thread, 200, for plain and stateless "
         "services on PostgreSQL; otherwise sixteen, 3,200, claimed ahead at the handlers' "
         "pace); per backend, one "
-        "plain (do-nothing and reading), stateless and step limit run beside each "
+        "plain (do-nothing and reading), stateless, outbox and step limit run beside each "
         f"orchestration workload; the median of {len(runs)} round(s)"
     )
     _print_rates(runs)
@@ -369,6 +385,7 @@ def _round(backends: list[str], n: int, plain_n: int) -> list[Row]:
                 "plain reading": (run_one(make_url(), "plain reading", plain_n), 2 * plain_n),
                 "reading held": (run_one(make_url(), "reading held", plain_n), 2 * plain_n),
                 "stateless": (run_one(make_url(), "stateless", n), 2 * n),
+                "outbox": (run_one(make_url(), "outbox", n), 2 * n),
             }
             orchs = {w: (run_one(make_url(), w, n), 2 * n) for w in ORCHESTRATIONS}
             shared["step limit"] = (step_limit(n), 2 * n)
@@ -401,7 +418,8 @@ def _rates(runs: list[list[Row]], i: int) -> dict[str, list[float]]:
 def _print_rates(runs: list[list[Row]]) -> None:
     print(
         f"{'backend':<12}{'workload':<15}{'plain msgs/s':>14}{'reading msgs/s':>16}"
-        f"{'held msgs/s':>13}{'stateless msgs/s':>18}{'orchestration steps/s':>23}"
+        f"{'held msgs/s':>13}{'stateless msgs/s':>18}{'outbox msgs/s':>15}"
+        f"{'orchestration steps/s':>23}"
         f"{'step limit/s':>14}"
         f"{'orch/plain':>12}{'orch/reading':>14}{'orch/stateless':>16}{'orch/limit':>12}"
         f"{'limit/plain':>13}  targets"
@@ -410,7 +428,7 @@ def _print_rates(runs: list[list[Row]]) -> None:
         m = {k: statistics.median(v) for k, v in _rates(runs, i).items()}
         print(
             f"{row[0]:<12}{row[1]:<15}{m['plain']:>14,.0f}{m['plain reading']:>16,.0f}"
-            f"{m['reading held']:>13,.0f}{m['stateless']:>18,.0f}"
+            f"{m['reading held']:>13,.0f}{m['stateless']:>18,.0f}{m['outbox']:>15,.0f}"
             f"{m['orchestration']:>23,.0f}{m['step limit']:>14,.0f}{m['orch/plain']:>12.2f}"
             f"{m['orch/reading']:>14.2f}{m['orch/stateless']:>16.2f}{m['orch/limit']:>12.2f}"
             f"{m['limit/plain']:>13.2f}  "

@@ -267,7 +267,7 @@ class Handling(InstanceCore):
                     if error is None
                     else self._failure(c, d.subscription, error, d)
                 )
-                held.append((c, outcome))
+                held.append((_with_outbox(c, d) if outcome is DONE else c, outcome))
                 outcomes[c.id] = outcome
             self._note_many(run, held)  # held at once: a time-out elsewhere keeps them
         return outcomes
@@ -305,7 +305,7 @@ class Handling(InstanceCore):
         if d.settled:
             self.stats.add(completed=1)
         outcome = SETTLED if d.settled else DONE
-        run.end_with(c, outcome)  # ended and held in one step
+        run.end_with(_with_outbox(c, d) if d.outbox else c, outcome)  # ended and held at once
         return outcome
 
     def _undeliverable(self, c: Claim, sub: Subscription | None) -> Failure:
@@ -415,3 +415,9 @@ class Handling(InstanceCore):
             "attempt": c.attempts,
             "error": f"{type(exc).__name__}: {exc}",
         }
+
+
+def _with_outbox(c: Claim, d: Delivery) -> Claim:
+    """The claim of a delivery that succeeded, with what its service published with its
+    completion (:meth:`Delivery.publish_on_completion`), to publish when it is recorded."""
+    return c._replace(publish=tuple(d.outbox)) if d.outbox else c

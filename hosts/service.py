@@ -70,6 +70,8 @@ class Delivery:
         the service's (the delivery is retried without using up an attempt)."""
         self._message: StoredMessage | None = None
         self._summary: MessageSummary | None = None
+        self.outbox: list[Message] = []
+        """What the service published with its completion (:meth:`publish_on_completion`)."""
 
     @property
     def instance_id(self) -> str | None:
@@ -137,13 +139,38 @@ class Delivery:
             yield chunk
 
     def publish(self, messages: Iterable[Message], **options: Any) -> list[Routed]:
-        """Publish messages from the service (same options as ``MessageBox.publish``)."""
+        """Publish messages from the service now, in a transaction of its own (same
+        options as ``MessageBox.publish``); a retry of this delivery publishes them
+        again. :meth:`publish_on_completion` publishes with the completion instead."""
         if self.in_step:
             raise ValidationError(
                 f"{self.subscription.service}: an orchestration publishes with self.publish(), "
                 "which commits with its step; Delivery.publish would publish again on a retry"
             )
         return self.box.publish(messages, **options)
+
+    def publish_on_completion(self, *messages: Message | Iterable[Message]) -> None:
+        """Publish messages with this delivery's completion: stored and routed in the
+        transaction that completes its queue entry, with the rest of its batch. If the
+        service fails, or the process ends before that commit, nothing is published,
+        and the next delivery publishes again: no duplicates, where :meth:`publish`
+        (its own transaction, at once) publishes again on every retry. A message that no
+        subscription takes is suspended (a routing failure), never failing the
+        completion, as an orchestration step's publications are; no host is throttled."""
+        if self.in_step:
+            raise ValidationError(
+                f"{self.subscription.service}: an orchestration publishes with "
+                "self.publish(), which commits with its step"
+            )
+        for item in messages:
+            batch = [item] if isinstance(item, Message) else list(item)
+            for m in batch:
+                if not isinstance(m, Message):
+                    raise ValidationError(
+                        f"{self.subscription.service}: publish_on_completion takes "
+                        f"Message objects, not {type(m).__name__}"
+                    )
+            self.outbox.extend(batch)
 
     def __repr__(self) -> str:
         return (

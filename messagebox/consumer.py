@@ -20,9 +20,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, leases, notify, registry, service_instances
+from messagebox import clock, ids, leases, notify, registry, router, service_instances
 from messagebox.leases import Claim, Failure, Finished
-from messagebox.models import HostSettings, InstanceInfo
+from messagebox.models import HostSettings, InstanceInfo, RoutingPolicy
 from messagebox.sharing import Group
 from messagebox.store import Store
 
@@ -68,6 +68,11 @@ class Recorded:
 
     finished: Finished
     given: int
+
+
+def _publishing(done: Sequence[Claim]) -> list[Claim]:
+    """The completed entries whose services published with their completion."""
+    return [c for c in done if c.publish]
 
 
 def timer_channel(host: str) -> str:
@@ -127,11 +132,13 @@ def _step_group(store: Store) -> Group[_Steps, int]:
 class Consumer:
     """The store as one host instance (``owner``) of ``host`` uses it."""
 
-    def __init__(self, store: Store, host: str, owner: str) -> None:
+    def __init__(self, store: Store, host: str, owner: str, publisher: str | None = None) -> None:
         self._store = store
         self._dialect = store.dialect
         self.host = host
         self.owner = owner
+        self.publisher = publisher or owner
+        """What the messages services publish with their completions name as publisher."""
 
     @property
     def claims_serialised(self) -> bool:
@@ -277,7 +284,10 @@ class Consumer:
         fused = (
             self._dialect.complete_claim_sql is not None
             and not instances
-            and (outcomes is None or not (outcomes.failed or outcomes.unstarted))
+            and (
+                outcomes is None
+                or not (outcomes.failed or outcomes.unstarted or _publishing(outcomes.done))
+            )
         )
         # after a batch with ordered entries, those are completed first, in the transaction
         # that claims the next run (their subscription is busy until then)
@@ -363,10 +373,31 @@ class Consumer:
         result = leases.finish(
             conn, self._dialect, self.owner, o.done, o.failed, o.settings, o.stop_on_failure
         )
+        publishing = _publishing(o.done)
+        if publishing:  # only for the entries completed here (still this owner's)
+            completed = set(result.completed_ids)
+            self._publish([c for c in publishing if c.id in completed], conn)
         given = leases.give_back(conn, self.owner, o.unstarted)
         if given:
             self._dialect.notify(conn, [self.host])
         return Recorded(result, given)
+
+    def _publish(self, claims: Sequence[Claim], conn: sa.Connection) -> None:
+        """Publish what the services of completed entries published with their
+        completions, in the completing transaction: as an orchestration step's
+        publications, a message that no subscription takes is suspended (it never fails
+        the completions), and no host is throttled."""
+        messages = [m for c in claims for m in c.publish]
+        if messages:
+            router.publish(
+                conn,
+                self._dialect,
+                messages,
+                ids.uuid7s(len(messages)),
+                policy=RoutingPolicy.SUSPEND,
+                publisher=self.publisher,
+                now=clock.now(conn),
+            )
 
     # --- service instances (orchestrations) ---
 

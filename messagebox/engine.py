@@ -567,8 +567,9 @@ class MessageBox(RoutingAsCode):
 
     def consumer(self, host: str, owner: str) -> Consumer:
         """The store as the host instance ``owner`` of ``host`` uses it (for
-        :mod:`messagebox.hosts`)."""
-        return Consumer(self.store, host, owner)
+        :mod:`messagebox.hosts`); what its services publish with their completions
+        names this box's publisher."""
+        return Consumer(self.store, host, owner, self.publisher)
 
     def host(self, name: str) -> Host:
         """One host, by name."""

@@ -15,9 +15,9 @@ import itertools
 import operator
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -32,6 +32,9 @@ from messagebox.models import (
 )
 from messagebox.schema import queue_columns
 from messagebox.spool import release
+
+if TYPE_CHECKING:
+    from messagebox.message import Message
 from messagebox.suspension import (
     MAX_ERROR_CHARS,
     NOT_RESUMABLE,
@@ -70,6 +73,10 @@ class Claim(NamedTuple):
     run: bool = False
     """Claimed as part of an ordered subscription's run (:func:`claim` with
     ``ordered``): the thread that claimed it handles the run, whole and in order."""
+    publish: tuple[Message, ...] = ()
+    """Messages its service published with its completion
+    (``Delivery.publish_on_completion``): stored and routed in the transaction that
+    completes the entry, and only if it does."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,8 @@ class Finished:
     suspended: int = 0
     lost: int = 0
     stopped_subscriptions: tuple[int, ...] = ()
+    completed_ids: list[int] = field(default_factory=list)
+    """The entries completed (deleted while still the owner's)."""
 
 
 def _claim(row: Any) -> Claim:
@@ -129,7 +138,7 @@ def _claim(row: Any) -> Claim:
 
 _CLAIM_FIELDS = slice(1, 1 + Claim._fields.index("run"))
 """Where a claim's fields are in a ``complete_claim`` row: after its flag, in order
-(all but ``run``: that statement claims no ordered run)."""
+(all but ``run``, as that statement claims no ordered run, and ``publish``)."""
 
 
 def claim(
@@ -230,7 +239,7 @@ def complete_and_claim(
     make = Claim._make
     for row in dialect.fetch(conn, dialect.complete_claim_sql, params):
         if row[0]:  # typed by the driver already (psycopg), its wait computed
-            claims.append(make((*row[_CLAIM_FIELDS], False)))
+            claims.append(make((*row[_CLAIM_FIELDS], False, ())))
         else:
             gone = row[-1]
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
@@ -280,6 +289,7 @@ def _complete(
     mine = sa.and_(arrays.one_of(conn, q.c.id, [c.id for c in claims]), q.c.lease_owner == owner)
     gone = conn.execute(q.delete().where(mine).returning(q.c.id, q.c.host)).all()
     result.completed = len(gone)
+    result.completed_ids.extend(g.id for g in gone)
     result.lost += len(claims) - len(gone)
     msgs = _delivered(conn, dialect, claims, [g.id for g in gone], [g.host for g in gone], owner)
     release(conn, dialect, msgs)

@@ -443,7 +443,15 @@ API: list[tuple[str, list[tuple[str, list[str] | None]]]] = [
             ("messagebox.hosts.dispatch:InstanceStats", None),
             (
                 "messagebox.hosts.service:Delivery",
-                ["instance_id", "message", "properties", "body", "iter_part", "publish"],
+                [
+                    "instance_id",
+                    "message",
+                    "properties",
+                    "body",
+                    "iter_part",
+                    "publish",
+                    "publish_on_completion",
+                ],
             ),
             (
                 "messagebox.hosts.orchestration:Orchestration",

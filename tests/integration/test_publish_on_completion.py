@@ -1,0 +1,164 @@
+"""A service publishes with its delivery's completion (``Delivery.publish_on_completion``),
+on both backends: published once the entry completes and only then (a failed delivery
+publishes nothing, its retry publishes once), in the completing transaction (a
+completion whose lease another instance took publishes nothing), what no subscription
+takes is suspended, and bad input is refused inside the handler."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from messagebox import Message, MessageBox
+from messagebox.consumer import Outcomes
+from messagebox.errors import ValidationError
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.models import HostSettings
+from messagebox.predicates import P
+from tests.conftest import FAST_HOST, wait_for
+
+
+@pytest.fixture
+def instances() -> Iterator[list[HostInstance]]:
+    started: list[HostInstance] = []
+    yield started
+    for inst in started:
+        inst.stop(5)
+
+
+class Confirms:
+    """Counts the confirmations per order number, and who published them."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[int] = Counter()
+        self.publishers: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, d: Delivery) -> None:
+        with self.lock:
+            self.seen[int(d.properties["t.N"])] += 1  # type: ignore[arg-type]
+            self.publishers.add(d.message.publisher)
+
+
+def _shop(box: MessageBox) -> None:
+    box.create_host("h")
+    box.subscribe("pay", host="h", filter=P("t.Kind") == "pay", name="pay")
+    box.subscribe("confirm", host="h", filter=P("t.Kind") == "confirm", name="confirm")
+
+
+def _orders(box: MessageBox, n: int) -> None:
+    box.publish([Message(b"pay", promoted={"t.Kind": "pay", "t.N": i}) for i in range(n)])
+
+
+def _confirm(d: Delivery) -> Message:
+    return Message(b"ok", promoted={"t.Kind": "confirm", "t.N": d.properties["t.N"]})
+
+
+def test_published_once_with_each_completion(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    _shop(box)
+    confirms = Confirms()
+
+    def pay(d: Delivery) -> None:
+        d.publish_on_completion(_confirm(d))
+
+    inst = HostInstance(box, "h", {"pay": pay, "confirm": confirms}, settings=FAST_HOST)
+    instances.append(inst.start())
+    _orders(box, 30)
+    wait_for(lambda: sum(confirms.seen.values()) == 30, "30 confirmations")
+    wait_for(lambda: not box.queue_depth(), "the queue drained")
+    assert confirms.seen == Counter(range(30))  # each once
+    assert confirms.publishers == {box.publisher}
+    assert box.suspended() == []
+
+
+def test_a_failed_delivery_publishes_nothing_and_its_retry_publishes_once(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    _shop(box)
+    confirms = Confirms()
+
+    def pay(d: Delivery) -> None:
+        d.publish_on_completion(_confirm(d))
+        n = int(d.properties["t.N"])  # type: ignore[arg-type]
+        if n == 0 or (n % 2 and d.attempt == 1):
+            raise RuntimeError(f"order {n} fails")
+
+    settings = {**FAST_HOST, "max_attempts": 2, "retry_backoff_seconds": 0.01}
+    inst = HostInstance(box, "h", {"pay": pay, "confirm": confirms}, settings=settings)
+    instances.append(inst.start())
+    _orders(box, 10)
+    wait_for(lambda: len(box.suspended()) == 1, "order 0 suspended after its two attempts")
+    wait_for(lambda: sum(confirms.seen.values()) == 9, "9 confirmations")
+    wait_for(lambda: not box.queue_depth(), "the queue drained")
+    assert confirms.seen == Counter(range(1, 10))  # the odd ones once, after their retry
+    [suspended] = box.suspended()
+    assert "order 0 fails" in (suspended.error or "")
+
+
+def test_what_no_subscription_takes_is_suspended(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    _shop(box)
+
+    def pay(d: Delivery) -> None:
+        d.publish_on_completion(Message(b"lost", promoted={"t.Kind": "nobody"}))
+
+    inst = HostInstance(box, "h", {"pay": pay, "confirm": Confirms()}, settings=FAST_HOST)
+    instances.append(inst.start())
+    _orders(box, 2)
+    wait_for(lambda: len(box.suspended()) == 2, "the 2 publications suspended")
+    assert {s.reason for s in box.suspended()} == {"routing-failure"}
+    assert {box.read_message(s.message_id).body for s in box.suspended()} == {b"lost"}
+
+
+def test_bad_input_is_refused_in_the_handler(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    _shop(box)
+    refused: list[str] = []
+    confirms = Confirms()
+
+    def pay(d: Delivery) -> None:
+        try:
+            d.publish_on_completion([_confirm(d), b"not a message"])  # type: ignore[list-item]
+        except ValidationError as exc:
+            refused.append(str(exc))
+        d.publish_on_completion(_confirm(d), [_confirm(d)])  # messages and iterables
+
+    inst = HostInstance(box, "h", {"pay": pay, "confirm": confirms}, settings=FAST_HOST)
+    instances.append(inst.start())
+    _orders(box, 1)
+    wait_for(lambda: sum(confirms.seen.values()) == 2, "2 confirmations")
+    assert refused == ["pay: publish_on_completion takes Message objects, not bytes"]
+    assert confirms.seen == Counter({0: 2})  # nothing of the refused call
+
+
+def test_a_completion_whose_lease_another_instance_took_publishes_nothing(
+    box: MessageBox,
+) -> None:
+    _shop(box)
+    _orders(box, 1)
+    mine = box.consumer("h", "a")
+    [c] = mine.claim(1, 0.001, ordered=False, instances=False)[0]
+    other = box.consumer("h", "b")
+    taken = []
+
+    def take() -> bool:
+        taken.extend(other.claim(1, 30.0, ordered=False, instances=False)[0])
+        return bool(taken)
+
+    wait_for(take, "the lapsed lease taken by another instance")
+    published = c._replace(publish=(Message(b"ok", promoted={"t.Kind": "confirm", "t.N": 0}),))
+    recorded = mine.record(Outcomes([published], [], [], HostSettings(), set()))
+    assert (recorded.finished.completed, recorded.finished.lost) == (0, 1)
+    pay, confirm = box.subscription("pay").id, box.subscription("confirm").id
+    assert [(d.subscription, d.depth) for d in box.queue_depth()] == [(pay, 1)]  # no confirm
+    theirs = taken[0]._replace(publish=published.publish)
+    recorded = other.record(Outcomes([theirs], [], [], HostSettings(), set()))
+    assert recorded.finished.completed == 1
+    assert [(d.subscription, d.depth) for d in box.queue_depth()] == [(confirm, 1)]
