@@ -13,7 +13,8 @@ So the first host instance to start in a process moves every object the process 
 holds into the collector's permanent generation (:func:`gc.freeze`), which collections
 skip; the last one to stop gives them back (:func:`gc.unfreeze`). Objects made while
 instances run are collected as usual. An unreachable cycle among the frozen objects
-is freed only after that last stop.
+is freed only after that last stop, and :func:`gc.get_objects` (which tools that look
+for leaks read) leaves the frozen objects out meanwhile.
 
 Set ``MESSAGEBOX_GC_FREEZE=0`` to leave the collector alone. It is also left alone when
 the collector is disabled, or when something else froze objects first (a server that
