@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
-
-import pytest
+from collections.abc import Callable
 
 from messagebox import Message, MessageBox
 from messagebox.consumer import Outcomes
@@ -19,14 +17,6 @@ from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import HostSettings
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, wait_for
-
-
-@pytest.fixture
-def instances() -> Iterator[list[HostInstance]]:
-    started: list[HostInstance] = []
-    yield started
-    for inst in started:
-        inst.stop(5)
 
 
 class Confirms:
@@ -49,6 +39,21 @@ def _shop(box: MessageBox) -> None:
     box.subscribe("confirm", host="h", filter=P("t.Kind") == "confirm", name="confirm")
 
 
+def _run(
+    box: MessageBox,
+    instances: list[HostInstance],
+    pay: Callable[[Delivery], None],
+    confirms: Confirms,
+    **settings: object,
+) -> None:
+    """The shop, and a host instance of it: ``pay`` takes the orders, ``confirms`` the
+    confirmations."""
+    _shop(box)
+    services = {"pay": pay, "confirm": confirms}
+    inst = HostInstance(box, "h", services, settings={**FAST_HOST, **settings})
+    instances.append(inst.start())
+
+
 def _orders(box: MessageBox, n: int) -> None:
     box.publish([Message(b"pay", promoted={"t.Kind": "pay", "t.N": i}) for i in range(n)])
 
@@ -60,14 +65,12 @@ def _confirm(d: Delivery) -> Message:
 def test_published_once_with_each_completion(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
-    _shop(box)
     confirms = Confirms()
 
     def pay(d: Delivery) -> None:
         d.publish_on_completion(_confirm(d))
 
-    inst = HostInstance(box, "h", {"pay": pay, "confirm": confirms}, settings=FAST_HOST)
-    instances.append(inst.start())
+    _run(box, instances, pay, confirms)
     _orders(box, 30)
     wait_for(lambda: sum(confirms.seen.values()) == 30, "30 confirmations")
     wait_for(lambda: not box.queue_depth(), "the queue drained")
@@ -79,7 +82,6 @@ def test_published_once_with_each_completion(
 def test_a_failed_delivery_publishes_nothing_and_its_retry_publishes_once(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
-    _shop(box)
     confirms = Confirms()
 
     def pay(d: Delivery) -> None:
@@ -88,9 +90,7 @@ def test_a_failed_delivery_publishes_nothing_and_its_retry_publishes_once(
         if n == 0 or (n % 2 and d.attempt == 1):
             raise RuntimeError(f"order {n} fails")
 
-    settings = {**FAST_HOST, "max_attempts": 2, "retry_backoff_seconds": 0.01}
-    inst = HostInstance(box, "h", {"pay": pay, "confirm": confirms}, settings=settings)
-    instances.append(inst.start())
+    _run(box, instances, pay, confirms, max_attempts=2, retry_backoff_seconds=0.01)
     _orders(box, 10)
     wait_for(lambda: len(box.suspended()) == 1, "order 0 suspended after its two attempts")
     wait_for(lambda: sum(confirms.seen.values()) == 9, "9 confirmations")
@@ -103,13 +103,11 @@ def test_a_failed_delivery_publishes_nothing_and_its_retry_publishes_once(
 def test_what_no_subscription_takes_is_suspended(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
-    _shop(box)
 
     def pay(d: Delivery) -> None:
         d.publish_on_completion(Message(b"lost", promoted={"t.Kind": "nobody"}))
 
-    inst = HostInstance(box, "h", {"pay": pay, "confirm": Confirms()}, settings=FAST_HOST)
-    instances.append(inst.start())
+    _run(box, instances, pay, Confirms())
     _orders(box, 2)
     wait_for(lambda: len(box.suspended()) == 2, "the 2 publications suspended")
     assert {s.reason for s in box.suspended()} == {"routing-failure"}
@@ -119,7 +117,6 @@ def test_what_no_subscription_takes_is_suspended(
 def test_bad_input_is_refused_in_the_handler(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
-    _shop(box)
     refused: list[str] = []
     confirms = Confirms()
 
@@ -130,8 +127,7 @@ def test_bad_input_is_refused_in_the_handler(
             refused.append(str(exc))
         d.publish_on_completion(_confirm(d), [_confirm(d)])  # messages and iterables
 
-    inst = HostInstance(box, "h", {"pay": pay, "confirm": confirms}, settings=FAST_HOST)
-    instances.append(inst.start())
+    _run(box, instances, pay, confirms)
     _orders(box, 1)
     wait_for(lambda: sum(confirms.seen.values()) == 2, "2 confirmations")
     assert refused == ["pay: publish_on_completion takes Message objects, not bytes"]
