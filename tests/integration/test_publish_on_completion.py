@@ -2,7 +2,8 @@
 on both backends: published once the entry completes and only then (a failed delivery
 publishes nothing, its retry publishes once), in the completing transaction (a
 completion whose lease another instance took publishes nothing), what no subscription
-takes is suspended, and bad input is refused inside the handler."""
+takes is suspended, bad input is refused inside the handler, and a service that
+takes batches publishes with each completion."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _shop(box: MessageBox) -> None:
 def _run(
     box: MessageBox,
     instances: list[HostInstance],
-    pay: Callable[[Delivery], None],
+    pay: Callable[[Delivery], None] | BatchPay,
     confirms: Confirms,
     **settings: object,
 ) -> None:
@@ -158,3 +159,38 @@ def test_a_completion_whose_lease_another_instance_took_publishes_nothing(
     recorded = other.record(Outcomes([theirs], [], [], HostSettings(), set()))
     assert recorded.finished.completed == 1
     assert [(d.subscription, d.depth) for d in box.queue_depth()] == [(confirm, 1)]
+
+
+class BatchPay:
+    """A service that takes batches (``handle_many``): each delivery publishes its
+    confirmation with its completion, and odd orders fail on their first attempt."""
+
+    def handle(self, d: Delivery) -> None:
+        [error] = self.handle_many([d])
+        if error is not None:
+            raise error
+
+    def __init__(self) -> None:
+        self.largest = 0
+
+    def handle_many(self, ds: list[Delivery]) -> list[Exception | None]:
+        self.largest = max(self.largest, len(ds))
+        errors: list[Exception | None] = []
+        for d in ds:
+            d.publish_on_completion(_confirm(d))
+            n = int(d.properties["t.N"])  # type: ignore[arg-type]
+            errors.append(RuntimeError(f"order {n}") if n % 2 and d.attempt == 1 else None)
+        return errors
+
+
+def test_a_service_that_takes_batches_publishes_with_each_completion(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    confirms = Confirms()
+    pay = BatchPay()
+    _run(box, instances, pay, confirms, retry_backoff_seconds=0.01)
+    _orders(box, 20)
+    wait_for(lambda: sum(confirms.seen.values()) == 20, "20 confirmations")
+    wait_for(lambda: not box.queue_depth(), "the queue drained")
+    assert confirms.seen == Counter(range(20))  # the odd ones once, after their retry
+    assert pay.largest > 1  # handed over in batches (one claim took the 20)
