@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from messagebox import Message, MessageBox
-from messagebox.hosts import Delivery, HostInstance
+from messagebox.hosts import Delivery, HostInstance, collector
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, wait_for
 
@@ -19,8 +19,11 @@ pytestmark = pytest.mark.parametrize("backend_url", ["duckdb"], indirect=True)
 
 
 @pytest.fixture(autouse=True)
-def unfrozen() -> Iterator[None]:
-    """Each test starts and ends with nothing frozen and the collector on."""
+def unfrozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts and ends with nothing frozen and the collector on, and counts
+    the host instances it starts from none (whatever an earlier test left running)."""
+    monkeypatch.setattr(collector, "_running", 0)
+    monkeypatch.setattr(collector, "_froze", False)
     gc.unfreeze()
     enabled = gc.isenabled()
     yield
