@@ -200,100 +200,159 @@ def read_messages(
     whose parts hold more than ``max_bytes`` in all comes without them (a
     :class:`MessageSummary`), so that reading many never holds more than that much per
     message; so does one whose parts would take the bytes read, in id order, past
-    ``total_bytes``. Ids not in the spool are left out."""
+    ``total_bytes``. Ids not in the spool are left out.
+
+    The query brings each message's bytes only when they are at most its share of the
+    limits (:func:`_share`: ``total_bytes`` over the ids asked for, and ``max_bytes``),
+    so that it never brings more than the limits allow; which messages come whole is
+    then decided here, and the parts of one that does but was past its share (rare:
+    messages are mostly small) are read by a second query."""
     if not msg_ids:
         return {}
-    f = schema.fragment
     if (
         total_bytes is not None
         and max_bytes is not None
         and len(msg_ids) * max_bytes <= total_bytes
     ):
-        total_bytes = None  # cannot bind: no running sum to compute
-    query = _messages_query(conn, msg_ids, max_bytes, total_bytes)
+        total_bytes = None  # cannot bind
+    rows = conn.execute(
+        _messages_query(conn, msg_ids, _share(len(msg_ids), max_bytes, total_bytes))
+    ).all()  # every row fetched first: on DuckDB a query of fragments ends this one's rows
     found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
+    unread: dict[uuid.UUID, tuple[Any, ...]] = {}  # whole, but parts past their share
+    running = 0  # the bytes of the messages within max_bytes so far, in id order
+
+    def done(
+        msg: uuid.UUID,
+        spooled: tuple[Any, ...],
+        sizes: dict[str, int],
+        held: dict[str, bytes],
+        parts: list[tuple[str, Any, int]],
+    ) -> None:
+        """Decide whether the message comes whole (called in id order)."""
+        nonlocal running
+        total = sum(sizes.values())
+        whole = max_bytes is None or total <= max_bytes
+        if whole and total_bytes is not None:
+            running += total
+            whole = running <= total_bytes
+        if not whole:
+            found[msg] = _message(msg, spooled, sizes, {})
+        elif parts:
+            unread[msg] = (spooled, sizes, held, parts)
+        else:
+            found[msg] = _message(msg, spooled, sizes, held)
+
     last: uuid.UUID | None = None
     spooled: tuple[Any, ...] = ()
     sizes: dict[str, int] = {}
     held: dict[str, bytes] = {}
-    # every row fetched first: on DuckDB, a query for a part's further fragments ends
-    # the iteration of this one (the messages after it were left out); a message's rows
-    # come together, in id order
-    for msg, context, body_part, at, publisher, name, part_id, size, n, data in conn.execute(
-        query
-    ).all():
+    parts: list[tuple[str, Any, int]] = []  # (name, part id, fragments) left to read
+    for msg, context, body_part, at, publisher, name, part_id, size, n, data in rows:
         if msg != last:
             if last is not None:
-                found[last] = _message(last, spooled, sizes, held)
-            last, spooled, sizes, held = msg, (context, body_part, at, publisher), {}, {}
+                done(last, spooled, sizes, held, parts)
+            last, spooled, sizes, held, parts = msg, (context, body_part, at, publisher), {}, {}, []
         if name is None:  # a spool row without parts
             continue
         sizes[name] = int(size)
-        if data is None:  # larger than max_bytes
-            continue
-        if n > 1:
-            chunks = [bytes(data)]
-            chunks.extend(
-                bytes(d)
-                for (d,) in conn.execute(
-                    sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
-                )
-            )
-            data = b"".join(chunks)
-        held[name] = bytes(data)
+        if data is not None and n == 1:
+            held[name] = bytes(data)
+        else:  # past its share, or its further fragments
+            parts.append((name, part_id, int(n)))
     if last is not None:
-        found[last] = _message(last, spooled, sizes, held)
+        done(last, spooled, sizes, held, parts)
+    if unread:
+        found.update(_read_parts(conn, unread))
     return found
 
 
+def _share(n: int, max_bytes: int | None, total_bytes: int | None) -> int | None:
+    """The most bytes the messages query brings of one message's parts, when ``n``
+    messages are read: ``total_bytes`` shared out, and at most ``max_bytes`` (None: no
+    limit)."""
+    share = None if total_bytes is None else total_bytes // n
+    if max_bytes is not None:
+        share = max_bytes if share is None else min(share, max_bytes)
+    return share
+
+
+def _read_parts(
+    conn: sa.Connection, unread: dict[uuid.UUID, tuple[Any, ...]]
+) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
+    """The messages whole by the limits whose parts the messages query left out (past
+    their share) or brought only the first fragment of: those parts read by id."""
+    p, f = schema.part, schema.fragment
+    wanted = [part_id for *_, parts in unread.values() for _, part_id, _ in parts]
+    first = {
+        r.id: r.data
+        for r in conn.execute(
+            sa.select(p.c.id, p.c.data).where(arrays.one_of(conn, p.c.id, wanted))
+        ).all()
+    }
+    out: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
+    for msg, (spooled, sizes, held, parts) in unread.items():
+        read = dict(held)
+        for name, part_id, fragments in parts:
+            chunks = [bytes(first[part_id])]
+            if fragments > 1:
+                chunks.extend(
+                    bytes(d)
+                    for (d,) in conn.execute(
+                        sa.select(f.c.data).where(f.c.part == part_id).order_by(f.c.seq)
+                    ).all()
+                )
+            read[name] = b"".join(chunks)
+        out[msg] = _message(msg, spooled, sizes, read)
+    return out
+
+
 def _messages_query(
-    conn: sa.Connection,
-    msg_ids: Sequence[uuid.UUID],
-    max_bytes: int | None,
-    total_bytes: int | None,
+    conn: sa.Connection, msg_ids: Sequence[uuid.UUID], share: int | None
 ) -> sa.Select[Any]:
-    """:func:`read_messages`' query: a row per part, its bytes only where they are read."""
+    """:func:`read_messages`' query: a row per part, its bytes where the message's parts
+    are within ``share`` (each part at most ``share`` over the message's part count),
+    and its id where they are not or where it has further fragments. Built once per
+    backend (building it took half a millisecond a read); ``share`` is its parameter."""
+    key = (conn.dialect.name, share is not None)
+    query = _QUERIES.get(key)
+    if query is None:
+        query = _QUERIES[key] = _messages_select(conn, shared=share is not None)
+    query = query.where(arrays.one_of(conn, schema.spool.c.id, msg_ids))
+    return query if share is None else query.params(share=share)
+
+
+_QUERIES: dict[tuple[str, bool], sa.Select[Any]] = {}
+""":func:`_messages_select` per backend, with and without a share."""
+
+
+def _messages_select(conn: sa.Connection, *, shared: bool) -> sa.Select[Any]:
+    """:func:`_messages_query` but for the ids (``share`` its parameter when ``shared``)."""
     s, mp, p = schema.spool, schema.message_part, schema.part
     at = clock.fetchable(conn, s.c.published_at).label("published_at")
-    columns = (s.c.id, s.c.context, s.c.body_part, at, s.c.publisher, mp.c.name)
     joined = s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part)
-    mine = arrays.one_of(conn, s.c.id, msg_ids)
-    total = sa.func.sum(p.c.size).over(partition_by=s.c.id)
-    if total_bytes is None:  # one pass: a message's bytes when it is small enough
-        data: sa.ColumnElement[Any] = p.c.data
-        if max_bytes is not None:
-            data = sa.case((total <= max_bytes, p.c.data), else_=sa.null())
-        return (
-            sa.select(*columns, _further(p.c.id, p.c.n_fragments), p.c.size, p.c.n_fragments, data)
-            .select_from(joined)
-            .where(mine)
-            .order_by(s.c.id, mp.c.idx)
+    data: sa.ColumnElement[Any] = p.c.data
+    part_id: sa.ColumnElement[Any] = sa.case((p.c.n_fragments > 1, p.c.id), else_=sa.null())
+    if shared:
+        within = p.c.size * s.c.n_parts <= sa.bindparam("share", type_=sa.BigInteger)
+        data = sa.case((within, p.c.data), else_=sa.null())
+        part_id = sa.case((sa.or_(p.c.n_fragments > 1, sa.not_(within)), p.c.id), else_=sa.null())
+    return (
+        sa.select(
+            s.c.id,
+            s.c.context,
+            s.c.body_part,
+            at,
+            s.c.publisher,
+            mp.c.name,
+            part_id,
+            p.c.size,
+            p.c.n_fragments,
+            data,
         )
-    rows = (
-        sa.select(*columns, mp.c.idx, p.c.id.label("part_id"), p.c.size, p.c.n_fragments)
-        .add_columns(p.c.data, total.label("total"))
         .select_from(joined)
-        .where(mine)
-        .subquery()
+        .order_by(s.c.id, mp.c.idx)
     )
-    read: sa.ColumnElement[bool] = sa.true()
-    if max_bytes is not None:
-        read = rows.c.total <= max_bytes
-    kept = sa.case((read, rows.c.size), else_=0)  # the bytes of the parts read
-    read = sa.and_(read, sa.func.sum(kept).over(order_by=(rows.c.id, rows.c.idx)) <= total_bytes)
-    return sa.select(
-        *(rows.c[c.name] for c in columns),
-        _further(rows.c.part_id, rows.c.n_fragments),
-        rows.c.size,
-        rows.c.n_fragments,
-        sa.case((read, rows.c.data), else_=sa.null()),
-    ).order_by(rows.c.id, rows.c.idx)
-
-
-def _further(part_id: sa.ColumnElement[Any], n: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """A part's id where it is needed, to read its further fragments: a UUID made for
-    each part read cost more than the part (1.3 us a row on DuckDB)."""
-    return sa.case((n > 1, part_id), else_=sa.null())
 
 
 def _message(
