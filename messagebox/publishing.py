@@ -256,7 +256,7 @@ class Messages:
         if msg_id in kept:
             return kept[msg_id]  # type: ignore[return-value]  # whole: no max_bytes
         with self._store.transaction() as conn:
-            found = spool.read_message(conn, msg_id)
+            found = spool.read_message(conn, self._store.dialect, msg_id)
         self._keep([found])
         return found
 
@@ -266,7 +266,7 @@ class Messages:
         if msg_id in kept:
             return kept[msg_id]  # type: ignore[return-value]  # a summary: max_bytes -1
         with self._store.transaction() as conn:
-            return spool.describe(conn, msg_id)
+            return spool.describe(conn, self._store.dialect, msg_id)
 
     def read_messages(
         self,
@@ -283,7 +283,7 @@ class Messages:
         if missing:  # a message never changes: no transaction around its statements
             with self._store.transaction(autocommit=True) as conn:
                 read = spool.read_messages(
-                    conn, missing, max_bytes=max_bytes, total_bytes=total_bytes
+                    conn, self._store.dialect, missing, max_bytes=max_bytes, total_bytes=total_bytes
                 )
             self._keep(m for m in read.values() if isinstance(m, StoredMessage))
             found.update(read)

@@ -190,13 +190,15 @@ def read_context(conn: sa.Connection, msg_ids: Sequence[uuid.UUID]) -> dict[uuid
 
 def read_messages(
     conn: sa.Connection,
+    dialect: Dialect,
     msg_ids: Sequence[uuid.UUID],
     *,
     max_bytes: int | None = None,
     total_bytes: int | None = None,
 ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
-    """Messages with their contexts and all their parts, in one query for the lot and
-    one per part of several fragments (use :func:`iter_part` for large parts). A message
+    """Messages with their contexts and all their parts, in one query for the lot (its
+    SQL the dialect's ``read_messages``), one more for any parts it left out, and one
+    per part of several fragments (use :func:`iter_part` for large parts). A message
     whose parts hold more than ``max_bytes`` in all comes without them (a
     :class:`MessageSummary`), so that reading many never holds more than that much per
     message; so does one whose parts would take the bytes read, in id order, past
@@ -215,22 +217,19 @@ def read_messages(
         and len(msg_ids) * max_bytes <= total_bytes
     ):
         total_bytes = None  # cannot bind
-    rows = conn.execute(
-        _messages_query(conn, msg_ids, _share(len(msg_ids), max_bytes, total_bytes))
-    ).all()  # every row fetched first: on DuckDB a query of fragments ends this one's rows
+    # every row fetched first: on DuckDB a query of fragments ends this one's rows
+    rows = dialect.fetch(
+        conn,
+        dialect.read_messages_sql,
+        {
+            "ids": arrays.array_param(conn, msg_ids),
+            "share": _share(len(msg_ids), max_bytes, total_bytes),
+        },
+    )
     found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
     unread: dict[uuid.UUID, tuple[Any, ...]] = {}  # whole, but parts past their share
     running = 0  # the bytes of the messages within max_bytes so far, in id order
-
-    def done(
-        msg: uuid.UUID,
-        spooled: tuple[Any, ...],
-        sizes: dict[str, int],
-        held: dict[str, bytes],
-        parts: list[tuple[str, Any, int]],
-    ) -> None:
-        """Decide whether the message comes whole (called in id order)."""
-        nonlocal running
+    for msg, spooled, sizes, held, parts in _grouped(rows):
         total = sum(sizes.values())
         whole = max_bytes is None or total <= max_bytes
         if whole and total_bytes is not None:
@@ -242,16 +241,29 @@ def read_messages(
             unread[msg] = (spooled, sizes, held, parts)
         else:
             found[msg] = _message(msg, spooled, sizes, held)
+    if unread:
+        found.update(_read_parts(conn, unread))
+    return found
 
+
+Grouped = tuple[
+    uuid.UUID, tuple[Any, ...], dict[str, int], dict[str, bytes], list[tuple[str, Any, int]]
+]
+"""A message as the messages query brings it: its id, its spool values, its parts'
+sizes, the bytes it brought, and the parts left to read (name, part id, fragments)."""
+
+
+def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
+    """The messages query's rows (a row per part, in message and part order) by message."""
     last: uuid.UUID | None = None
     spooled: tuple[Any, ...] = ()
     sizes: dict[str, int] = {}
     held: dict[str, bytes] = {}
-    parts: list[tuple[str, Any, int]] = []  # (name, part id, fragments) left to read
+    parts: list[tuple[str, Any, int]] = []
     for msg, context, body_part, at, publisher, name, part_id, size, n, data in rows:
         if msg != last:
             if last is not None:
-                done(last, spooled, sizes, held, parts)
+                yield last, spooled, sizes, held, parts
             last, spooled, sizes, held, parts = msg, (context, body_part, at, publisher), {}, {}, []
         if name is None:  # a spool row without parts
             continue
@@ -261,10 +273,7 @@ def read_messages(
         else:  # past its share, or its further fragments
             parts.append((name, part_id, int(n)))
     if last is not None:
-        done(last, spooled, sizes, held, parts)
-    if unread:
-        found.update(_read_parts(conn, unread))
-    return found
+        yield last, spooled, sizes, held, parts
 
 
 def _share(n: int, max_bytes: int | None, total_bytes: int | None) -> int | None:
@@ -307,54 +316,6 @@ def _read_parts(
     return out
 
 
-def _messages_query(
-    conn: sa.Connection, msg_ids: Sequence[uuid.UUID], share: int | None
-) -> sa.Select[Any]:
-    """:func:`read_messages`' query: a row per part, its bytes where the message's parts
-    are within ``share`` (each part at most ``share`` over the message's part count),
-    and its id where they are not or where it has further fragments. Built once per
-    backend (building it took half a millisecond a read); ``share`` is its parameter."""
-    key = (conn.dialect.name, share is not None)
-    query = _QUERIES.get(key)
-    if query is None:
-        query = _QUERIES[key] = _messages_select(conn, shared=share is not None)
-    query = query.where(arrays.one_of(conn, schema.spool.c.id, msg_ids))
-    return query if share is None else query.params(share=share)
-
-
-_QUERIES: dict[tuple[str, bool], sa.Select[Any]] = {}
-""":func:`_messages_select` per backend, with and without a share."""
-
-
-def _messages_select(conn: sa.Connection, *, shared: bool) -> sa.Select[Any]:
-    """:func:`_messages_query` but for the ids (``share`` its parameter when ``shared``)."""
-    s, mp, p = schema.spool, schema.message_part, schema.part
-    at = clock.fetchable(conn, s.c.published_at).label("published_at")
-    joined = s.outerjoin(mp, mp.c.msg == s.c.id).outerjoin(p, p.c.id == mp.c.part)
-    data: sa.ColumnElement[Any] = p.c.data
-    part_id: sa.ColumnElement[Any] = sa.case((p.c.n_fragments > 1, p.c.id), else_=sa.null())
-    if shared:
-        within = p.c.size * s.c.n_parts <= sa.bindparam("share", type_=sa.BigInteger)
-        data = sa.case((within, p.c.data), else_=sa.null())
-        part_id = sa.case((sa.or_(p.c.n_fragments > 1, sa.not_(within)), p.c.id), else_=sa.null())
-    return (
-        sa.select(
-            s.c.id,
-            s.c.context,
-            s.c.body_part,
-            at,
-            s.c.publisher,
-            mp.c.name,
-            part_id,
-            p.c.size,
-            p.c.n_fragments,
-            data,
-        )
-        .select_from(joined)
-        .order_by(s.c.id, mp.c.idx)
-    )
-
-
 def _message(
     msg_id: uuid.UUID, spooled: tuple[Any, ...], sizes: dict[str, int], held: dict[str, bytes]
 ) -> StoredMessage | MessageSummary:
@@ -375,17 +336,17 @@ def _message(
     return MessageSummary(**common)
 
 
-def read_message(conn: sa.Connection, msg_id: uuid.UUID) -> StoredMessage:
+def read_message(conn: sa.Connection, dialect: Dialect, msg_id: uuid.UUID) -> StoredMessage:
     """A message with its context and all its parts (use :func:`iter_part` for large ones)."""
-    found = read_messages(conn, [msg_id]).get(msg_id)
+    found = read_messages(conn, dialect, [msg_id]).get(msg_id)
     if not isinstance(found, StoredMessage):
         raise UnknownMessage(f"no message {msg_id} in the spool")
     return found
 
 
-def describe(conn: sa.Connection, msg_id: uuid.UUID) -> MessageSummary:
+def describe(conn: sa.Connection, dialect: Dialect, msg_id: uuid.UUID) -> MessageSummary:
     """A message's context and part sizes, without reading its parts."""
-    found = read_messages(conn, [msg_id], max_bytes=-1).get(msg_id)
+    found = read_messages(conn, dialect, [msg_id], max_bytes=-1).get(msg_id)
     if found is None:
         raise UnknownMessage(f"no message {msg_id} in the spool")
     return found if isinstance(found, MessageSummary) else found.summary()

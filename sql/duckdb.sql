@@ -182,3 +182,23 @@ WHERE q.instance_id IS NOT NULL AND EXISTS (
     WHERE o.host = $host AND o.instance_id = q.instance_id AND o.sub <> q.sub
       AND (o.id < q.id OR o.lease_expires >= now())
 )
+
+-- name: read_messages --
+-- The messages of a read of many (spool.read_messages): a row per part, in message and
+-- part order. A part's bytes come where each part of its message is within the message's
+-- share of the read's limits ($share; NULL: no limit), so that the read never brings
+-- more than they allow; its id where they do not, or where it has further fragments (read
+-- after). Which messages come whole is decided in Python: window functions for it took
+-- 2.4-4 ms of a read of 200 messages.
+SELECT s.id, s.context, s.body_part, epoch_us(s.published_at), s.publisher, mp.name,
+       CASE WHEN p.n_fragments > 1
+                 OR NOT (CAST($share AS BIGINT) IS NULL OR p.size * s.n_parts <= $share)
+            THEN p.id END,
+       p.size, p.n_fragments,
+       CASE WHEN CAST($share AS BIGINT) IS NULL OR p.size * s.n_parts <= $share
+            THEN p.data END
+FROM mb_spool s
+LEFT JOIN mb_message_part mp ON mp.msg = s.id
+LEFT JOIN mb_part p ON p.id = mp.part
+WHERE s.id IN (SELECT unnest(CAST($ids AS UUID[])))
+ORDER BY s.id, mp.idx

@@ -303,3 +303,22 @@ FROM free
 WHERE q.id = free.id
 RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
           q.claimed_at, now(), q.charges, q.interrupted, q.crashed_by
+
+-- name: read_messages --
+-- The messages of a read of many (spool.read_messages): a row per part, in message and
+-- part order. A part's bytes come where each part of its message is within the message's
+-- share of the read's limits (share; NULL: no limit), so that the read never brings more
+-- than they allow; its id where they do not, or where it has further fragments (read
+-- after). Which messages come whole is decided in Python, not by window functions.
+SELECT s.id, s.context, s.body_part, s.published_at, s.publisher, mp.name,
+       CASE WHEN p.n_fragments > 1
+                 OR NOT (%(share)s::bigint IS NULL OR p.size * s.n_parts <= %(share)s::bigint)
+            THEN p.id END,
+       p.size, p.n_fragments,
+       CASE WHEN %(share)s::bigint IS NULL OR p.size * s.n_parts <= %(share)s::bigint
+            THEN p.data END
+FROM mb_spool s
+LEFT JOIN mb_message_part mp ON mp.msg = s.id
+LEFT JOIN mb_part p ON p.id = mp.part
+WHERE s.id = ANY(%(ids)s::uuid[])
+ORDER BY s.id, mp.idx

@@ -74,7 +74,9 @@ def test_a_read_brings_whole_what_the_rules_say(
     unknown = uuid.uuid4()
     asked = data.draw(st.lists(st.sampled_from([*ids, unknown]), min_size=1, max_size=14))
     with box.store.transaction() as conn:
-        read = spool.read_messages(conn, asked, max_bytes=max_bytes, total_bytes=total_bytes)
+        read = spool.read_messages(
+            conn, box.store.dialect, asked, max_bytes=max_bytes, total_bytes=total_bytes
+        )
     want = expected(stored, asked, max_bytes, total_bytes)
     assert {m: isinstance(r, StoredMessage) for m, r in read.items()} == want
     for msg, found in read.items():

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -48,27 +49,37 @@ def duck(duckdb_url: str) -> Iterator[MessageBox]:
 
 
 class Statements:
-    """Counts the statements a store runs while in its ``with`` block."""
+    """Counts the statements a store runs while in its ``with`` block: through
+    SQLAlchemy, and the hot ones its dialect runs on the driver's cursor (``fetch``)."""
 
     def __init__(self, box: MessageBox) -> None:
         self.n = 0
         self._engine = box.store.engine
+        self._dialect = box.store.dialect
 
     def _count(self, *_args: object) -> None:
         self.n += 1
 
     def __enter__(self) -> Statements:
         sa.event.listen(self._engine, "before_cursor_execute", self._count)
+        fetch = self._dialect.fetch
+
+        def counted(*args: Any) -> Any:
+            self._count()
+            return fetch(*args)
+
+        self._dialect.fetch = counted  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *_exc: object) -> None:
         sa.event.remove(self._engine, "before_cursor_execute", self._count)
+        del self._dialect.fetch
 
 
 def stored(box: MessageBox, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredMessage]:
     """What the store itself holds (read with no memory in between)."""
     with box.store.transaction() as conn:
-        read = spool.read_messages(conn, ids)
+        read = spool.read_messages(conn, box.store.dialect, ids)
     return {k: v for k, v in read.items() if isinstance(v, StoredMessage)}
 
 

@@ -27,17 +27,32 @@ def box(backend_url: str) -> Iterator[MessageBox]:
 
 class Statements:
     """The statements run on the store from now on, with whether each ran in a
-    transaction, and the transactions begun."""
+    transaction, and the transactions begun: through SQLAlchemy, and the hot ones its
+    dialect runs itself (``fetch``: on PostgreSQL on the driver's own cursor)."""
 
     def __init__(self, box: MessageBox) -> None:
         self.engine = box.store.engine
+        self.dialect = box.store.dialect
         self.ran: list[tuple[str, str | None]] = []
         self.begun = 0
+        self._fetching = 0
         event.listen(self.engine, "before_cursor_execute", self._execute)
         event.listen(self.engine, "begin", self._begin)
+        fetch = self.dialect.fetch
+
+        def counted(conn: sa.Connection, statement: str, params: Any) -> Any:
+            self._execute(conn, None, statement)
+            self._fetching += 1  # one statement, whichever way the dialect runs it
+            try:
+                return fetch(conn, statement, params)
+            finally:
+                self._fetching -= 1
+
+        self.dialect.fetch = counted  # type: ignore[method-assign]
 
     def _execute(self, conn: sa.Connection, _c: Any, statement: str, *_a: Any) -> None:
-        self.ran.append((statement, conn.get_execution_options().get("isolation_level")))
+        if not self._fetching:
+            self.ran.append((statement, conn.get_execution_options().get("isolation_level")))
 
     def _begin(self, conn: sa.Connection) -> None:
         if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
@@ -46,6 +61,7 @@ class Statements:
     def close(self) -> None:
         event.remove(self.engine, "before_cursor_execute", self._execute)
         event.remove(self.engine, "begin", self._begin)
+        del self.dialect.fetch
 
 
 def _step(claim_id: int, sub: int, instance_id: str) -> service_instances.Step:
