@@ -87,11 +87,10 @@ from messagebox.errors import (
     Conflict,
     InstanceCompleted,
     MessageBoxError,
-    MessageValidationError,
     ValidationError,
 )
 from messagebox.hosts.service import Delivery
-from messagebox.message import Message
+from messagebox.message import Message, from_handler
 from messagebox.models import InstanceState, Kind
 from messagebox.predicates import Filter, P, to_filter
 from messagebox.properties import Value, canonical_name
@@ -217,19 +216,9 @@ class Orchestration(Generic[S]):
     def publish(self, *messages: Message | Iterable[Message]) -> None:
         """Publish messages when this step commits, with the correlation properties
         promoted (unless the message promotes them itself)."""
-        for item in messages:
-            for message in [item] if isinstance(item, Message) else item:
-                if not isinstance(message, Message):
-                    raise MessageValidationError(
-                        f"{self.name}: publish takes Messages, got {type(message).__name__}"
-                    )
-                if message.reserved():
-                    raise MessageValidationError(
-                        f"{self.name}: property {message.reserved()[0]!r} is in the reserved "
-                        "namespace messagebox."
-                    )
-                extra = {k: v for k, v in self.correlation_values.items() if v is not None}
-                self._effects.publish.append(message.with_promoted(extra))
+        extra = {k: v for k, v in self.correlation_values.items() if v is not None}
+        for message in from_handler(f"{self.name}: publish", messages):
+            self._effects.publish.append(message.with_promoted(extra))
 
     def wait_for(self, receive_name: str, *, timeout: float) -> None:
         """Expect a message for ``receive_name`` within ``timeout`` seconds; if none is

@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from messagebox.errors import StorageError, ValidationError
-from messagebox.message import Message, MessageSummary, StoredMessage
+from messagebox.errors import MessageValidationError, StorageError, ValidationError
+from messagebox.message import Message, MessageSummary, StoredMessage, from_handler
 from messagebox.models import Routed, Subscription
 from messagebox.properties import Value
 
@@ -156,21 +156,23 @@ class Delivery:
         and the next delivery publishes again: no duplicates, where :meth:`publish`
         (its own transaction, at once) publishes again on every retry. A message that no
         subscription takes is suspended (a routing failure), never failing the
-        completion, as an orchestration step's publications are; no host is throttled."""
+        completion, as an orchestration step's publications are; no host is throttled.
+        The messages get their ids when they are stored: one that gives its own is
+        refused, as is one that sets a property in the reserved namespace."""
+        service = self.subscription.service
         if self.in_step:
             raise ValidationError(
-                f"{self.subscription.service}: an orchestration publishes with "
-                "self.publish(), which commits with its step"
+                f"{service}: an orchestration publishes with self.publish(), which commits "
+                "with its step"
             )
-        for item in messages:
-            batch = [item] if isinstance(item, Message) else list(item)
-            for m in batch:
-                if not isinstance(m, Message):
-                    raise ValidationError(
-                        f"{self.subscription.service}: publish_on_completion takes "
-                        f"Message objects, not {type(m).__name__}"
-                    )
-            self.outbox.extend(batch)
+        batch = from_handler(f"{service}: publish_on_completion", messages)
+        given = next((m for m in batch if m.id is not None), None)
+        if given is not None:  # stored with the batch's completions: a clash fails them all
+            raise MessageValidationError(
+                f"{service}: publish_on_completion gives each message its id; message "
+                f"{given.id} gives its own (publish it with publish())"
+            )
+        self.outbox.extend(batch)
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,7 @@ is checked by :meth:`MessageBox.publish <messagebox.engine.MessageBox.publish>`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain
@@ -192,6 +192,27 @@ class StoredMessage:
             published_at=self.published_at,
             publisher=self.publisher,
         )
+
+
+def from_handler(who: str, items: Iterable[Message | Iterable[Message]]) -> list[Message]:
+    """The messages a handler publishes (``items``: messages, or iterables of them), each
+    checked to be a :class:`Message` that sets no property in the reserved ``messagebox.``
+    namespace: those are the engine's, and a handler's publications skip the checks of
+    ``MessageBox.publish``. Else :class:`MessageValidationError`, naming ``who``."""
+    out: list[Message] = []
+    for item in items:
+        for message in [item] if isinstance(item, Message) else item:
+            if not isinstance(message, Message):
+                raise MessageValidationError(
+                    f"{who} takes Message objects, not {type(message).__name__}"
+                )
+            reserved = message.reserved()
+            if reserved:
+                raise MessageValidationError(
+                    f"{who}: property {reserved[0]!r} is in the reserved namespace messagebox."
+                )
+            out.append(message)
+    return out
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ takes batches publishes with each completion."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable
 
@@ -60,7 +61,11 @@ def _orders(box: MessageBox, n: int) -> None:
 
 
 def _confirm(d: Delivery) -> Message:
-    return Message(b"ok", promoted={"t.Kind": "confirm", "t.N": d.properties["t.N"]})
+    return _confirm_of(d.properties["t.N"])
+
+
+def _confirm_of(n: object) -> Message:
+    return Message(b"ok", promoted={"t.Kind": "confirm", "t.N": n})
 
 
 def test_published_once_with_each_completion(
@@ -121,18 +126,33 @@ def test_bad_input_is_refused_in_the_handler(
     refused: list[str] = []
     confirms = Confirms()
 
+    own_id = uuid.UUID(int=7)
+    bad = [
+        [_confirm_of(0), b"not a message"],
+        [_confirm_of(0), Message(b"x", promoted={"messagebox.TimerName": "forged"})],
+        [_confirm_of(0), Message(b"x", promoted={"t.Kind": "confirm", "t.N": 0}, id=own_id)],
+    ]
+
     def pay(d: Delivery) -> None:
-        try:
-            d.publish_on_completion([_confirm(d), b"not a message"])  # type: ignore[list-item]
-        except ValidationError as exc:
-            refused.append(str(exc))
+        for items in bad:
+            try:
+                d.publish_on_completion(items)  # type: ignore[arg-type]
+            except ValidationError as exc:
+                refused.append(str(exc))
         d.publish_on_completion(_confirm(d), [_confirm(d)])  # messages and iterables
 
     _run(box, instances, pay, confirms)
     _orders(box, 1)
     wait_for(lambda: sum(confirms.seen.values()) == 2, "2 confirmations")
-    assert refused == ["pay: publish_on_completion takes Message objects, not bytes"]
-    assert confirms.seen == Counter({0: 2})  # nothing of the refused call
+    assert refused == [
+        "pay: publish_on_completion takes Message objects, not bytes",
+        "pay: publish_on_completion: property 'messagebox.TimerName' is in the reserved "
+        "namespace messagebox.",
+        f"pay: publish_on_completion gives each message its id; message {own_id} gives its "
+        "own (publish it with publish())",
+    ]
+    assert confirms.seen == Counter({0: 2})  # nothing of the refused calls
+    assert box.suspended() == []  # nor stored anyhow
 
 
 def test_a_completion_whose_lease_another_instance_took_publishes_nothing(
