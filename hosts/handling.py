@@ -305,7 +305,7 @@ class Handling(InstanceCore):
         if d.settled:
             self.stats.add(completed=1)
         outcome = SETTLED if d.settled else DONE
-        run.end_with(_with_outbox(c, d) if d.outbox else c, outcome)  # ended and held at once
+        run.end_with(_with_outbox(c, d), outcome)  # ended and held at once
         return outcome
 
     def _undeliverable(self, c: Claim, sub: Subscription | None) -> Failure:

@@ -70,11 +70,6 @@ class Recorded:
     given: int
 
 
-def _publishing(done: Sequence[Claim]) -> list[Claim]:
-    """The completed entries whose services published with their completion."""
-    return [c for c in done if c.publish]
-
-
 def timer_channel(host: str) -> str:
     """The in-process wake-up name of a host's timer loop."""
     return f"{host}#timers"
@@ -286,7 +281,9 @@ class Consumer:
             and not instances
             and (
                 outcomes is None
-                or not (outcomes.failed or outcomes.unstarted or _publishing(outcomes.done))
+                or not (
+                    outcomes.failed or outcomes.unstarted or any(c.publish for c in outcomes.done)
+                )
             )
         )
         # after a batch with ordered entries, those are completed first, in the transaction
@@ -373,10 +370,9 @@ class Consumer:
         result = leases.finish(
             conn, self._dialect, self.owner, o.done, o.failed, o.settings, o.stop_on_failure
         )
-        publishing = _publishing(o.done)
-        if publishing:  # only for the entries completed here (still this owner's)
+        if any(c.publish for c in o.done):  # for the entries completed here (still ours)
             completed = set(result.completed_ids)
-            self._publish([c for c in publishing if c.id in completed], conn)
+            self._publish([c for c in o.done if c.publish and c.id in completed], conn)
         given = leases.give_back(conn, self.owner, o.unstarted)
         if given:
             self._dialect.notify(conn, [self.host])

@@ -32,9 +32,6 @@ from messagebox.models import (
 )
 from messagebox.schema import queue_columns
 from messagebox.spool import release
-
-if TYPE_CHECKING:
-    from messagebox.message import Message
 from messagebox.suspension import (
     MAX_ERROR_CHARS,
     NOT_RESUMABLE,
@@ -43,6 +40,9 @@ from messagebox.suspension import (
     suspend_instances,
     suspend_rows,
 )
+
+if TYPE_CHECKING:
+    from messagebox.message import Message
 
 MAX_BACKOFF_SECONDS = 3600.0
 

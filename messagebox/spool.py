@@ -246,11 +246,13 @@ def read_messages(
     return found
 
 
-Grouped = tuple[
-    uuid.UUID, tuple[Any, ...], dict[str, int], dict[str, bytes], list[tuple[str, Any, int]]
-]
+Left = tuple[str, Any, int, Any]
+"""A part the messages query left to read: its name, id, fragment count, and its first
+fragment if the query brought it (None when the part was past its share)."""
+
+Grouped = tuple[uuid.UUID, tuple[Any, ...], dict[str, int], dict[str, bytes], list[Left]]
 """A message as the messages query brings it: its id, its spool values, its parts'
-sizes, the bytes it brought, and the parts left to read (name, part id, fragments)."""
+sizes, the parts it brought whole, and the parts left to read."""
 
 
 def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
@@ -259,7 +261,7 @@ def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
     spooled: tuple[Any, ...] = ()
     sizes: dict[str, int] = {}
     held: dict[str, bytes] = {}
-    parts: list[tuple[str, Any, int]] = []
+    parts: list[Left] = []
     for msg, context, body_part, at, publisher, name, part_id, size, n, data in rows:
         if msg != last:
             if last is not None:
@@ -270,8 +272,8 @@ def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
         sizes[name] = int(size)
         if data is not None and n == 1:
             held[name] = bytes(data)
-        else:  # past its share, or its further fragments
-            parts.append((name, part_id, int(n)))
+        else:  # past its share (data None), or its further fragments to read
+            parts.append((name, part_id, int(n), data))
     if last is not None:
         yield last, spooled, sizes, held, parts
 
@@ -292,18 +294,24 @@ def _read_parts(
     """The messages whole by the limits whose parts the messages query left out (past
     their share) or brought only the first fragment of: those parts read by id."""
     p, f = schema.part, schema.fragment
-    wanted = [part_id for *_, parts in unread.values() for _, part_id, _ in parts]
-    first = {
-        r.id: r.data
-        for r in conn.execute(
-            sa.select(p.c.id, p.c.data).where(arrays.one_of(conn, p.c.id, wanted))
-        ).all()
-    }
+    wanted = [
+        part_id for *_, parts in unread.values() for _, part_id, _, got in parts if got is None
+    ]
+    first = (
+        {
+            r.id: r.data
+            for r in conn.execute(
+                sa.select(p.c.id, p.c.data).where(arrays.one_of(conn, p.c.id, wanted))
+            ).all()
+        }
+        if wanted
+        else {}
+    )
     out: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
     for msg, (spooled, sizes, held, parts) in unread.items():
         read = dict(held)
-        for name, part_id, fragments in parts:
-            chunks = [bytes(first[part_id])]
+        for name, part_id, fragments, got in parts:
+            chunks = [bytes(first[part_id] if got is None else got)]
             if fragments > 1:
                 chunks.extend(
                     bytes(d)
