@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from messagebox.engine import MessageBox, StoreURL
-from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
+from messagebox.errors import AlreadyExists, UnknownHost, UnknownSubscription, ValidationError
 from messagebox.hosts.instance import HostInstance
 from messagebox.hosts.orchestration import Orchestration, OrchestrationService
 from messagebox.hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
@@ -179,7 +179,7 @@ class HostApp:
                         },
                     )
                 except AlreadyExists:
-                    pass  # created concurrently by another instance
+                    self._taken_elsewhere(box, spec["name"])  # else created concurrently
             elif found.filter != to_filter(spec["filter"]):
                 log.warning(
                     "subscription %r exists with filter %s; the declared %s is not applied",
@@ -192,6 +192,21 @@ class HostApp:
                         "subscription": spec["name"],
                     },
                 )
+
+    def _taken_elsewhere(self, box: MessageBox, name: str) -> None:
+        """Raise :class:`ValidationError` if the subscription ``name`` this app declares
+        belongs to another host: subscription names are the store's, so this host's
+        service would never get its messages."""
+        try:
+            found = box.subscription(name)
+        except UnknownSubscription:
+            return  # removed meanwhile: the next setup creates it
+        if found.host != self.host:
+            raise ValidationError(
+                f"host app {self.host!r} declares subscription {name!r}, which exists on "
+                f"host {found.host!r} (service {found.service!r}); subscription names are "
+                "the store's: name it differently, or remove it there first"
+            )
 
     def instance(self, url: StoreURL | None = None, **settings: Any) -> HostInstance:
         """Set up and make (not start) a host instance on ``url``."""

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from messagebox import clock, routing_index, schema
 from messagebox.dialects import Dialect
-from messagebox.errors import AlreadyExists, UnknownHost
+from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
 from messagebox.ids import allocate
 from messagebox.models import (
     Host,
@@ -114,6 +114,7 @@ def subscribe(
     """Store subscriptions; predicates equal to stored ones are shared, not stored again."""
     dialect.lock_subscriptions(conn)
     _check_hosts(conn, specs)
+    _check_correlated(conn, specs)
     filters = [spec.filter for spec in specs]
     prop_ids = _intern_properties(conn, dialect, filters)
     pred_ids = _intern_predicates(conn, dialect, filters, prop_ids)
@@ -171,6 +172,36 @@ def _check_hosts(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> None
             raise UnknownHost(
                 f"subscription of service {spec.service!r}: no host named {spec.host!r} "
                 "(create it with create_host)"
+            )
+
+
+def _check_correlated(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> None:
+    """Raise :class:`ValidationError` for a correlated subscription of a service whose
+    correlated subscriptions are on another host (stored, or earlier in ``specs``). A
+    correlated service's instances and convoys are the service's, keyed by its name and
+    correlation values: on two hosts, both would step the same instances, each host's
+    claims ordering only its own queue."""
+    correlated = [s for s in specs if s.correlation]
+    if not correlated:
+        return
+    s = schema.subscription
+    hosts: dict[str, str] = {}
+    for service, host in conn.execute(
+        sa.select(s.c.service, s.c.host)
+        .where(
+            s.c.service.in_(sorted({spec.service for spec in correlated})),
+            s.c.correlation.is_not(None),
+        )
+        .order_by(s.c.id)
+    ):
+        hosts.setdefault(service, host)
+    for spec in correlated:
+        host = hosts.setdefault(spec.service, spec.host)
+        if host != spec.host:
+            raise ValidationError(
+                f"service {spec.service!r} has correlated subscriptions on host {host!r}: "
+                f"a correlated service runs on one host (its instances are the service's), "
+                f"so it cannot be correlated on host {spec.host!r} too"
             )
 
 
