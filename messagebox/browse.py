@@ -11,7 +11,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from messagebox import schema
+from messagebox import ids, schema
 from messagebox.properties import Value, encode_context
 
 QUEUE_STATES = ("ready", "held", "leased")
@@ -89,7 +89,7 @@ def peek_queue(conn: sa.Connection, host: str, state: str | None, limit: int) ->
     return [
         QueueEntry(
             int(r.id),
-            schema.as_uuid(r.msg),
+            ids.as_uuid(r.msg),
             int(r.sub),
             r.shown,
             int(r.priority),
@@ -128,7 +128,7 @@ def find_by_property(
             continue
         found.append(
             FoundMessage(
-                schema.as_uuid(r.id),
+                ids.as_uuid(r.id),
                 r.published_at,
                 r.publisher,
             )

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from messagebox import (
     arrays,
     clock,
+    ids,
     recent,
     registry,
     rollup,
@@ -96,9 +97,9 @@ def _zero_referenced(conn: sa.Connection, limit: int) -> tuple[list[uuid.UUID], 
     )
     if not released:
         return [], 0
-    msgs = [schema.as_uuid(m) for m in released]
+    msgs = [ids.as_uuid(m) for m in released]
     held = {
-        schema.as_uuid(m)
+        ids.as_uuid(m)
         for m in conn.execute(
             sa.union(
                 sa.select(q.c.msg).where(arrays.one_of(conn, q.c.msg, msgs)),

@@ -431,7 +431,9 @@ class Consumer:
         ones are convoys still being created (their first step has not committed)."""
         with self._store.transaction(autocommit=True) as conn:  # one statement
             stored, convoys = (
-                service_instances.load(conn, instance_ids) if instance_ids else ({}, set())
+                service_instances.load(conn, self._dialect, instance_ids)
+                if instance_ids
+                else ({}, set())
             )
             return clock.now(conn), stored, convoys  # timeouts fall due by the store's clock
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, schema, tracking
+from messagebox import arrays, clock, ids, schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.models import (
     CRASHED_HOST,
@@ -45,6 +45,15 @@ if TYPE_CHECKING:
     from messagebox.message import Message
 
 MAX_BACKOFF_SECONDS = 3600.0
+
+
+class Entry(NamedTuple):
+    """A queue entry as tracking records its delivery (:func:`delivered`)."""
+
+    id: int
+    msg: uuid.UUID
+    sub: int
+    host: str
 
 
 class Claim(NamedTuple):
@@ -122,7 +131,7 @@ def _claim(row: Any) -> Claim:
     enqueued_at = clock.fetched(enqueued_at)
     return Claim(
         int(row[0]),
-        schema.as_uuid(row[1]),
+        ids.as_uuid(row[1]),
         int(row[2]),
         int(row[3]),
         int(row[4]),

@@ -14,7 +14,6 @@ No table is ever reflected; ids come from sequences or from the application.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import sqlalchemy as sa
@@ -520,8 +519,3 @@ def queue_columns() -> list[sa.Column[Any]]:
         q.c.instance_id,
         q.c.enqueued_at,
     ]
-
-
-def as_uuid(value: Any) -> uuid.UUID:
-    """A UUID as a driver returns it (DuckDB may give text)."""
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -44,7 +44,7 @@ from messagebox import (
 )
 from messagebox.dialects import Dialect, Target
 from messagebox.errors import Conflict, MessageBoxError
-from messagebox.ids import allocate, uuid5
+from messagebox.ids import allocate, as_uuid, fetchable, uuid5
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, InstanceState, Kind, RoutingPolicy
 from messagebox.properties import Value, decode_values, encode_value
@@ -81,12 +81,7 @@ class Stored:
     completed_at: datetime | None
 
 
-_LOADED = [
-    c
-    for c in schema.service_instance.c
-    if c.name not in ("created_at", "updated_at")  # a time costs 3 us a row on DuckDB
-]
-"""The columns a step loads."""
+_STATES = {state.value: state for state in InstanceState}
 
 
 def _time_column(conn: sa.Connection) -> list[sa.ColumnElement[Any]]:
@@ -95,43 +90,39 @@ def _time_column(conn: sa.Connection) -> list[sa.ColumnElement[Any]]:
     return [sa.func.now().label("mb_now")] if clock.read_among_columns(conn) else []
 
 
-def load(conn: sa.Connection, instance_ids: Sequence[str]) -> tuple[dict[str, Stored], set[str]]:
+def load(
+    conn: sa.Connection, dialect: Dialect, instance_ids: Sequence[str]
+) -> tuple[dict[str, Stored], set[str]]:
     """The stored instances among ``instance_ids``, and those of the missing ones that
     routing made the running instance of a convoy (their first step has not committed),
-    in one statement: one snapshot, and one statement where each costs milliseconds
-    (DuckDB) or a round trip (PostgreSQL). The transaction's time comes with them (see
-    :func:`clock.seed_read`)."""
-    si, c = schema.service_instance, schema.convoy
+    in one statement (the dialect's ``load_instances``, on the driver's cursor): one
+    snapshot, and one statement where each costs milliseconds (DuckDB) or a round trip
+    (PostgreSQL). Where its rows carry the transaction's time, it seeds
+    :func:`clock.now` (see :func:`clock.seed_read`)."""
     found: dict[str, Stored] = {}
     convoys: set[str] = set()
     ids = sorted(set(instance_ids))
-    timed = _time_column(conn)
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
-        saved = sa.select(*_LOADED, *timed, sa.false().label("convoy")).where(
-            arrays.one_of(conn, si.c.id, chunk)
+        rows = dialect.fetch(
+            conn, dialect.load_instances_sql, {"ids": arrays.array_param(conn, chunk)}
         )
-        routed = sa.select(
-            c.c.instance_id,
-            *(sa.cast(sa.null(), col.type) for col in _LOADED[1:]),
-            *timed,
-            sa.true().label("convoy"),
-        ).where(arrays.one_of(conn, c.c.instance_id, chunk))
-        for row in conn.execute(sa.union_all(saved, routed)).all():
-            if timed and not found and not convoys:
-                clock.seed_read(conn, row.mb_now)
-            if row.convoy:
-                convoys.add(row.id)
+        if rows and len(rows[0]) > 9:
+            clock.seed_read(conn, rows[0][9])
+        for row in rows:
+            instance_id, service, host, state, correlation, data, version, completed_at = row[:8]
+            if row[8]:
+                convoys.add(instance_id)
                 continue
-            found[row.id] = Stored(
-                id=row.id,
-                service=row.service,
-                host=row.host,
-                state=InstanceState(row.state),
-                correlation=decode_values(orjson.loads(row.correlation)),
-                data=_load(row.data),
-                version=int(row.version),
-                completed_at=row.completed_at,
+            found[instance_id] = Stored(
+                instance_id,
+                service,
+                host,
+                _STATES[state],
+                decode_values(orjson.loads(correlation)),
+                _load(data),
+                int(version),
+                None if completed_at is None else clock.fetched(completed_at),
             )
     return found, convoys - found.keys()
 
@@ -201,13 +192,14 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
     owner = steps[0].owner
     entry_ids = [s.entry_id for s in steps]
     timed = _time_column(conn)
-    gone = conn.execute(
+    rows = conn.execute(
         q.delete()
         .where(arrays.one_of(conn, q.c.id, entry_ids), q.c.lease_owner == owner)
-        .returning(q.c.id, q.c.msg, q.c.sub, q.c.host, *timed)
+        .returning(q.c.id, fetchable(conn, q.c.msg), q.c.sub, q.c.host, *timed)
     ).all()
-    if timed and gone:
-        clock.seed_read(conn, gone[0].mb_now)
+    if timed and rows:
+        clock.seed_read(conn, rows[0].mb_now)
+    gone = [leases.Entry(r[0], as_uuid(r[1]), r[2], r[3]) for r in rows]
     if len(gone) != len(steps):
         lost = sorted(set(entry_ids) - {r.id for r in gone})
         raise LeaseLost(

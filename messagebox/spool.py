@@ -20,7 +20,7 @@ from messagebox import arrays, clock, compiled, recent, schema
 from messagebox.compiled import native
 from messagebox.dialects import Dialect, Indexed, Same, Uuids
 from messagebox.errors import UnknownMessage
-from messagebox.ids import uuid7s
+from messagebox.ids import as_uuid, uuid7s
 from messagebox.message import Message, MessageSummary, PartData, StoredMessage
 from messagebox.properties import Value, decode_context, encode_context
 
@@ -265,7 +265,7 @@ def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
     for msg, context, body_part, at, publisher, name, part_id, size, n, data in rows:
         if msg != last:
             if last is not None:
-                yield last, spooled, sizes, held, parts
+                yield as_uuid(last), spooled, sizes, held, parts
             last, spooled, sizes, held, parts = msg, (context, body_part, at, publisher), {}, {}, []
         if name is None:  # a spool row without parts
             continue
@@ -273,9 +273,9 @@ def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
         if data is not None and n == 1:
             held[name] = bytes(data)
         else:  # past its share (data None), or its further fragments to read
-            parts.append((name, part_id, int(n), data))
+            parts.append((name, None if part_id is None else as_uuid(part_id), int(n), data))
     if last is not None:
-        yield last, spooled, sizes, held, parts
+        yield as_uuid(last), spooled, sizes, held, parts
 
 
 def _share(n: int, max_bytes: int | None, total_bytes: int | None) -> int | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema
+from messagebox import clock, ids, schema
 from messagebox.dialects import Dialect
 from messagebox.errors import ValidationError
 
@@ -317,7 +317,7 @@ def query(conn: sa.Connection, q: EventQuery) -> list[TrackedEvent]:
         TrackedEvent(
             at=r.tracked_at,
             event=r.event,
-            message_id=schema.as_uuid(r.msg),
+            message_id=ids.as_uuid(r.msg),
             subscription=r.sub,
             host=r.host,
             entry=r.entry,

@@ -322,3 +322,16 @@ LEFT JOIN mb_message_part mp ON mp.msg = s.id
 LEFT JOIN mb_part p ON p.id = mp.part
 WHERE s.id = ANY(%(ids)s::uuid[])
 ORDER BY s.id, mp.idx
+
+-- name: load_instances --
+-- The saved service instances among ids, and those of the missing ones that routing
+-- made the running instance of a convoy (their first step has not committed), in one
+-- statement (service_instances.load), each row with the transaction's time (read
+-- there instead of in a round trip of its own: clock.seed_read).
+SELECT id, service, host, state, correlation, data, version, completed_at, false, now()
+FROM mb_service_instance
+WHERE id = ANY(%(ids)s::text[])
+UNION ALL
+SELECT instance_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true, now()
+FROM mb_convoy
+WHERE instance_id = ANY(%(ids)s::text[])

@@ -210,6 +210,7 @@ class Dialect:
         self.route_sql = "WITH " + sql.load(self.name, "staged") + ",\n" + route
         self.claim_sql = sql.load(self.name, "claim")
         self.read_messages_sql = sql.load(self.name, "read_messages")
+        self.load_instances_sql = sql.load(self.name, "load_instances")
         self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
         self.claim_mixed_sql: str | None = None
         """``claim`` and ``claim_instance`` in one statement, where a dialect has it

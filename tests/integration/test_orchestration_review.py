@@ -47,11 +47,11 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
     real_load = service_instances.load
     calls = {"n": 0}
 
-    def flaky_load(conn, ids):
+    def flaky_load(conn, dialect, ids):
         calls["n"] += 1
         if calls["n"] == 1:
             raise BackendUnavailable("cannot reach the database (simulated)")
-        return real_load(conn, ids)
+        return real_load(conn, dialect, ids)
 
     monkeypatch.setattr(service_instances, "load", flaky_load)
     host = running(app)

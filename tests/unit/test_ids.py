@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox.ids import uuid5, uuid7s
+from messagebox.ids import as_uuid, uuid5, uuid7s
 from messagebox.message import Message
 
 
@@ -28,6 +28,22 @@ def test_uuid5_is_the_standard_librarys(namespace: uuid.UUID, name: str) -> None
         uuid.RFC_4122,
     )
     assert pickle.loads(pickle.dumps(mine)) == theirs
+
+
+@given(value=st.uuids())
+def test_as_uuid_reads_each_form_a_driver_gives(value: uuid.UUID) -> None:
+    """A UUID as a driver returns it (itself, its 16 bytes as DuckDB's hot statements
+    give it, its text) is the standard library's object, equal in every way."""
+    for given_form in (value, value.bytes, str(value)):
+        mine = as_uuid(given_form)
+        assert type(mine) is uuid.UUID
+        assert (mine, hash(mine), str(mine), mine.bytes) == (
+            value,
+            hash(value),
+            str(value),
+            value.bytes,
+        )
+        assert pickle.loads(pickle.dumps(mine)) == value
 
 
 def test_uuid7s_are_ordinary_time_ordered_uuids() -> None:
