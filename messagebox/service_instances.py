@@ -236,8 +236,9 @@ def _insert_instances(
             "service": [s.service for s in new],
             "host": [s.host for s in new],
             "state": [_state(s) for s in new],
-            "correlation": [
-                json.dumps({k: encode_value(v) for k, v in s.correlation.items()}) for s in new
+            "correlation": [  # checked values: orjson writes them as json would
+                orjson.dumps({k: encode_value(v) for k, v in s.correlation.items()}).decode()
+                for s in new
             ],
             "data": [_dump(s.data) for s in new],
             "version": [1] * len(new),

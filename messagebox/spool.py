@@ -218,14 +218,7 @@ def read_messages(
     ):
         total_bytes = None  # cannot bind
     # every row fetched first: on DuckDB a query of fragments ends this one's rows
-    rows = dialect.fetch(
-        conn,
-        dialect.read_messages_sql,
-        {
-            "ids": arrays.array_param(conn, msg_ids),
-            "share": _share(len(msg_ids), max_bytes, total_bytes),
-        },
-    )
+    rows = dialect.fetch_messages(conn, msg_ids, _share(len(msg_ids), max_bytes, total_bytes))
     found: dict[uuid.UUID, StoredMessage | MessageSummary] = {}
     unread: dict[uuid.UUID, tuple[Any, ...]] = {}  # whole, but parts past their share
     running = 0  # the bytes of the messages within max_bytes so far, in id order

@@ -202,7 +202,7 @@ SELECT CAST(s.id AS BLOB), s.context, s.body_part, epoch_us(s.published_at), s.p
 FROM mb_spool s
 LEFT JOIN mb_message_part mp ON mp.msg = s.id
 LEFT JOIN mb_part p ON p.id = mp.part
-WHERE s.id IN (SELECT unnest(CAST($ids AS UUID[])))
+WHERE s.id IN (SELECT CAST(id AS UUID) FROM mb_arrow_rows)  -- the ids, an Arrow table
 ORDER BY s.id, mp.idx
 
 -- name: load_instances --

@@ -254,6 +254,13 @@ class Dialect:
         """The rows of a hot statement in the dialect's own SQL (tuples by position)."""
         return list(conn.exec_driver_sql(statement, params).fetchall())
 
+    def fetch_messages(
+        self, conn: sa.Connection, ids: Sequence[Any], share: int | None
+    ) -> list[Any]:
+        """The rows of ``read_messages`` (see :func:`messagebox.spool.read_messages`) for
+        these message ids, each part's bytes only within ``share``."""
+        return self.fetch(conn, self.read_messages_sql, {"ids": list(ids), "share": share})
+
     def lease(self, conn: sa.Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
         """Run a claim statement (``claim``, ``claim_mixed``, ``claim_ordered``): the
         rows of the entries it leased, as they are once leased."""

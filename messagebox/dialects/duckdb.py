@@ -281,6 +281,20 @@ class DuckDBDialect(Dialect):
         found = self._over_arrow(conn, staged, self.route_sql, {"n": batch.n})
         return route_rows(found.fetchall())
 
+    def fetch_messages(
+        self, conn: sa.Connection, ids: Sequence[Any], share: int | None
+    ) -> list[Any]:
+        # the ids as an Arrow column (16 bytes each), not a list parameter: DuckDB turns
+        # each UUID of a list into text and back (a read of 533 messages: 1.8 ms more)
+        import pyarrow as pa
+
+        array, _ = _uuid_array(ids)  # text where they are: the statement casts them
+        return list(
+            self._over_arrow(
+                conn, pa.table([array], names=["id"]), self.read_messages_sql, {"share": share}
+            ).fetchall()
+        )
+
     def insert(
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:

@@ -256,6 +256,14 @@ class PostgreSQLDialect(Dialect):
             cursor.execute(statement, params, binary=True)
             return list(cursor.fetchall())
 
+    def fetch_messages(
+        self, conn: sa.Connection, ids: Sequence[Any], share: int | None
+    ) -> list[Any]:
+        # the ids as one array literal: psycopg dumps a list item by item
+        return self.fetch(
+            conn, self.read_messages_sql, {"ids": arrays.pg_array(ids), "share": share}
+        )
+
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
         asked = NO_VERSIONS if version is None else version
         row = conn.exec_driver_sql(self.prelude_sql, {"v": asked}).one()

@@ -50,7 +50,8 @@ def duck(duckdb_url: str) -> Iterator[MessageBox]:
 
 class Statements:
     """Counts the statements a store runs while in its ``with`` block: through
-    SQLAlchemy, and the hot ones its dialect runs on the driver's cursor (``fetch``)."""
+    SQLAlchemy, and the hot ones its dialect runs on the driver's cursor (``fetch``,
+    ``fetch_messages``)."""
 
     def __init__(self, box: MessageBox) -> None:
         self.n = 0
@@ -62,18 +63,20 @@ class Statements:
 
     def __enter__(self) -> Statements:
         sa.event.listen(self._engine, "before_cursor_execute", self._count)
-        fetch = self._dialect.fetch
+        for name in ("fetch", "fetch_messages"):  # the latter: DuckDB's runs no fetch
+            setattr(self._dialect, name, self._counted(getattr(self._dialect, name)))
+        return self
 
+    def _counted(self, run: Any) -> Any:
         def counted(*args: Any) -> Any:
             self._count()
-            return fetch(*args)
+            return run(*args)
 
-        self._dialect.fetch = counted  # type: ignore[method-assign,assignment]
-        return self
+        return counted
 
     def __exit__(self, *_exc: object) -> None:
         sa.event.remove(self._engine, "before_cursor_execute", self._count)
-        del self._dialect.fetch
+        del self._dialect.fetch, self._dialect.fetch_messages
 
 
 def stored(box: MessageBox, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredMessage]:

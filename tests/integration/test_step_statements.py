@@ -28,7 +28,7 @@ def box(backend_url: str) -> Iterator[MessageBox]:
 class Statements:
     """The statements run on the store from now on, with whether each ran in a
     transaction, and the transactions begun: through SQLAlchemy, and the hot ones its
-    dialect runs itself (``fetch``: on PostgreSQL on the driver's own cursor)."""
+    dialect runs itself (``fetch``, ``fetch_messages``: on the driver's own cursor)."""
 
     def __init__(self, box: MessageBox) -> None:
         self.engine = box.store.engine
@@ -38,17 +38,20 @@ class Statements:
         self._fetching = 0
         event.listen(self.engine, "before_cursor_execute", self._execute)
         event.listen(self.engine, "begin", self._begin)
-        fetch = self.dialect.fetch
+        for name in ("fetch", "fetch_messages"):  # the latter: DuckDB's runs no fetch
+            setattr(self.dialect, name, self._counted(getattr(self.dialect, name)))
 
-        def counted(conn: sa.Connection, statement: str, params: Any) -> Any:
-            self._execute(conn, None, statement)
+    def _counted(self, run: Any) -> Any:
+        def counted(conn: sa.Connection, *args: Any) -> Any:
+            if not self._fetching:
+                self._execute(conn, None, str(args[0]))
             self._fetching += 1  # one statement, whichever way the dialect runs it
             try:
-                return fetch(conn, statement, params)
+                return run(conn, *args)
             finally:
                 self._fetching -= 1
 
-        self.dialect.fetch = counted  # type: ignore[method-assign]
+        return counted
 
     def _execute(self, conn: sa.Connection, _c: Any, statement: str, *_a: Any) -> None:
         if not self._fetching:
@@ -61,7 +64,7 @@ class Statements:
     def close(self) -> None:
         event.remove(self.engine, "before_cursor_execute", self._execute)
         event.remove(self.engine, "begin", self._begin)
-        del self.dialect.fetch
+        del self.dialect.fetch, self.dialect.fetch_messages
 
 
 def _step(claim_id: int, sub: int, instance_id: str) -> service_instances.Step:
