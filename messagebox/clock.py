@@ -91,11 +91,20 @@ def fetchable(conn: sa.Connection, at: sa.ColumnElement[Any]) -> sa.ColumnElemen
 
 def fetched(at: datetime | int) -> datetime:
     """A time as :func:`fetchable` gave it: a datetime as it is, microseconds since the
-    epoch as the UTC datetime they name."""
-    return _EPOCH + timedelta(microseconds=at) if isinstance(at, int) else at
+    epoch as the UTC datetime they name. Up to 2100 through a float of seconds, exact
+    there (each microsecond is the float's nearest, well within half a microsecond):
+    half the cost of adding a timedelta, once per message read and entry claimed."""
+    if not isinstance(at, int):
+        return at
+    if 0 <= at < _EXACT_US:
+        return _from_timestamp(at / 1e6, UTC)
+    return _EPOCH + timedelta(microseconds=at)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EXACT_US = 4_102_444_800_000_000
+"""2100-01-01 in microseconds since the epoch: :func:`fetched`'s float path ends here."""
+_from_timestamp = datetime.fromtimestamp
 
 
 def utc(at: datetime) -> datetime:

@@ -68,7 +68,9 @@ class Claim(NamedTuple):
     priority: int
     instance_id: str | None
     ordered: bool
-    enqueued_at: datetime | None = None
+    enqueued: datetime | int | None = None
+    """When it was queued as the claim fetched it (on DuckDB microseconds since the
+    epoch): read :attr:`enqueued_at`, made when asked for (few ask)."""
     waited: float | None = None
     """Seconds from enqueue to this claim by the database clock, when this is the
     entry's first claim (not after a give-back or a lapsed lease); else ``None``."""
@@ -86,6 +88,11 @@ class Claim(NamedTuple):
     """Messages its service published with its completion
     (``Delivery.publish_on_completion``): stored and routed in the transaction that
     completes the entry, and only if it does."""
+
+    @property
+    def enqueued_at(self) -> datetime | None:
+        """When the entry was queued, by the database clock."""
+        return None if self.enqueued is None else clock.fetched(self.enqueued)
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,6 @@ def _claim(row: Any) -> Claim:
     waited = (now - enqueued_at) if claimed_at == now else None
     if waited is not None:
         waited = waited / 1e6 if type(waited) is int else waited.total_seconds()
-    enqueued_at = clock.fetched(enqueued_at)
     return Claim(
         int(row[0]),
         ids.as_uuid(row[1]),

@@ -38,26 +38,23 @@ def test_a_correlated_service_is_refused_on_a_second_host(box: MessageBox) -> No
     box.subscribe(
         "picking", host="a", filter=P("t.Kind") == "order", correlation=("t.Order",), name="p1"
     )
-    before = table_counts(box)
-    with pytest.raises(ValidationError, match="'picking' has correlated subscriptions on host 'a'"):
+
+    def items_on(host: str) -> None:
         box.subscribe(
             "picking",
-            host="b",
+            host=host,
             filter=P("t.Kind") == "item",
             kind="instance",
             correlation=("t.Order",),
             name="p2",
         )
+
+    before = table_counts(box)
+    with pytest.raises(ValidationError, match="'picking' has correlated subscriptions on host 'a'"):
+        items_on("b")
     assert table_counts(box) == before  # nothing of it stored
     # on its own host it takes more; uncorrelated subscriptions of it go anywhere
-    box.subscribe(
-        "picking",
-        host="a",
-        filter=P("t.Kind") == "item",
-        kind="instance",
-        correlation=("t.Order",),
-        name="p2",
-    )
+    items_on("a")
     box.subscribe("picking", host="b", filter=P("t.Kind") == "audit", name="p3")
     assert {(s.name, s.host) for s in box.subscriptions(service="picking")} == {
         ("p1", "a"),
