@@ -250,7 +250,7 @@ sizes, the parts it brought whole, and the parts left to read."""
 
 def _grouped(rows: Sequence[Any]) -> Iterator[Grouped]:
     """The messages query's rows (a row per part, in message and part order) by message."""
-    last: uuid.UUID | None = None
+    last: object = None  # the id as fetched (on DuckDB its 16 bytes)
     spooled: tuple[Any, ...] = ()
     sizes: dict[str, int] = {}
     held: dict[str, bytes] = {}
