@@ -15,12 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema
 from messagebox.dialects.base import Dialect
-from messagebox.ids import uuid7
+from messagebox.ids import uuid7s
 from messagebox.properties import Value, family, sql_key
 
-_CHUNK = 1000
+_CHUNK = 5000
+"""Pairs per statement (arrays: no limit on parameters, only on one statement's size)."""
 
 
 def correlation_key(names: Sequence[str], props: Mapping[str, Value]) -> str:
@@ -44,46 +44,32 @@ def resolve_convoys(
 ) -> dict[tuple[str, str], str]:
     """The running instance id for each (service, key), created when there is none.
 
-    Existing rows are only read (publishers of one convoy do not write the same row).
-    Missing ones are inserted unless there (:meth:`Dialect.insert_new`) and read again:
-    on PostgreSQL a concurrent creator of the same key makes the insert wait for it,
-    and the second read sees its instance; on DuckDB the insert or the commit fails with
+    Each is inserted with a new id unless there (:meth:`Dialect.create_convoys`); when
+    fewer rows were made than asked for, the others are read: existing rows are only
+    read (publishers of one convoy do not write the same row). On PostgreSQL a
+    concurrent creator of the same key makes the insert wait for it, and the read sees
+    its instance; on DuckDB the insert or the commit fails with
     :class:`~messagebox.errors.Conflict` and the publish is retried.
     """
-    c = schema.convoy
-    found = find_convoys(conn, wanted)
-    missing = sorted(set(wanted) - set(found))
-    for start in range(0, len(missing), _CHUNK):
-        chunk = missing[start : start + _CHUNK]
-        dialect.insert_new(
-            conn,
-            c,
-            [
-                {"service": s, "key": k, "instance_id": str(uuid7()), "created_at": now}
-                for s, k in chunk
-            ],
-            [c.c.service, c.c.key],
-        )
-        found.update(find_convoys(conn, chunk))
+    found: dict[tuple[str, str], str] = {}
+    wanted = sorted(set(wanted))
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start : start + _CHUNK]
+        made = [str(i) for i in uuid7s(len(chunk))]
+        if dialect.create_convoys(conn, chunk, made, now) == len(chunk):
+            found.update(zip(chunk, made, strict=True))
+        else:  # some were there (or came meanwhile): read them all
+            found.update(find_convoys(conn, dialect, chunk))
     return found
 
 
 def find_convoys(
-    conn: sa.Connection, wanted: Sequence[tuple[str, str]]
+    conn: sa.Connection, dialect: Dialect, wanted: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], str]:
     """The running instance id of each (service, key) that has one."""
-    c = schema.convoy
     found: dict[tuple[str, str], str] = {}
-    want = set(wanted)
-    keys = sorted({k for _, k in want})
-    services = sorted({s for s, _ in want})
-    for start in range(0, len(keys), _CHUNK):
-        rows = conn.execute(
-            sa.select(c.c.service, c.c.key, c.c.instance_id).where(
-                c.c.key.in_(keys[start : start + _CHUNK]), c.c.service.in_(services)
-            )
-        )
-        found.update(
-            ((r.service, r.key), r.instance_id) for r in rows if (r.service, r.key) in want
-        )
+    wanted = sorted(set(wanted))
+    for start in range(0, len(wanted), _CHUNK):
+        rows = dialect.find_convoys(conn, wanted[start : start + _CHUNK])
+        found.update(((service, key), instance) for service, key, instance in rows)
     return found

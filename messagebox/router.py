@@ -146,7 +146,7 @@ def _correlate(
                     first.setdefault(key, i)
     if not keys:
         return
-    existing = find_convoys(conn, sorted(set(keys.values())))
+    existing = find_convoys(conn, dialect, list(keys.values()))
     made = resolve_convoys(conn, dialect, [k for k in first if k not in existing], now)
     for i, rows in enumerate(per_message):
         seen: set[str] = set()

@@ -218,3 +218,21 @@ UNION ALL
 SELECT instance_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true
 FROM mb_convoy
 WHERE instance_id IN (SELECT unnest(CAST($ids AS TEXT[])))
+
+-- name: find_convoys --
+-- The running instance of each (service, key) of a publish that has one (convoys.py):
+-- the pairs zipped from two lists. As SQLAlchemy's IN lists, compiled per batch, this
+-- and create_convoys took 62% of publishing 500 messages that start instances.
+SELECT c.service, c.key, c.instance_id
+FROM mb_convoy c
+WHERE (c.service, c.key) IN (
+    SELECT unnest(CAST($services AS TEXT[])), unnest(CAST($keys AS TEXT[])))
+
+-- name: create_convoys --
+-- Make the missing convoys of a publish (convoys.py), each with its new instance id, unless
+-- one is there by now: the caller counts the rows made (a concurrent transaction's
+-- commit of the same key fails this one's insert or commit on DuckDB: Conflict).
+INSERT INTO mb_convoy (service, key, instance_id, created_at)
+SELECT unnest(CAST($services AS TEXT[])), unnest(CAST($keys AS TEXT[])),
+       unnest(CAST($ids AS TEXT[])), CAST($now AS TIMESTAMPTZ)
+ON CONFLICT DO NOTHING

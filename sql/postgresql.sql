@@ -335,3 +335,22 @@ UNION ALL
 SELECT instance_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true, now()
 FROM mb_convoy
 WHERE instance_id = ANY(%(ids)s::text[])
+
+-- name: find_convoys --
+-- The running instance of each (service, key) of a publish that has one (convoys.py):
+-- the pairs zipped from two arrays, each found by the primary key. As SQLAlchemy's IN
+-- lists, compiled per batch, this and create_convoys took most of publishing messages
+-- that start instances.
+SELECT c.service, c.key, c.instance_id
+FROM unnest(%(services)s::text[], %(keys)s::text[]) AS w(service, key)
+JOIN mb_convoy c ON c.service = w.service AND c.key = w.key
+
+-- name: create_convoys --
+-- Make the missing convoys of a publish (convoys.py), each with its new instance id, unless
+-- one is there by now (a concurrent publish's insert of the same key makes this one wait
+-- for its commit, then skip the row): the caller counts the rows made and reads the
+-- others.
+INSERT INTO mb_convoy (service, key, instance_id, created_at)
+SELECT service, key, instance_id, %(now)s
+FROM unnest(%(services)s::text[], %(keys)s::text[], %(ids)s::text[]) AS w(service, key, instance_id)
+ON CONFLICT DO NOTHING

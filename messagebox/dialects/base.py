@@ -12,7 +12,6 @@ from threading import Event
 from typing import Any, ClassVar, NamedTuple, TypeVar, overload
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert  # DuckDB speaks it too
 
 from messagebox import notify, sql
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
@@ -211,6 +210,8 @@ class Dialect:
         self.claim_sql = sql.load(self.name, "claim")
         self.read_messages_sql = sql.load(self.name, "read_messages")
         self.load_instances_sql = sql.load(self.name, "load_instances")
+        self.find_convoys_sql = sql.load(self.name, "find_convoys")
+        self.create_convoys_sql = sql.load(self.name, "create_convoys")
         self.claim_ordered_sql = sql.load(self.name, "claim_ordered")
         self.claim_mixed_sql: str | None = None
         """``claim`` and ``claim_instance`` in one statement, where a dialect has it
@@ -289,17 +290,40 @@ class Dialect:
                 self.insert(conn, table, columns)
         self.notify(conn, wake)
 
-    def insert_new(
+    def find_convoys(self, conn: sa.Connection, pairs: Sequence[tuple[str, str]]) -> list[Any]:
+        """The convoys of these (service, key) pairs that exist: rows of (service, key,
+        instance id)."""
+        return self.fetch(
+            conn,
+            self.find_convoys_sql,
+            {
+                "services": self.array([s for s, _ in pairs]),
+                "keys": self.array([k for _, k in pairs]),
+            },
+        )
+
+    def create_convoys(
         self,
         conn: sa.Connection,
-        table: sa.Table,
-        rows: Sequence[Mapping[str, Any]],
-        key: Sequence[sa.Column[Any]],
-    ) -> None:
-        """Insert the rows whose ``key`` is not in the table yet (``ON CONFLICT DO
-        NOTHING``); a key a concurrent transaction inserts meanwhile raises
-        :class:`~messagebox.errors.Conflict` where the dialect cannot wait for it."""
-        conn.execute(pg_insert(table).values(list(rows)).on_conflict_do_nothing(index_elements=key))
+        pairs: Sequence[tuple[str, str]],
+        instance_ids: Sequence[str],
+        now: datetime,
+    ) -> int:
+        """Make a convoy for each (service, key) pair that has none yet, with the
+        instance id in the same place of ``instance_ids``; returns how many it made. A
+        pair a concurrent transaction makes meanwhile is skipped once that commits, or
+        raises :class:`~messagebox.errors.Conflict` where the dialect cannot wait for it."""
+        params = {
+            "services": self.array([s for s, _ in pairs]),
+            "keys": self.array([k for _, k in pairs]),
+            "ids": self.array(list(instance_ids)),
+            "now": now,
+        }
+        return int(conn.exec_driver_sql(self.create_convoys_sql, params).rowcount)
+
+    def array(self, values: list[Any]) -> Any:
+        """A list as one array parameter of the dialect's own SQL."""
+        return values
 
     def serial(self) -> AbstractContextManager[Any]:
         """Held around a transaction that must not interleave with another in this process."""

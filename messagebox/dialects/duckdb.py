@@ -431,20 +431,20 @@ class DuckDBDialect(Dialect):
         """The in-process lock (one per database file) for work that must not interleave."""
         return self._lock
 
-    def insert_new(
+    def create_convoys(
         self,
         conn: sa.Connection,
-        table: sa.Table,
-        rows: Sequence[Mapping[str, Any]],
-        key: Sequence[sa.Column[Any]],
-    ) -> None:
+        pairs: Sequence[tuple[str, str]],
+        instance_ids: Sequence[str],
+        now: datetime,
+    ) -> int:
         try:
-            super().insert_new(conn, table, rows, key)
+            return super().create_convoys(conn, pairs, instance_ids, now)
         except sa.exc.DBAPIError as exc:
             # a concurrent transaction committed the same key after this one began, so
             # ON CONFLICT cannot see it: the caller's transaction must start again
             if "Duplicate key" in str(exc.orig):
-                raise Conflict(f"duckdb: {table.name} written concurrently: {exc.orig}") from exc
+                raise Conflict(f"duckdb: mb_convoy written concurrently: {exc.orig}") from exc
             raise
 
     def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
