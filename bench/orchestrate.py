@@ -73,6 +73,7 @@ Run it from the project root::
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import tempfile
@@ -212,14 +213,16 @@ read each message's body (from the store, and held in memory)."""
 READING = ("plain reading", "reading held")
 
 
-def run_one(url: str, system: str, n: int) -> Spent:
-    """What handling the 2N messages took, for one system on one fresh store."""
+def run_one(url: str, system: str, n: int) -> tuple[Spent, float]:
+    """What handling the 2N messages took, for one system on one fresh store, and the
+    rate (msgs/s) at which they were published before."""
     counter = ReadingCounter() if system in READING else Counter()
     app = _app(system, counter)
     bystander = _idle_instance(url) if system == "reading held" else None
     try:
         with MessageBox(url) as box:
             app.setup(box)
+            began = time.perf_counter()
             for start in range(0, n, 500):
                 ids = range(start, min(start + 500, n))
                 box.publish(
@@ -233,8 +236,9 @@ def run_one(url: str, system: str, n: int) -> Spent:
                 box.publish(
                     [Message(b"pay", promoted={"b.Kind": "payment", "b.Id": i}) for i in ids]
                 )
+            published = 2 * n / (time.perf_counter() - began)
             analyze(box)  # as autovacuum would have (bench.backlog)
-        return _timed(app.instance(url), counter, 2 * n if system in PLAIN else n)
+        return _timed(app.instance(url), counter, 2 * n if system in PLAIN else n), published
     finally:
         if bystander is not None:
             bystander.stop(10.0)
@@ -315,9 +319,10 @@ def _backends(names: list[str]) -> list[Backend]:
     return out
 
 
-Row = tuple[str, str, dict[str, tuple[Spent, int]]]
+Row = tuple[str, str, dict[str, tuple[Spent, int, float]]]
 """A backend, an orchestration workload, and per system what handling its messages
-took and how many there were."""
+took, how many there were, and the rate they were published at (msgs/s; NaN for the
+step limit, which publishes none)."""
 
 SYSTEMS = (
     "plain",
@@ -362,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(runs) > 1:
         _print_ranges(runs)
     _print_cpu(runs)
+    _print_publishing(runs)
 
 
 def positive(text: str) -> int:
@@ -381,22 +387,31 @@ def _round(backends: list[str], n: int, plain_n: int) -> list[Row]:
     for backend, make_url, drop, step_limit in _backends(backends):
         try:
             shared = {
-                "plain": (run_one(make_url(), "plain", plain_n), 2 * plain_n),
-                "plain reading": (run_one(make_url(), "plain reading", plain_n), 2 * plain_n),
-                "reading held": (run_one(make_url(), "reading held", plain_n), 2 * plain_n),
-                "stateless": (run_one(make_url(), "stateless", n), 2 * n),
-                "outbox": (run_one(make_url(), "outbox", n), 2 * n),
+                "plain": _measured(make_url, "plain", plain_n),
+                "plain reading": _measured(make_url, "plain reading", plain_n),
+                "reading held": _measured(make_url, "reading held", plain_n),
+                "stateless": _measured(make_url, "stateless", n),
+                "outbox": _measured(make_url, "outbox", n),
             }
-            orchs = {w: (run_one(make_url(), w, n), 2 * n) for w in ORCHESTRATIONS}
-            shared["step limit"] = (step_limit(n), 2 * n)
+            orchs = {w: _measured(make_url, w, n) for w in ORCHESTRATIONS}
+            shared["step limit"] = (step_limit(n), 2 * n, math.nan)
         finally:
             drop()
         rows.extend((backend, w, {**shared, "orchestration": o}) for w, o in orchs.items())
     return rows
 
 
+def _measured(
+    make_url: Callable[[], str], system: str, conversations: int
+) -> tuple[Spent, int, float]:
+    """One system's run on a fresh store: what handling took, the messages handled, and
+    the rate they were published at."""
+    spent, published = run_one(make_url(), system, conversations)
+    return spent, 2 * conversations, published
+
+
 def _rate(row: Row, system: str) -> float:
-    spent, count = row[2][system]
+    spent, count, _ = row[2][system]
     return count / spent.seconds
 
 
@@ -472,6 +487,32 @@ def _print_cpu(runs: list[list[Row]]) -> None:
             rest = f"{statistics.median(rests):.0f}" if len(rests) == len(per) else "?"
             cells.append(f"{process:.0f} + {rest}")
         print(f"{row[0]:<12}{row[1]:<15}" + "".join(f"{c:>22}" for c in cells))
+
+
+def _print_publishing(runs: list[list[Row]]) -> None:
+    """How fast each workload's backlog was published (batches of 500, before the clock
+    of its handling starts): an orchestration's orders find or make a convoy each
+    (their instance) and its payments find theirs, in the publish's transaction; the
+    stateless services' subscriptions take the same messages with no correlation. The
+    median of the rounds."""
+    print(
+        "\npublishing the backlog (batches of 500): orders that start an orchestration's "
+        "instances and payments that follow them, against the same messages to stateless "
+        "services"
+    )
+    print(
+        f"{'backend':<12}{'workload':<15}{'stateless msgs/s':>18}{'orchestration msgs/s':>22}"
+        f"{'orch/stateless':>16}{'range':>22}"
+    )
+    for i, row in enumerate(runs[0]):
+        orch = [rows[i][2]["orchestration"][2] for rows in runs]
+        base = [rows[i][2]["stateless"][2] for rows in runs]
+        ratios = sorted(o / b for o, b in zip(orch, base, strict=True))
+        span = " / ".join(f"{r:.2f}" for r in ratios)
+        print(
+            f"{row[0]:<12}{row[1]:<15}{statistics.median(base):>18,.0f}"
+            f"{statistics.median(orch):>22,.0f}{statistics.median(ratios):>16.2f}{span:>22}"
+        )
 
 
 TARGET_STEPS = 1_500
