@@ -127,6 +127,8 @@ class InstanceCore:
         self._pace = Pace()  # entries the threads finished lately: how deep to claim ahead
         self._reads = SharedReads()  # batches claimed ahead reading their messages together
         self._flight_lock = threading.Lock()
+        self._claiming = 0
+        """Claims running now (under ``_flight_lock``): their entries are not in flight yet."""
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None
         self._unwatch_timers: Callable[[], None] | None = None
@@ -134,6 +136,9 @@ class InstanceCore:
         self._timers_look_at = math.inf
         """When the timer loop looks next (seconds since the epoch; inf while it looks)."""
         self._started = False
+        self._empty_since: float | None = None
+        """When a claim last came back empty after the instance had work (monotonic;
+        None while it has work): see :meth:`idle_seconds`."""
         self._last_cleanup = time.monotonic()
         self._last_depth = 0.0
         self.receivers: list[Receiver] = list(receivers)
@@ -233,6 +238,25 @@ class InstanceCore:
     def _stop_on_failure(self) -> set[int]:
         with self._subs_lock:
             return {s.id for s in self._subs.values() if s.on_failure is OnFailure.STOP}
+
+    def idle_seconds(self) -> float:
+        """How long the instance has had nothing to do: its claims came back empty and
+        no batch is in hand (0.0 while it has work, and until its first empty claim).
+        An entry waiting for its retry, or a timer not yet due, is not work yet."""
+        since = self._empty_since
+        if since is None or self._ahead:
+            return 0.0
+        with self._flight_lock:
+            if self._in_flight or self._claiming:
+                return 0.0
+        return max(0.0, time.monotonic() - since)
+
+    def _found_work(self) -> None:
+        self._empty_since = None
+
+    def _found_nothing(self) -> None:
+        if self._empty_since is None:
+            self._empty_since = time.monotonic()
 
     def _wait(self, seen: int, seconds: float) -> None:
         with self._wake_cond:

@@ -105,15 +105,24 @@ class Supervision(Handling):
                             carry = None
                         continue
                     outcomes, carry = self._ahead.owed_with(carry), None
-                    claims = self._claim_for_all(want, outcomes, seen)
+                    with self._flight_lock:
+                        self._claiming += 1
+                    try:
+                        claims = self._claim_for_all(want, outcomes, seen)
+                    finally:
+                        with self._flight_lock:
+                            self._claiming -= 1
                     if claims is None:
                         continue
                 if not claims:
+                    self._found_nothing()
                     self._wait(seen, idle)
                     idle = min(idle * 2, self.settings.poll_max_seconds)
                     continue
+                self._found_work()
                 idle = self.settings.poll_min_seconds
                 goes_on, carry = self._handle_batch(claims)
+                self._found_work()  # its outcomes are recorded with the next claim
                 self._pace.add(len(claims))
                 if not goes_on:
                     return  # its handler timed out: another thread has taken this one's place

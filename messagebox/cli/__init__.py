@@ -40,7 +40,7 @@
     versions [N] [--limit N]               applied versions; N: that version's file
     rollback N                             apply version N's file again
     lint [FILE] [--window AGE]             never-matching, redundant, duplicate, dead
-    host run module:app [module:app ...] [--threads N] [--duration S]
+    host run module:app [module:app ...] [--threads N] [--duration S] [--until-idle S]
             [--log-format text|json] [--metrics-port PORT] [--metrics-bind ADDR]
             [--console [ADDR:]PORT|off] [--token-file PATH]
                                            host instances of each app, in this process

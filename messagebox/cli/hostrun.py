@@ -1,5 +1,6 @@
 """``messagebox host run APP [APP ...]``: host instances of one or more apps in this
-process, until SIGINT/SIGTERM (or ``--duration``).
+process, until SIGINT/SIGTERM (or ``--duration``, or ``--until-idle``: once there is
+nothing left to do).
 
 The process serves the console and the management API (:mod:`messagebox.cli.remote`)
 at ``--console [ADDR:]PORT``; on a DuckDB store it always does (on ``127.0.0.1`` at a
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             if console is not None:
                 advertise = _serve_console(stack, args, str(url), console, instances)
             _announce(args, instances)
-            _run(instances, args.duration, started=advertise)
+            _run(instances, args.duration, started=advertise, until_idle=args.until_idle)
     except MessageBoxError as exc:
         print(f"messagebox: {exc}", file=sys.stderr)
         return 1
@@ -202,9 +203,10 @@ def _run(
     duration: float | None,
     *,
     started: Callable[[], None] | None = None,
+    until_idle: float | None = None,
 ) -> None:
-    """Start every instance, call ``started``, wait for a signal or ``duration``, stop
-    them all."""
+    """Start every instance, call ``started``, wait for a signal, ``duration``, or
+    every instance idle for ``until_idle`` seconds; stop them all."""
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -218,8 +220,15 @@ def _run(
         if started is not None:
             started()
         deadline = None if duration is None else time.monotonic() + duration
-        while not stop.wait(0.2):
+        while not stop.wait(0.05 if until_idle is not None else 0.2):
             if deadline is not None and time.monotonic() >= deadline:
+                break
+            if until_idle is not None and all(i.idle_seconds() >= until_idle for i in running):
+                log.info(
+                    "every instance idle for %gs: stopping",
+                    until_idle,
+                    extra={"event": "idle-stop", "seconds": until_idle},
+                )
                 break
     finally:
         stoppers = [threading.Thread(target=i.stop, name=f"stop-{i.host}") for i in running]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import textwrap
 from typing import Any
 
@@ -355,7 +356,17 @@ def build() -> argparse.ArgumentParser:
         "with it; with one, every page of the console needs a login",
     )
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
-    run.add_argument("--duration", type=float, help="stop after this many seconds")
+    run.add_argument(
+        "--duration", type=_seconds, metavar="SECONDS", help="stop after this many seconds"
+    )
+    run.add_argument(
+        "--until-idle",
+        type=_seconds,
+        metavar="SECONDS",
+        help="stop once every instance has had nothing to do for this many seconds (its "
+        "claims empty, nothing in hand): what is queued is handled, then the process "
+        "exits; a retry or a timer due later is left for the next run",
+    )
     run.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     run.add_argument(
         "--log-format",
@@ -459,6 +470,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
 
 

@@ -172,3 +172,37 @@ def test_host_run_refuses_a_malformed_console_address(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "'here:port' is not PORT, ADDR:PORT or off" in done.stderr
     assert not (tmp_path / "box.duckdb").exists()  # refused before anything was opened
+
+
+def test_host_run_until_idle_handles_what_is_queued_then_exits(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'box.duckdb'}"
+    with MessageBox(url) as box:
+        box.create_host("workers", poll_max_seconds=0.1, retry_backoff_seconds=0.2, max_attempts=2)
+        box.subscribe("record", host="workers", filter=P("t.N") >= 0, name="record-all")
+        box.publish(Message(b"x", promoted={"t.N": i}) for i in range(30))
+        box.publish([Message(b"x", promoted={"t.N": 99, "t.Fail": True})])
+    out = tmp_path / "out"
+    out.mkdir()
+    done = cli(
+        "--url", url, "host", "run", "tests.apps.recorder:app", "--until-idle", "1",
+        "--console", "off", env={"MB_TEST_OUT": str(out)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "every instance idle for 1s: stopping" in done.stderr
+    lines = [line for f in out.glob("*.log") for line in f.read_text().splitlines()]
+    assert len(lines) == 30
+    # the failing message's retry came within the idle time: both attempts, then suspended
+    assert done.stderr.count("told to fail") == 2, done.stderr
+    with MessageBox(url) as box:
+        [suspended] = box.suspended()
+        assert suspended.attempts == 2
+        assert box.queue_depth("workers") == []  # suspended entries leave the queue
+
+
+def test_host_run_refuses_a_bad_number_of_seconds(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'box.duckdb'}"
+    for option, value in (("--until-idle", "0"), ("--until-idle", "soon"), ("--duration", "-1")):
+        done = cli("--url", url, "host", "run", "tests.apps.recorder:app", option, value)
+        assert done.returncode == 2
+        assert f"{value!r} is not a" in done.stderr
+    assert not (tmp_path / "box.duckdb").exists()
