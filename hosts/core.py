@@ -125,6 +125,7 @@ class InstanceCore:
         self._ahead = Ahead()
         """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
         self._pace = Pace()  # entries the threads finished lately: how deep to claim ahead
+        self._run_pace = Pace()  # ordered runs' entries finished lately: how long a run
         self._reads = SharedReads()  # batches claimed ahead reading their messages together
         self._flight_lock = threading.Lock()
         self._claiming = 0

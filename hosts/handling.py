@@ -95,7 +95,16 @@ class Handling(InstanceCore):
         # over before it was known)
         fresh = [c for c in run.claims if not c.interrupted and c.charges < most and not c.ordered]
         together = {} if self._stopping.is_set() else self._handle_together(run, fresh, batch)
+        # a run longer than a batch a thread (Supervision._run_most) records its outcomes
+        # that many at a time: a crash delivers again no more of it than of the plain
+        # batches the instance's threads hold unrecorded
+        size = self.settings.claim_batch * self.settings.dequeue_threads
+        unrecorded = 0
         for c in run.claims:
+            if c.run and unrecorded >= size:
+                self._record(run)
+                unrecorded = 0
+            unrecorded += 1
             outcome: Failure | Settled | Done | None
             if c.id in together:
                 outcome = together[c.id]

@@ -86,6 +86,7 @@ class HostInstance(Supervision):
             )
         self._unwatch = self.queue.watch(self.wake)
         self._pace.begin()  # paced from the start of the work
+        self._run_pace.begin()
         for n in range(self.settings.dequeue_threads):
             t = threading.Thread(target=self._worker, name=f"{self.host}-dequeue-{n}", daemon=True)
             self._threads.append(t)

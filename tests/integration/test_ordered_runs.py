@@ -1,0 +1,129 @@
+"""Ordered runs longer than a batch (``Supervision._run_most``), on both backends: a run
+grows with the pace of its handlers up to ``max_in_flight`` (on DuckDB, where a claim
+takes entries for several threads; on PostgreSQL a run stays one batch), publish order
+holds and each entry is handled once, and a long run records its outcomes as it goes,
+so that a crash delivers again no more of it than of the plain batches an instance
+holds."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from messagebox import Message, MessageBox
+from messagebox.hosts import Delivery, HostInstance
+from messagebox.hosts.dispatch import Pace
+from messagebox.leases import Claim
+from messagebox.predicates import P
+from tests.conftest import FAST_HOST, wait_for
+
+
+def _ordered(box: MessageBox, n: int) -> None:
+    box.create_host("h", **FAST_HOST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="ordered", ordered=True)
+    for start in range(0, n, 500):
+        box.publish([Message(b"x", promoted={"t.N": i}) for i in range(start, min(start + 500, n))])
+
+
+def _instance(box: MessageBox, service: object, **settings: Any) -> HostInstance:
+    return HostInstance(
+        box,
+        "h",
+        {"svc": service},
+        settings={**FAST_HOST, "dequeue_threads": 4, "claim_batch": 10, **settings},
+    )
+
+
+def _spy_runs(inst: HostInstance) -> list[int]:
+    """The length of every ordered run the instance claims."""
+    runs: list[int] = []
+    claim = inst.queue.claim
+
+    def spied(*args: Any, **kwargs: Any) -> tuple[list[Claim], Any]:
+        claims, recorded = claim(*args, **kwargs)
+        run = sum(1 for c in claims if c.run)
+        if run:
+            runs.append(run)
+        return claims, recorded
+
+    inst.queue.claim = spied  # type: ignore[method-assign]
+    return runs
+
+
+def test_runs_grow_with_the_pace_and_keep_publish_order(box: MessageBox) -> None:
+    n = 3000
+    _ordered(box, n)
+    lock = threading.Lock()
+    handled: list[int] = []
+
+    def handler(d: Delivery) -> None:
+        with lock:
+            handled.append(int(d.properties["t.N"]))  # type: ignore[arg-type]
+
+    inst = _instance(box, handler)
+    runs = _spy_runs(inst)
+    inst.start()
+    try:
+        wait_for(lambda: len(handled) >= n, what=f"{n} deliveries", timeout=120)
+        wait_for(lambda: not box.queue_depth(), what="the queue to drain", timeout=60)
+    finally:
+        inst.stop(10)
+    assert handled == list(range(n))  # in publish order, each once
+    assert runs[0] == 10  # no pace yet: one batch
+    if box.backend == "duckdb":
+        assert 10 < max(runs) <= inst.settings.in_flight(ahead=True)
+    else:  # a thread claims for itself only: a run is one batch
+        assert max(runs) == 10
+
+
+def test_the_longest_run_follows_the_pace_of_runs(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _ordered(box, 0)
+    inst = _instance(box, lambda _d: None, max_in_flight=300)
+    try:
+        for pace, most in ((0.0, 10), (15.0, 10), (100.0, 50), (10_000.0, 300)):
+            monkeypatch.setattr(Pace, "per_second", lambda _self, p=pace: p)
+            assert inst._run_most() == most, pace  # half a second of runs, within bounds
+    finally:
+        inst.box.close()
+
+
+def test_a_long_run_records_its_outcomes_as_it_goes(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of up to 400 (as many as the claim has permits for; two threads of batches
+    of 10: recorded 20 at a time) whose handler stops at entry 300: by then at least 280
+    are recorded (their entries gone), not held until the run ends."""
+    n = 400
+    _ordered(box, n)
+    blocked, release = threading.Event(), threading.Event()
+    handled: list[int] = []
+
+    def handler(d: Delivery) -> None:
+        number = int(d.properties["t.N"])  # type: ignore[arg-type]
+        if number == 300:
+            blocked.set()
+            release.wait(60)
+        handled.append(number)
+
+    inst = _instance(box, handler, dequeue_threads=2, max_in_flight=n)
+    monkeypatch.setattr(type(inst), "_run_most", lambda _self: n)
+    runs = _spy_runs(inst)
+    inst.start()
+    try:
+        wait_for(blocked.is_set, what="the handler at entry 300", timeout=60)
+        depth = sum(d.depth for d in box.queue_depth("h"))
+        if box.backend == "duckdb":
+            assert max(runs) > 100  # runs longer than what is recorded at a time
+            assert depth <= n - 280, depth
+        else:  # runs of one batch, each recorded with the next claim
+            assert depth <= n - 290, depth
+        release.set()
+        wait_for(lambda: not box.queue_depth(), what="the queue to drain", timeout=60)
+    finally:
+        release.set()
+        inst.stop(10)
+    assert handled == list(range(n))
