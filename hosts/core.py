@@ -88,17 +88,11 @@ class InstanceCore:
         """The store as this instance uses it."""
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
         self._uses_instances = any(getattr(s, "uses_instances", False) for s in services.values())
-        self._flushers: dict[str, Callable[[], None]] = {
-            n: getattr(s, "flush")  # noqa: B009
-            for n, s in services.items()
-            if callable(getattr(s, "flush", None))
-        }
+        self._flushers: dict[str, Callable[[], None]] = _methods(services, "flush")
         """Services that make a batch's work durable at its end (file send ports)."""
-        self._batchers: dict[str, Callable[[list[Delivery]], list[Exception | None]]] = {
-            n: getattr(s, "handle_many")  # noqa: B009
-            for n, s in services.items()
-            if callable(getattr(s, "handle_many", None))
-        }
+        self._batchers: dict[str, Callable[[list[Delivery]], list[Exception | None]]] = _methods(
+            services, "handle_many"
+        )
         self.stats = InstanceStats()
         self._subs: dict[int, Subscription] = {}
         self._subs_lock = threading.Lock()
@@ -128,8 +122,7 @@ class InstanceCore:
         self._run_pace = Pace()  # ordered runs' entries finished lately: how long a run
         self._reads = SharedReads()  # batches claimed ahead reading their messages together
         self._flight_lock = threading.Lock()
-        self._claiming = 0
-        """Claims running now (under ``_flight_lock``): their entries are not in flight yet."""
+        self._claiming = 0  # claims running now (under _flight_lock): idle_seconds
         self._service_threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None
         self._unwatch_timers: Callable[[], None] | None = None
@@ -137,9 +130,7 @@ class InstanceCore:
         self._timers_look_at = math.inf
         """When the timer loop looks next (seconds since the epoch; inf while it looks)."""
         self._started = False
-        self._empty_since: float | None = None
-        """When a claim last came back empty after the instance had work (monotonic;
-        None while it has work): see :meth:`idle_seconds`."""
+        self._empty_since: float | None = None  # since no work, monotonic (idle_seconds)
         self._last_cleanup = time.monotonic()
         self._last_depth = 0.0
         self.receivers: list[Receiver] = list(receivers)
@@ -377,3 +368,8 @@ class InstanceCore:
                 extra=self._event("outcomes-recorded-late", count=p.outcomes.size),
             )
             self._account(recorded)
+
+
+def _methods(services: Mapping[str, object], name: str) -> dict[str, Any]:
+    """The method ``name`` of each service that has one, by service name."""
+    return {n: getattr(s, name) for n, s in services.items() if callable(getattr(s, name, None))}

@@ -157,10 +157,13 @@ class Supervision(Handling):
     def _claim_now(self, want: int, outcomes: Outcomes | None, seen: int) -> list[Claim] | None:
         """Claim for :meth:`_claim_for_all`."""
         extra = self._ahead_permits()
+        longer = self._run_permits(want + extra)
         try:
-            claims = self._claim(want + extra, outcomes)
+            claims = self._claim(
+                want + extra + longer, outcomes, rest_most=want + extra if longer else None
+            )
         except BaseException as exc:
-            self._permits.give(want + extra)
+            self._permits.give(want + extra + longer)
             if outcomes:  # rolled back with the claim: recorded on their own
                 self._finish_outcomes(outcomes)
             if not isinstance(exc, MessageBoxError):
@@ -173,7 +176,7 @@ class Supervision(Handling):
             )
             self._wait(seen, self.settings.poll_max_seconds)
             return None
-        self._permits.give(want + extra - len(claims))
+        self._permits.give(want + extra + longer - len(claims))
         if len(claims) <= want:
             if claims:
                 self._fly(claims)
@@ -227,6 +230,15 @@ class Supervision(Handling):
             return 0
         return self._permits.take(self._ahead_room(), self._stopping, wait=False)
 
+    def _run_permits(self, have: int) -> int:
+        """Where a claim takes entries for its own thread only (PostgreSQL), permits
+        free now for a longer ordered run (:meth:`_run_most`) than ``have`` allows:
+        the claim takes them for its run alone, never for plain entries."""
+        if self._claims_ahead() or not self._has_ordered():
+            return 0
+        need = self._run_most() - have
+        return self._permits.take(need, self._stopping, wait=False) if need > 0 else 0
+
     def _ahead_room(self) -> int:
         """Entries to claim ahead now: up to a floor in flight (:data:`AHEAD_BATCHES`
         batches a thread where claims are serialised in-process; elsewhere one, what an
@@ -246,14 +258,18 @@ class Supervision(Handling):
         (several statements, a few milliseconds on DuckDB) is shared by fewer entries
         than a plain batch's (which the other threads' batches share): with runs of 50,
         ordered delivery on DuckDB ran at a tenth of plain delivery. A slow service's
-        runs stay at ``claim_batch``. The claim's permits bound it too: on PostgreSQL,
-        where a thread claims for itself only, a run is one batch."""
+        runs stay at ``claim_batch``. The claim's permits bound it too (on PostgreSQL,
+        where a thread claims for itself, those free when it claims:
+        :meth:`_run_permits`)."""
         size = self.settings.claim_batch
         paced = int(self._run_pace.per_second() * AHEAD_SECONDS)
-        return max(size, min(paced, self.settings.in_flight(ahead=True)))
+        return max(size, min(paced, self.settings.in_flight(ahead=self._claims_ahead())))
 
-    def _claim(self, n: int, outcomes: Outcomes | None = None) -> list[Claim]:
-        """Claim up to ``n`` entries, recording ``outcomes`` in the same transaction."""
+    def _claim(
+        self, n: int, outcomes: Outcomes | None = None, rest_most: int | None = None
+    ) -> list[Claim]:
+        """Claim up to ``n`` entries (at most ``rest_most`` besides an ordered run),
+        recording ``outcomes`` in the same transaction."""
         started = time.perf_counter()
         claims, recorded = self.queue.claim(
             n,
@@ -262,6 +278,7 @@ class Supervision(Handling):
             ordered_most=self._run_most(),  # one thread's batch (_batches)
             instances=self._has_instances(),
             outcomes=outcomes or None,
+            rest_most=rest_most,
         )
         if recorded is not None:
             self._account(recorded)

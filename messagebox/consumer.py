@@ -210,12 +210,15 @@ class Consumer:
         instances: bool,
         outcomes: Outcomes | None = None,
         ordered_most: int | None = None,
+        rest_most: int | None = None,
     ) -> tuple[list[Claim], Recorded | None]:
         """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
         record those first in the same transaction: one commit per batch instead of
         two. Returns the claims and what was recorded (None without ``outcomes``).
         With ``ordered``, the run of an ordered subscription comes first: at most
-        ``ordered_most`` entries of it (default ``n``).
+        ``ordered_most`` entries of it (default ``n``); then at most ``rest_most``
+        others (default: ``n`` less the run), so that permits held for a long run
+        alone do not take plain entries.
 
         Where transactions are serialised in-process (DuckDB), the claims that other
         threads of this instance ask for while one transaction runs are made together
@@ -224,8 +227,8 @@ class Consumer:
         them (it holds the others' outcomes too; all are the same host instance's), None
         to the others. If that shared claim fails, each thread claims alone."""
         run = (n if ordered_most is None else min(n, ordered_most)) if ordered else 0
-        if not self._dialect.one_process:
-            return self._claim(n, lease_seconds, run, instances, outcomes)
+        if not self._dialect.one_process or rest_most is not None:
+            return self._claim(n, lease_seconds, run, instances, outcomes, rest_most)
         return _claim_group(self._store, self.owner).run(
             _ClaimAsk(n, instances, outcomes, run),
             lambda asks: self._claim_shares(asks, lease_seconds),
@@ -268,14 +271,16 @@ class Consumer:
         ordered: int,
         instances: bool,
         outcomes: Outcomes | None,
+        rest_most: int | None = None,
     ) -> tuple[list[Claim], Recorded | None]:
         """:meth:`claim` in one transaction; ``ordered``: the most entries of an ordered
-        run to take first (0: none). Where completions and a claim are one statement
-        (PostgreSQL), an ordered run is claimed first, alone, and that statement then
-        claims the rest: a transaction of several statements made a host with an
-        ordered subscription deliver everything at half the rate. After a batch with
-        ordered entries it is that transaction still: completed first, a run's
-        subscription is free for its next run in the same claim."""
+        run to take first (0: none); ``rest_most``: the most others. Where completions
+        and a claim are one statement (PostgreSQL), an ordered run is claimed first,
+        alone, and that statement then claims the rest: a transaction of several
+        statements made a host with an ordered subscription deliver everything at half
+        the rate. After a batch with ordered entries it is that transaction still:
+        completed first, a run's subscription is free for its next run in the same
+        claim."""
         fused = (
             self._dialect.complete_claim_sql is not None
             and not instances
@@ -289,28 +294,7 @@ class Consumer:
         # after a batch with ordered entries, those are completed first, in the transaction
         # that claims the next run (their subscription is busy until then)
         if fused and ordered and not (outcomes and any(c.ordered for c in outcomes.done)):
-            with self._store.transaction(
-                serial=True, autocommit=self._store.tracking_off()
-            ) as conn:
-                first = leases.claim_run(
-                    conn,
-                    self._dialect,
-                    host=self.host,
-                    owner=self.owner,
-                    n=ordered,
-                    lease_seconds=lease_seconds,
-                )
-            if len(first) == n and outcomes is None:
-                return first, None
-            try:
-                rest, recorded = self._claim(n - len(first), lease_seconds, 0, instances, outcomes)
-            except BaseException:
-                with contextlib.suppress(Exception), self._store.transaction(serial=True) as conn:
-                    leases.give_back(conn, self.owner, first)  # the run goes on elsewhere
-                raise
-            claims = first + rest
-            leases.in_claim_order(claims)
-            return claims, recorded
+            return self._claim_run_first(n, lease_seconds, ordered, instances, outcomes, rest_most)
         fused = fused and not ordered
         # the common case is one statement: alone, with no transaction round trips, when
         # tracking (which writes rows of its own) is off
@@ -339,7 +323,41 @@ class Consumer:
                 ordered=bool(ordered),
                 instances=instances,
                 ordered_most=ordered,
+                rest_most=rest_most,
             )
+        return claims, recorded
+
+    def _claim_run_first(
+        self,
+        n: int,
+        lease_seconds: float,
+        ordered: int,
+        instances: bool,
+        outcomes: Outcomes | None,
+        rest_most: int | None,
+    ) -> tuple[list[Claim], Recorded | None]:
+        """:meth:`_claim` where completions and a claim are one statement: the run alone
+        first, then that statement for the rest (given back if it fails)."""
+        with self._store.transaction(serial=True, autocommit=self._store.tracking_off()) as conn:
+            first = leases.claim_run(
+                conn,
+                self._dialect,
+                host=self.host,
+                owner=self.owner,
+                n=ordered,
+                lease_seconds=lease_seconds,
+            )
+        room = n - len(first) if rest_most is None else min(n - len(first), rest_most)
+        if room == 0 and outcomes is None:
+            return first, None
+        try:
+            rest, recorded = self._claim(room, lease_seconds, 0, instances, outcomes)
+        except BaseException:
+            with contextlib.suppress(Exception), self._store.transaction(serial=True) as conn:
+                leases.give_back(conn, self.owner, first)  # the run goes on elsewhere
+            raise
+        claims = first + rest
+        leases.in_claim_order(claims)
         return claims, recorded
 
     def mark_started(self, claims: Sequence[Claim]) -> None:

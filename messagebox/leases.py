@@ -167,10 +167,11 @@ def claim(
     ordered: bool,
     instances: bool = False,
     ordered_most: int | None = None,
+    rest_most: int | None = None,
 ) -> list[Claim]:
     """Lease up to ``n`` ready entries of ``host``: the run of one of its ordered
     subscriptions first (when ``ordered``; at most ``ordered_most`` entries if given),
-    then the heads of its service instances
+    then (at most ``rest_most`` of them, if given) the heads of its service instances
     (when ``instances``; at most half the batch while other entries wait, so neither
     kind starves the other), then the rest by priority and age."""
 
@@ -186,7 +187,8 @@ def claim(
         claims = claim_run(
             conn, dialect, host=host, owner=owner, n=most, lease_seconds=lease_seconds
         )
-    room = n - len(claims)
+    room = n - len(claims) if rest_most is None else min(n - len(claims), rest_most)
+    n = len(claims) + room
     if instances and room and dialect.claim_mixed_sql is not None:
         # one statement for both kinds, interleaved; a claim of one entry alternates
         first = next(_turns) % 2 if room == 1 else 0

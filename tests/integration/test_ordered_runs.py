@@ -1,8 +1,8 @@
 """Ordered runs longer than a batch (``Supervision._run_most``), on both backends: a run
-grows with the pace of its handlers up to ``max_in_flight`` (on DuckDB, where a claim
-takes entries for several threads; on PostgreSQL a run stays one batch), publish order
-holds and each entry is handled once, and a long run records its outcomes as it goes,
-so that a crash delivers again no more of it than of the plain batches an instance
+grows with the pace of its handlers within ``max_in_flight`` (on PostgreSQL, where a
+thread claims for itself, with the permits free when it claims), publish order holds
+and each entry is handled once, and a long run records its outcomes as it goes, so
+that a crash delivers again no more of it than of the plain batches an instance
 holds."""
 
 from __future__ import annotations
@@ -72,10 +72,9 @@ def test_runs_grow_with_the_pace_and_keep_publish_order(box: MessageBox) -> None
         inst.stop(10)
     assert handled == list(range(n))  # in publish order, each once
     assert runs[0] == 10  # no pace yet: one batch
-    if box.backend == "duckdb":
-        assert 10 < max(runs) <= inst.settings.in_flight(ahead=True)
-    else:  # a thread claims for itself only: a run is one batch
-        assert max(runs) == 10
+    # then longer, within max_in_flight (its default: sixteen batches a thread on DuckDB,
+    # where a claim serves every thread; on PostgreSQL a batch a thread, at least 100)
+    assert 10 < max(runs) <= inst.settings.in_flight(ahead=box.backend == "duckdb")
 
 
 def test_the_longest_run_follows_the_pace_of_runs(
@@ -116,14 +115,54 @@ def test_a_long_run_records_its_outcomes_as_it_goes(
     try:
         wait_for(blocked.is_set, what="the handler at entry 300", timeout=60)
         depth = sum(d.depth for d in box.queue_depth("h"))
-        if box.backend == "duckdb":
-            assert max(runs) > 100  # runs longer than what is recorded at a time
-            assert depth <= n - 280, depth
-        else:  # runs of one batch, each recorded with the next claim
-            assert depth <= n - 290, depth
+        assert max(runs) > 100  # runs longer than what is recorded at a time
+        assert depth <= n - 280, depth
         release.set()
         wait_for(lambda: not box.queue_depth(), what="the queue to drain", timeout=60)
     finally:
         release.set()
         inst.stop(10)
     assert handled == list(range(n))
+
+
+def test_a_claim_takes_its_run_then_at_most_rest_most_others(box: MessageBox) -> None:
+    box.create_host("h", **FAST_HOST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="ordered", ordered=True)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
+    box.publish([Message(b"x", promoted={"t.N": i}) for i in range(100)])
+    queue = box.consumer("h", "owner-1")
+    claims, _ = queue.claim(60, 30.0, ordered=True, instances=False, ordered_most=40, rest_most=5)
+    run = [c for c in claims if c.run]
+    assert len(run) == 40
+    assert len(claims) == 45
+    assert [c.id for c in run] == sorted(c.id for c in run)
+    assert not any(c.ordered for c in claims if not c.run)  # the others are plain
+
+
+def test_permits_taken_for_a_long_run_take_no_plain_entries(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a thread claims for itself: the permits it takes for a long run
+    bring no plain entries beyond its batch when there is no run to take (other
+    processes' instances may take those). On DuckDB a claim serves every thread."""
+    box.create_host("h", **FAST_HOST)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="ordered", ordered=True)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="plain")
+    box.publish([Message(b"x", promoted={"t.N": i}) for i in range(200)])
+    held, _ = box.consumer("h", "elsewhere").claim(  # another instance holds the run
+        200, 30.0, ordered=True, instances=False, ordered_most=200, rest_most=0
+    )
+    assert len(held) == 200
+    inst = _instance(box, lambda _d: None, max_in_flight=300)
+    monkeypatch.setattr(type(inst), "_run_most", lambda _self: 200)
+    try:
+        inst._refresh_subscriptions()
+        want = inst._permits.take(10, inst._stopping)
+        claims = inst._claim_now(want, None, 0)
+        assert claims is not None
+        assert not any(c.ordered for c in claims)
+        if box.backend == "postgresql":
+            assert len(claims) == 10
+            assert inst._permits.taken() == 10  # the run's permits went back
+    finally:
+        inst.box.close()
