@@ -84,26 +84,7 @@ def run_one(url: str, messages: int, ordered: int) -> float:
         box.subscribe("svc", host="h", filter=P("t.N") >= messages // 2, name="high")
         if ordered:
             box.subscribe("svc", host="h", filter=P("t.N") < ordered, name="ord", ordered=True)
-        for start in range(0, messages, 1000):
-            stop = min(messages, start + 1000)
-            box.publish([Message(b"x", promoted={"t.N": i}) for i in range(start, stop)])
-        expected = 2 * messages + min(ordered, messages)
-        done = threading.Semaphore(0)
-
-        def handler(_d: Delivery) -> None:
-            done.release()
-
-        inst = HostInstance(box, "h", {"svc": handler}, settings=SETTINGS)
-        start_s = time.perf_counter()
-        inst.start()
-        try:
-            for _ in range(expected):
-                if not done.acquire(timeout=120):
-                    raise RuntimeError(f"deliveries stalled at {url}")
-            seconds = time.perf_counter() - start_s
-        finally:
-            inst.stop(10)
-    return expected / seconds
+        return _delivered(box, url, messages, 2 * messages + min(ordered, messages))
 
 
 def run_alone(url: str, messages: int, ordered: bool) -> float:
@@ -112,25 +93,31 @@ def run_alone(url: str, messages: int, ordered: bool) -> float:
     with MessageBox(url, publisher="bench.ordered") as box:
         box.create_host("h", throttle_queue_depth=10 * messages)
         box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="all", ordered=ordered)
-        for start in range(0, messages, 1000):
-            stop = min(messages, start + 1000)
-            box.publish([Message(b"x", promoted={"t.N": i}) for i in range(start, stop)])
-        done = threading.Semaphore(0)
+        return _delivered(box, url, messages, messages)
 
-        def handler(_d: Delivery) -> None:
-            done.release()
 
-        inst = HostInstance(box, "h", {"svc": handler}, settings=SETTINGS)
-        start_s = time.perf_counter()
-        inst.start()
-        try:
-            for _ in range(messages):
-                if not done.acquire(timeout=120):
-                    raise RuntimeError(f"deliveries stalled at {url}")
-            seconds = time.perf_counter() - start_s
-        finally:
-            inst.stop(10)
-    return messages / seconds
+def _delivered(box: MessageBox, url: str, messages: int, expected: int) -> float:
+    """Publish ``messages`` to the box's host ``h``, then the rate at which one host
+    instance handles the ``expected`` deliveries."""
+    for start in range(0, messages, 1000):
+        stop = min(messages, start + 1000)
+        box.publish([Message(b"x", promoted={"t.N": i}) for i in range(start, stop)])
+    done = threading.Semaphore(0)
+
+    def handler(_d: Delivery) -> None:
+        done.release()
+
+    inst = HostInstance(box, "h", {"svc": handler}, settings=SETTINGS)
+    start_s = time.perf_counter()
+    inst.start()
+    try:
+        for _ in range(expected):
+            if not done.acquire(timeout=120):
+                raise RuntimeError(f"deliveries stalled at {url}")
+        seconds = time.perf_counter() - start_s
+    finally:
+        inst.stop(10)
+    return expected / seconds
 
 
 def main(argv: list[str] | None = None) -> None:
