@@ -86,9 +86,18 @@ class Handling(InstanceCore):
     def _handle_run(self, run: Run) -> Outcomes | None:
         """Deliver the batch; returns its outcomes, to record with the next claim (None
         when recorded already, as when stopping)."""
+        shared = self._reads.take(run.claims)
+        try:
+            own = shared or MessageBatch(self.box, [c.msg for c in run.claims])
+            return self._deliver_all(run, own)
+        finally:
+            if shared is not None:  # its messages are let go unless another batch wants them
+                shared.done([c.msg for c in run.claims])
+
+    def _deliver_all(self, run: Run, batch: MessageBatch) -> Outcomes | None:
+        """:meth:`_handle_run` with the batch's messages to read from."""
         unstarted: list[Claim] = []
         blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
-        batch = self._reads.take(run.claims) or MessageBatch(self.box, [c.msg for c in run.claims])
         most = self.settings.max_attempts
         # an ordered subscription's entries go one by one, in order, even to a service
         # that takes batches: a failure stops the rest (in a batch, they had been handed

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from messagebox.errors import MessageValidationError, StorageError, ValidationError
@@ -187,17 +187,38 @@ class MessageBatch:
     summary. At most ``BATCH_READ_TOTAL`` bytes of parts are read at a time, in id
     order; a message past them is read with the next such chunk when asked for."""
 
-    def __init__(self, box: MessageBox, message_ids: Iterable[uuid.UUID]) -> None:
+    def __init__(self, box: MessageBox, message_ids: Sequence[uuid.UUID]) -> None:
         self._box = box
         self._ids = message_ids  # each once at the first read: many handlers read none
         self._messages: dict[uuid.UUID, StoredMessage | MessageSummary] | None = None
         self._lock = threading.Lock()
+        self._wanted: dict[uuid.UUID, int] | None = None
+        """Entries yet to finish per message, once :meth:`done` is first called."""
+
+    def done(self, message_ids: Iterable[uuid.UUID]) -> None:
+        """Entries (one per id given) are finished: a message no other entry of the
+        batches sharing this read still wants is let go, so that several batches read
+        together hold no more than each would alone, beside one chunk."""
+        with self._lock:
+            if self._wanted is None:
+                self._wanted = {}
+                for i in self._ids:
+                    self._wanted[i] = self._wanted.get(i, 0) + 1
+            for i in message_ids:
+                left = self._wanted.get(i, 0) - 1
+                if left > 0:
+                    self._wanted[i] = left
+                    continue
+                self._wanted.pop(i, None)
+                if self._messages is not None:
+                    self._messages.pop(i, None)
 
     def get(self, message_id: uuid.UUID) -> StoredMessage | MessageSummary | None:
         with self._lock:
             if self._messages is None:
                 self._messages = {}
-                self._read(list(dict.fromkeys(self._ids)))
+                wanted = self._wanted
+                self._read([i for i in dict.fromkeys(self._ids) if wanted is None or i in wanted])
             found = self._messages.get(message_id)
             while found is not None and _left_for_later(found):
                 if not self._read([i for i, m in self._messages.items() if _left_for_later(m)]):

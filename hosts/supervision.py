@@ -33,13 +33,15 @@ a batch a thread, 1,309-2,102 steps/s (median 1,493); claims ahead at the handle
 pace and up to 16 batches, 2,511-3,593 (2,975)). Their messages are
 read together, a chunk of ``hosts.service.BATCH_READ_TOTAL`` bytes at a time."""
 
-READ_BATCHES = 4
+READ_BATCHES = 16
 """Batches of plain entries of one claim for several threads that read their messages in
 one query. On DuckDB, services that read each message's body (``bench.orchestrate``'s
 ``plain reading``, 4 threads of 50) ran 6.8-7.2k msgs/s reading a batch at a time,
-9.3-10.1k four at a time (eight: 11.6-12.2k, for twice the memory). The messages are
-held until the last of the batches is handled: as much as four threads' batches at
-once."""
+9.3-10.1k four at a time; later, on a faster machine, 23.0-24.6k four at a time, 26.8-30.3k
+eight, 28.6-36.6k sixteen. A batch lets go of its messages when it ends (unless another
+batch of the read wants them: ``MessageBatch.done``), so the batches of one read hold no
+more than each would alone, beside the one chunk of at most ``BATCH_READ_TOTAL`` that a
+read brings at a time."""
 
 TIMERS_LOOK_SECONDS = 60.0
 """Where every timer is set by a step in this process (DuckDB: one process), which
