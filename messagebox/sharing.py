@@ -18,6 +18,10 @@ W = TypeVar("W")
 R = TypeVar("R")
 
 
+LINGER = 0.0005
+"""How long a leader waits for as much work as the last one took along (seconds)."""
+
+
 class _Waiting(Generic[W, R]):
     __slots__ = ("alone", "done", "result", "work")
 
@@ -29,12 +33,21 @@ class _Waiting(Generic[W, R]):
 
 
 class Group(Generic[W, R]):
-    """Threads' work waiting for ``turn`` (a lock), done together by whoever gets it."""
+    """Threads' work waiting for ``turn`` (a lock), done together by whoever gets it.
+
+    One thread at a time leads: it takes ``turn`` and does the work left with the group
+    by then, its own included. The others wait on the group's condition, not on
+    ``turn``: a thread whose work a leader did returns as soon as it is done. (When
+    they waited on ``turn`` to learn that, each had to take it in turn after every
+    transaction, one more thread's work leaving per transaction: eight threads
+    publishing single messages on DuckDB went two to a transaction, at 480 msgs/s.)"""
 
     def __init__(self, turn: AbstractContextManager[Any]) -> None:
         self.turn = turn
-        self.mutex = threading.Lock()
+        self.mutex = threading.Condition(threading.Lock())
         self.pending: list[_Waiting[W, R]] = []
+        self.leading = False
+        self.last = 1  # how much work the last leader took along
 
     def run(
         self,
@@ -43,26 +56,54 @@ class Group(Generic[W, R]):
         alone: Callable[[W], R],
     ) -> R:
         """``work``'s result: from ``together`` (the results of every waiting thread's
-        work, in order, in one transaction) when this thread's turn comes or another's
-        took it along, else (after a failed shared attempt) from ``alone``."""
+        work, in order, in one transaction) when this thread leads or a leader took it
+        along, else (after a failed shared attempt) from ``alone``, under ``turn``."""
+        owned = getattr(self.turn, "_is_owned", None)  # an RLock: is it this thread's?
+        if owned is not None and owned():  # in a transaction that holds it: no waiting
+            with self.turn:
+                return together([work])[0]
         mine: _Waiting[W, R] = _Waiting(work)
         with self.mutex:
             self.pending.append(mine)
-        with self.turn:  # held by the transaction that may take this work along
-            if mine.done:
-                return mine.result  # type: ignore[return-value]
+            self.mutex.notify_all()  # a lingering leader counts it
+            while self.leading and not mine.done:
+                self.mutex.wait()
+            if not mine.done:
+                self.leading = True
+        if mine.done:
             if mine.alone:
-                return alone(work)
-            with self.mutex:
-                waiting, self.pending = self.pending, []
-            try:
-                results = together([w.work for w in waiting])
-            except BaseException as exc:
-                for w in waiting:
-                    w.alone = True  # each does its own next, and gets its own error
-                if len(waiting) == 1 or not isinstance(exc, Exception):
-                    raise
-                return alone(work)
-            for w, result in zip(waiting, results, strict=True):
-                w.result, w.done = result, True
+                with self.turn:
+                    return alone(work)
             return mine.result  # type: ignore[return-value]
+        try:
+            with self.turn:  # held by the transaction that takes the waiting work along
+                with self.mutex:
+                    if len(self.pending) < self.last:  # as many as last time may come
+                        self.mutex.wait_for(lambda: len(self.pending) >= self.last, LINGER)
+                    waiting, self.pending = self.pending, []
+                    self.last = len(waiting)
+                try:
+                    results = together([w.work for w in waiting])
+                except BaseException as exc:
+                    self._finish(waiting, None)
+                    if len(waiting) == 1 or not isinstance(exc, Exception):
+                        raise
+                    return alone(work)
+                self._finish(waiting, results)
+                return mine.result  # type: ignore[return-value]
+        finally:
+            with self.mutex:
+                self.leading = False
+                self.mutex.notify_all()
+
+    def _finish(self, waiting: list[_Waiting[W, R]], results: list[R] | None) -> None:
+        """Hand each waiting thread its result, or (None: the shared attempt failed) its
+        work to do alone, and wake them."""
+        with self.mutex:
+            for i, w in enumerate(waiting):
+                if results is None:
+                    w.alone = True  # each does its own next, and gets its own error
+                else:
+                    w.result = results[i]
+                w.done = True
+            self.mutex.notify_all()
