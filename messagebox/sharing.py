@@ -19,7 +19,9 @@ R = TypeVar("R")
 
 
 LINGER = 0.0005
-"""How long a leader waits for as much work as the last one took along (seconds)."""
+"""How long a leader waits for as much work as the last one took along (seconds),
+before it takes the turn: never while holding it (the turn of claims and step commits
+is DuckDB's in-process lock, which every transaction there waits for)."""
 
 
 class _Waiting(Generic[W, R]):
@@ -70,6 +72,8 @@ class Group(Generic[W, R]):
                 self.mutex.wait()
             if not mine.done:
                 self.leading = True
+                if len(self.pending) < self.last:  # as many as last time may come
+                    self.mutex.wait_for(lambda: len(self.pending) >= self.last, LINGER)
         if mine.done:
             if mine.alone:
                 with self.turn:
@@ -78,8 +82,6 @@ class Group(Generic[W, R]):
         try:
             with self.turn:  # held by the transaction that takes the waiting work along
                 with self.mutex:
-                    if len(self.pending) < self.last:  # as many as last time may come
-                        self.mutex.wait_for(lambda: len(self.pending) >= self.last, LINGER)
                     waiting, self.pending = self.pending, []
                     self.last = len(waiting)
                 try:
