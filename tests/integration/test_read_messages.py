@@ -140,16 +140,14 @@ def test_a_batch_past_its_total_bytes_reads_the_rest_in_chunks(
     assert reads == [6, 4, 2]
 
 
-@pytest.mark.parametrize("source", ["store"], indirect=True)  # what is read
-def test_batches_sharing_a_read_let_go_of_what_they_finished(
-    box: MessageBox, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a read shared by two batches: messages 1-3 for the first, 3-5 for the
-    # second (message 3 has an entry in each, as when it goes to two subscriptions)
+def _stored_and_recorded(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch, n: int
+) -> tuple[list[uuid.UUID], list[list[uuid.UUID]]]:
+    """``n`` stored messages' ids, and the ids of every read of the box from now on."""
     box.create_host("h")
     box.subscribe("all", host="h", filter=P("a.Id").exists())
-    ids = [uuid.UUID(int=i) for i in range(1, 7)]
-    box.publish([Message(b"m", promoted={"a.Id": i}, id=ids[i]) for i in range(6)])
+    ids = [uuid.UUID(int=i) for i in range(1, n + 1)]
+    box.publish([Message(b"m", promoted={"a.Id": i}, id=ids[i]) for i in range(n)])
     reads: list[list[uuid.UUID]] = []
     read_messages = box.read_messages
 
@@ -158,6 +156,16 @@ def test_batches_sharing_a_read_let_go_of_what_they_finished(
         return read_messages(message_ids, **options)
 
     monkeypatch.setattr(box, "read_messages", recorded)
+    return ids, reads
+
+
+@pytest.mark.parametrize("source", ["store"], indirect=True)  # what is read
+def test_batches_sharing_a_read_let_go_of_what_they_finished(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a read shared by two batches: messages 1-3 for the first, 3-5 for the
+    # second (message 3 has an entry in each, as when it goes to two subscriptions)
+    ids, reads = _stored_and_recorded(box, monkeypatch, 6)
     first, second = ids[0:3], ids[2:5]
     shared = service.MessageBatch(box, first + second)
     assert all(shared.get(i) is not None for i in first)
@@ -175,18 +183,7 @@ def test_batches_sharing_a_read_let_go_of_what_they_finished(
 def test_a_shared_read_made_after_a_batch_ended_skips_its_messages(
     box: MessageBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    box.create_host("h")
-    box.subscribe("all", host="h", filter=P("a.Id").exists())
-    ids = [uuid.UUID(int=i) for i in range(1, 5)]
-    box.publish([Message(b"m", promoted={"a.Id": i}, id=ids[i]) for i in range(4)])
-    reads: list[list[uuid.UUID]] = []
-    read_messages = box.read_messages
-
-    def recorded(message_ids: Any, **options: Any) -> Any:
-        reads.append(list(message_ids))
-        return read_messages(message_ids, **options)
-
-    monkeypatch.setattr(box, "read_messages", recorded)
+    ids, reads = _stored_and_recorded(box, monkeypatch, 4)
     shared = service.MessageBatch(box, ids)
     shared.done(ids[:2])  # a batch whose services read no body ended first
     assert shared.get(ids[3]) is not None

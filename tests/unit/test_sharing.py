@@ -22,6 +22,23 @@ def _start(target: Callable[[], object]) -> threading.Thread:
     return t
 
 
+def _leader_then_three(
+    group: Group[int, int],
+    run: Callable[[int], None],
+    first_in: threading.Event,
+    release: threading.Event,
+) -> None:
+    """``run(0)`` leads and holds its transaction (``together`` sets ``first_in`` and
+    waits for ``release``) while ``run`` of 1, 2 and 3 leave their work; then all end."""
+    threads = [_start(lambda: run(0))]
+    first_in.wait(10)
+    threads += [_start(lambda n=n: run(n)) for n in (1, 2, 3)]  # type: ignore[misc]
+    wait_for(lambda: len(group.pending) == 3, what="three threads waiting")
+    release.set()
+    for t in threads:
+        t.join(10)
+
+
 def test_work_left_during_a_transaction_goes_in_the_next_one_each_gets_its_own() -> None:
     group: Group[int, int] = Group(threading.Lock())
     calls: list[list[int]] = []
@@ -39,13 +56,7 @@ def test_work_left_during_a_transaction_goes_in_the_next_one_each_gets_its_own()
     def run(n: int) -> None:
         results[n] = group.run(n, together, lambda w: -1)
 
-    threads = [_start(lambda: run(0))]
-    first_in.wait(10)
-    threads += [_start(lambda n=n: run(n)) for n in (1, 2, 3)]  # type: ignore[misc]
-    wait_for(lambda: len(group.pending) == 3, what="three threads waiting")
-    release.set()
-    for t in threads:
-        t.join(10)
+    _leader_then_three(group, run, first_in, release)
     assert results == {0: 0, 1: 10, 2: 20, 3: 30}
     assert calls[0] == [0]
     assert sorted(calls[1]) == [1, 2, 3]  # all three in the next transaction
@@ -119,13 +130,7 @@ def test_a_failed_shared_attempt_leaves_each_thread_its_own_work_and_error() -> 
         except Exception as exc:
             results[n] = type(exc).__name__
 
-    threads = [_start(lambda: run(0))]
-    first_in.wait(10)
-    threads += [_start(lambda n=n: run(n)) for n in (1, 2, 3)]  # type: ignore[misc]
-    wait_for(lambda: len(group.pending) == 3, what="three threads waiting")
-    release.set()
-    for t in threads:
-        t.join(10)
+    _leader_then_three(group, run, first_in, release)
     assert results == {0: 0, 1: 100, 2: "KeyError", 3: 300}
     assert len(shared_calls) == 2
 
