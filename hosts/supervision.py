@@ -121,8 +121,7 @@ class Supervision(Handling):
                     self._wait(seen, idle)
                     idle = min(idle * 2, self.settings.poll_max_seconds)
                     continue
-                self._found_work()
-                idle = self.settings.poll_min_seconds
+                idle = self.settings.poll_min_seconds  # in flight now: not idle
                 goes_on, carry = self._handle_batch(claims)
                 self._found_work()  # its outcomes are recorded with the next claim
                 self._pace.add(len(claims))
@@ -273,11 +272,12 @@ class Supervision(Handling):
         """Claim up to ``n`` entries (at most ``rest_most`` besides an ordered run),
         recording ``outcomes`` in the same transaction."""
         started = time.perf_counter()
+        ordered = self._has_ordered()
         claims, recorded = self.queue.claim(
             n,
             self.settings.lease_seconds,
-            ordered=self._has_ordered(),
-            ordered_most=self._run_most(),  # one thread's batch (_batches)
+            ordered=ordered,
+            ordered_most=self._run_most() if ordered else None,  # one thread's (_batches)
             instances=self._has_instances(),
             outcomes=outcomes or None,
             rest_most=rest_most,

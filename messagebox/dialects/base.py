@@ -13,7 +13,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, overload
 
 import sqlalchemy as sa
 
-from messagebox import notify, sql
+from messagebox import arrays, notify, sql
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
 
 T = TypeVar("T")
@@ -297,8 +297,8 @@ class Dialect:
             conn,
             self.find_convoys_sql,
             {
-                "services": self.array([s for s, _ in pairs]),
-                "keys": self.array([k for _, k in pairs]),
+                "services": arrays.array_param(conn, [s for s, _ in pairs]),
+                "keys": arrays.array_param(conn, [k for _, k in pairs]),
             },
         )
 
@@ -314,16 +314,12 @@ class Dialect:
         pair a concurrent transaction makes meanwhile is skipped once that commits, or
         raises :class:`~messagebox.errors.Conflict` where the dialect cannot wait for it."""
         params = {
-            "services": self.array([s for s, _ in pairs]),
-            "keys": self.array([k for _, k in pairs]),
-            "ids": self.array(list(instance_ids)),
+            "services": arrays.array_param(conn, [s for s, _ in pairs]),
+            "keys": arrays.array_param(conn, [k for _, k in pairs]),
+            "ids": arrays.array_param(conn, list(instance_ids)),
             "now": now,
         }
         return int(conn.exec_driver_sql(self.create_convoys_sql, params).rowcount)
-
-    def array(self, values: list[Any]) -> Any:
-        """A list as one array parameter of the dialect's own SQL."""
-        return values
 
     def serial(self) -> AbstractContextManager[Any]:
         """Held around a transaction that must not interleave with another in this process."""

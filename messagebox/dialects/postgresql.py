@@ -256,9 +256,6 @@ class PostgreSQLDialect(Dialect):
             cursor.execute(statement, params, binary=True)
             return list(cursor.fetchall())
 
-    def array(self, values: list[Any]) -> Any:
-        return arrays.pg_array(values)  # psycopg dumps a list item by item
-
     def fetch_messages(
         self, conn: sa.Connection, ids: Sequence[Any], share: int | None
     ) -> list[Any]:
