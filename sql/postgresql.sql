@@ -209,8 +209,12 @@ released AS (
     INSERT INTO mb_ref_release (msg, n, logged_at)
     SELECT msg, count(*), now() FROM gone GROUP BY msg
 ),
+-- the claim waits for the deletes (their count gates it): a claim keeps a lock on each
+-- row it saw unleased that another claimed meanwhile, and deleting after it, two
+-- threads each waited for a row the other held (a deadlock)
 c AS MATERIALIZED (
     SELECT id FROM mb_claimable(%(host)s, %(n)s, %(done)s::bigint[]) AS id
+    WHERE (SELECT count(*) FROM gone) >= 0
 ),
 claimed AS (
     UPDATE mb_queue q
