@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "16"
+SCHEMA_VERSION = "17"
 
 metadata = sa.MetaData()
 
@@ -500,6 +500,9 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     # PostgreSQL: an ordered subscription's entries of a service instance go with its
     # run, which obeys their instances (mb_ordered_run, mb_instance_heads; set again)
     "15": ("16", ()),
+    # PostgreSQL: the queue's run_lease (a generated column, indexed) and
+    # mb_ordered_heads: ordered claims by index, not by the whole ordered backlog
+    "16": ("17", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

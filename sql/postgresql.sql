@@ -109,9 +109,9 @@ BEGIN
     IF p_n < 1 OR NOT pg_try_advisory_xact_lock(724012, hashtext(p_sub::text)) THEN
         RETURN;
     END IF;
-    IF EXISTS (
+    IF EXISTS (  -- by mb_queue_run_lease: the entries in hand, not the backlog
         SELECT 1 FROM mb_queue q
-        WHERE q.host = p_host AND q.ordered AND q.sub = p_sub AND q.lease_expires >= now()
+        WHERE q.host = p_host AND q.sub = p_sub AND q.run_lease >= now()
     ) THEN
         RETURN;
     END IF;
@@ -137,6 +137,64 @@ BEGIN
         RETURN NEXT r.id;
         taken := taken + 1;
         EXIT WHEN taken >= p_n;
+    END LOOP;
+END
+$fn$
+
+-- name: run_lease_column --
+-- An ordered subscription's entries in hand, indexed (mb_queue_run_lease): their lease,
+-- NULL for every other entry. Computed by PostgreSQL on every write, so no statement
+-- that leases or releases an entry can miss it; a claim of a plain entry leaves it NULL,
+-- an indexed column unchanged, and still updates the row in place (see
+-- schema.QUEUE_FILLFACTOR), where an index on lease_expires would stop that for all.
+ALTER TABLE mb_queue ADD COLUMN IF NOT EXISTS run_lease TIMESTAMP WITH TIME ZONE
+    GENERATED ALWAYS AS (CASE WHEN ordered THEN lease_expires END) STORED
+
+-- name: run_lease_index --
+CREATE INDEX IF NOT EXISTS mb_queue_run_lease ON mb_queue (host, sub, run_lease)
+    WHERE run_lease IS NOT NULL
+
+-- name: ordered_heads_function --
+-- The heads of a host's ordered subscriptions that have none of their entries in hand
+-- (see claim_ordered): a subscription's head is its oldest entry that no suspended step
+-- holds (see mb_ordered_run), so that one whose every entry is held leaves the others
+-- their turn. By index, a few rows a subscription whatever the backlog: the
+-- subscriptions one after another by mb_queue_ordered (a skip scan), each tested for
+-- an entry in hand by mb_queue_run_lease, its head the first of its entries by
+-- mb_queue_ordered. An aggregate of the host's whole ordered backlog took 300 ms a
+-- claim at 400,000 entries, every claim, even with nothing to take.
+CREATE OR REPLACE FUNCTION mb_ordered_heads(p_host text)
+RETURNS TABLE (head_sub bigint, head_id bigint)
+-- include: claim_function_settings
+AS $fn$
+DECLARE
+    s bigint;
+    r record;
+BEGIN
+    SELECT q.sub INTO s FROM mb_queue q
+    WHERE q.host = p_host AND q.ordered ORDER BY q.sub, q.id LIMIT 1;
+    WHILE s IS NOT NULL LOOP
+        IF NOT EXISTS (
+            SELECT 1 FROM mb_queue q
+            WHERE q.host = p_host AND q.sub = s AND q.run_lease >= now()
+        ) THEN
+            FOR r IN
+                SELECT q.id, q.instance_id FROM mb_queue q
+                WHERE q.host = p_host AND q.ordered AND q.sub = s
+                ORDER BY q.sub, q.id
+            LOOP
+                CONTINUE WHEN r.instance_id IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM mb_suspended h
+                    WHERE h.instance_id = r.instance_id AND h.resumable
+                );
+                head_sub := s;
+                head_id := r.id;
+                RETURN NEXT;
+                EXIT;
+            END LOOP;
+        END IF;
+        s := (SELECT q.sub FROM mb_queue q
+              WHERE q.host = p_host AND q.ordered AND q.sub > s ORDER BY q.sub, q.id LIMIT 1);
     END LOOP;
 END
 $fn$
@@ -241,22 +299,14 @@ FROM gone
 -- entries, taken only when its head is free (a head another claimer has locked is
 -- skipped, never waited for). Its claimer handles the run in id order (strictly publish
 -- order, one at a time) and gives back the rest on a failure.
-WITH heads AS (
-    -- a subscription's head is its oldest entry that no suspended step holds (see
-    -- mb_ordered_run): one whose every entry is held leaves the others their turn
-    SELECT sub,
-           min(id) FILTER (WHERE instance_id IS NULL OR NOT EXISTS (
-               SELECT 1 FROM mb_suspended s
-               WHERE s.instance_id = q.instance_id AND s.resumable
-           )) AS id,
-           max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
-    FROM mb_queue q WHERE host = %(host)s AND ordered GROUP BY sub
+WITH heads AS MATERIALIZED (
+    SELECT head_sub AS sub, head_id AS id FROM mb_ordered_heads(%(host)s)
 ),
 free AS MATERIALIZED (
     SELECT q.sub
     FROM mb_queue q
     JOIN heads h ON q.id = h.id
-    WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
+    WHERE q.state = 'ready' AND q.available_at <= now()
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
       -- nor one whose head waits for its instance (a run would end before it)
       AND (q.instance_id IS NULL OR NOT EXISTS (

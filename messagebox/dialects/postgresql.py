@@ -199,8 +199,15 @@ class PostgreSQLDialect(Dialect):
     def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_schema"))
         create_all(conn, metadata, indexes=True)
-        for function in ("claimable_function", "ordered_run_function", "instance_heads_function"):
-            conn.exec_driver_sql(sql.load(self.name, function))
+        for statement in (
+            "run_lease_column",
+            "run_lease_index",
+            "claimable_function",
+            "ordered_run_function",
+            "ordered_heads_function",
+            "instance_heads_function",
+        ):
+            conn.exec_driver_sql(sql.load(self.name, statement))
         # room on each page for a claimed row's new version (see schema.QUEUE_FILLFACTOR)
         conn.exec_driver_sql(f"ALTER TABLE mb_queue SET (fillfactor = {schema.QUEUE_FILLFACTOR})")
         for table in schema.CHURN_TABLES:  # vacuumed by dead rows, not by fraction

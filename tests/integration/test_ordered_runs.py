@@ -8,11 +8,12 @@ holds."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from messagebox import Message, MessageBox
+from messagebox import Message, MessageBox, schema
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.hosts.dispatch import Pace
 from messagebox.leases import Claim
@@ -166,3 +167,43 @@ def test_permits_taken_for_a_long_run_take_no_plain_entries(
             assert inst._permits.taken() == 10  # the run's permits went back
     finally:
         inst.box.close()
+
+
+def _run(box: MessageBox, owner: str, lease_seconds: float = 30.0) -> list[int]:
+    claims, _ = box.consumer("h", owner).claim(
+        5, lease_seconds, ordered=True, instances=False, ordered_most=5
+    )
+    return [c.id for c in claims if c.run]
+
+
+def test_a_subscription_is_busy_while_an_entry_of_its_run_is_in_hand(box: MessageBox) -> None:
+    # (on PostgreSQL the entries in hand are found by their own index, run_lease, which
+    # the database computes from every lease written: none can be missed)
+    box.create_host("h", **FAST_HOST)
+    box.subscribe("svc", host="h", filter=P("t.N") < 10, name="first", ordered=True)
+    box.subscribe("svc", host="h", filter=P("t.N") >= 10, name="later", ordered=True)
+    box.publish([Message(b"x", promoted={"t.N": i}) for i in range(20)])
+    first = _run(box, "one")
+    assert len(first) == 5
+    other = _run(box, "two")  # the other ordered subscription, never the busy one's
+    assert other
+    assert not set(other) & set(first)
+    assert _run(box, "three") == []  # both busy
+    # busy while any entry of the run is in hand, its head free or not
+    _lease(box, first[:1], -1.0)
+    assert _run(box, "four") == []
+    # a run whose leases all lapse is free again, from its head
+    _lease(box, first, -1.0)
+    assert _run(box, "five") == first
+    # and a run whose leases are renewed (but its head's) stays busy
+    _lease(box, first[1:], 3600.0)
+    _lease(box, first[:1], -1.0)
+    assert _run(box, "six") == []
+
+
+def _lease(box: MessageBox, ids: list[int], seconds: float) -> None:
+    """Set the leases of ``ids`` to end ``seconds`` from now (a heartbeat's write)."""
+    q = schema.queue
+    until = datetime.now(UTC) + timedelta(seconds=seconds)
+    with box.store.transaction() as conn:
+        conn.execute(q.update().where(q.c.id.in_(ids)).values(lease_expires=until))

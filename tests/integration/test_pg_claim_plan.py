@@ -98,9 +98,15 @@ def test_a_claim_walks_its_index_even_when_the_queue_looks_empty(
     found = plans(backlog, sql, {**dialect.claim_params(host, "me", 100, 30.0), "done": "{}"})
     # Then the entries to take are read by the index in its order, stopping at the
     # limit: no sort, no read of every ready entry
-    own = [p for p in found if "p_host" in p]  # the claim function's own statements
+    own = [p for p in found if "p_host" in p]  # the claim functions' own statements
     assert [p for p in own if "ORDER BY" in p]  # the one that takes them
-    for taking in own:  # (the ordered run's look for an entry in hand, too)
+    in_hand = [p for p in own if "run_lease" in p]  # an ordered one's look for entries in hand
+    assert bool(in_hand) == (statement == "claim_ordered")
+    for looking in in_hand:  # by the index of entries in hand, not the backlog
+        assert "Index Only Scan using mb_queue_run_lease" in looking, looking
+    for taking in own:
+        if taking in in_hand:
+            continue
         assert f"Index Scan using {index}" in taking or f"Index Only Scan using {index}" in (
             taking
         ), taking
