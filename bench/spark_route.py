@@ -151,12 +151,13 @@ def timed_udf(spark: Any, df: Any, targets: list[Target], sample: int) -> tuple[
 
 
 def timed_duckdb(
-    spark: Any, df: Any, work: Any, sample: int, tmp: Path
+    spark: Any, df: Any, work: Any, sample: int, store: Path
 ) -> tuple[float, set[tuple[int, int]], list[Target]]:
-    """The SQL router on a DuckDB store with the same subscriptions: msgs/s and pairs."""
+    """The SQL router on a fresh DuckDB store (the file ``store``) with the same
+    subscriptions: msgs/s and pairs."""
     from pyspark.sql import functions as F
 
-    box = MessageBox(f"duckdb:///{tmp / 'bench.duckdb'}")
+    box = MessageBox(f"duckdb:///{store}")
     try:
         for host in sorted({s["host"] for s in work.specs}):
             box.create_host(host)
@@ -204,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
             made = generate(spark, n, work.customers, args.seed, path)
             log(f"generating the messages in Spark: {made:.1f} s")
             df = spark.read.parquet(str(path))
-            ddb, ddb_pairs, targets = timed_duckdb(spark, df, work, args.duckdb_sample, tmp)
+            ddb, ddb_pairs, targets = timed_duckdb(
+                spark, df, work, args.duckdb_sample, tmp / f"bench-{n}.duckdb"
+            )
             log(f"DuckDB SQL router on {args.duckdb_sample:,}: {ddb:,.0f} msgs/s")
             routes = route_dataframe(df, targets, validate=False)
             warm = route_dataframe(df.where(F.col("key") < WARMUP), targets, validate=False)
