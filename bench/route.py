@@ -79,7 +79,7 @@ from collections.abc import Sequence
 from bench.route_profile import run_profile
 from bench.route_report import report
 from bench.route_runs import NaiveResult, RunResult, log, pg_check, run_backend, run_naive
-from bench.route_workload import SEED, WORKLOADS, Workload, make_workload
+from bench.route_workload import SEED, WORKLOADS, Workload, make_workload, quiet_lint
 
 NAIVE_BUDGET_S = 3.0
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -170,6 +170,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    quiet_lint()
     if args.profile:
         run_profile(args.messages, args.seed)
         return 0

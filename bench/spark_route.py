@@ -50,6 +50,7 @@ from bench.route_workload import (
     SKUS,
     TOTAL_MAX,
     make_workload,
+    quiet_lint,
 )
 from messagebox import MessageBox, router
 from messagebox.pipelines.spark import Target, route_dataframe, session
@@ -191,6 +192,7 @@ class Row:
 
 
 def run(args: argparse.Namespace) -> int:
+    quiet_lint()
     from pyspark.sql import functions as F
 
     spark = session(args.master, "bench-spark-route", **{"spark.driver.memory": args.driver_memory})
