@@ -171,9 +171,11 @@ DECLARE
     s bigint;
     r record;
 BEGIN
-    SELECT q.sub INTO s FROM mb_queue q
-    WHERE q.host = p_host AND q.ordered ORDER BY q.sub, q.id LIMIT 1;
-    WHILE s IS NOT NULL LOOP
+    s := -9223372036854775808;  -- below every subscription id
+    LOOP
+        s := (SELECT q.sub FROM mb_queue q
+              WHERE q.host = p_host AND q.ordered AND q.sub > s ORDER BY q.sub, q.id LIMIT 1);
+        EXIT WHEN s IS NULL;
         IF NOT EXISTS (
             SELECT 1 FROM mb_queue q
             WHERE q.host = p_host AND q.sub = s AND q.run_lease >= now()
@@ -193,8 +195,6 @@ BEGIN
                 EXIT;
             END LOOP;
         END IF;
-        s := (SELECT q.sub FROM mb_queue q
-              WHERE q.host = p_host AND q.ordered AND q.sub > s ORDER BY q.sub, q.id LIMIT 1);
     END LOOP;
 END
 $fn$

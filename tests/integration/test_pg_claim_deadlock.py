@@ -40,15 +40,8 @@ def box(pg_url: str) -> Iterator[MessageBox]:
 
 def _raw(box: MessageBox) -> psycopg.Connection[tuple[object, ...]]:
     """A connection of its own to the box's schema, autocommit."""
-    url = box.store.engine.url
-    return psycopg.connect(
-        host=url.host or "127.0.0.1",
-        port=url.port or 5432,
-        user=url.username,
-        dbname=url.database,
-        options=str(url.query.get("options", "")),
-        autocommit=True,
-    )
+    dsn = box.store.dialect.listen_dsn(box.store.url)  # type: ignore[attr-defined]
+    return psycopg.connect(dsn, autocommit=True)
 
 
 def _waiting_on_lock(conn: psycopg.Connection[tuple[object, ...]], pid: int) -> bool:
