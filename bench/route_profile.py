@@ -21,9 +21,9 @@ PHASES = (
     ("  RoutingIndex.route (catch up + match)", "routing_index.py", "route"),
     ("  FilterIndex.match (per message)", "index.py", "match"),
     ("ids.allocate", "ids.py", "allocate"),
-    ("_Writes.enqueue (Python)", "router.py", "enqueue"),
+    ("Writes.enqueue (Python)", "writes.py", "enqueue"),
     ("spool.write_messages (Python + inserts)", "spool.py", "write_messages"),
-    ("_Writes.flush (queue/ref inserts)", "router.py", "flush"),
+    ("Writes.flush (queue/ref inserts)", "writes.py", "flush"),
     ("dialect.insert (all bulk inserts)", "duckdb.py", "insert"),
 )
 

@@ -33,6 +33,7 @@ from messagebox.hosts.dispatch import (
 from messagebox.hosts.service import Delivery, Handler, as_handler
 from messagebox.leases import Claim, Failure
 from messagebox.models import (
+    Host,
     HostSettings,
     InstanceInfo,
     Kind,
@@ -58,6 +59,25 @@ class Receiver(Protocol):
     def stop(self, timeout: float) -> None: ...
 
 
+def _settings(stored: Host, overrides: Mapping[str, Any] | None, instance: str) -> HostSettings:
+    """The host's stored settings with this instance's ``overrides``; a bad stored value
+    (read as its default) is logged."""
+    for repair in stored.repairs:
+        log.error(
+            "host instance %s: host %r stored a bad setting: %s (repair it with "
+            "`messagebox hosts set`)",
+            instance,
+            stored.name,
+            repair,
+            extra={"event": "bad-stored-setting", "host": stored.name, "problem": repair},
+        )
+    if not overrides:
+        return stored.settings
+    return HostSettings.checked(
+        f"host instance of {stored.name!r}", {**stored.settings.model_dump(), **overrides}
+    )
+
+
 class InstanceCore:
     """A host instance's state, and the outcome recording its threads share."""
 
@@ -74,16 +94,9 @@ class InstanceCore:
     ) -> None:
         self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
         self.box = box if isinstance(box, MessageBox) else MessageBox(box)
-        stored = self.box.host(host)
-        self.settings: HostSettings = (
-            HostSettings.checked(
-                f"host instance of {host!r}", {**stored.settings.model_dump(), **settings}
-            )
-            if settings
-            else stored.settings
-        )
         self.host = host
         self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.settings: HostSettings = _settings(self.box.host(host), settings, self.id)
         self.queue = self.box.consumer(host, self.id)
         """The store as this instance uses it."""
         self.handlers: dict[str, Handler] = {n: as_handler(n, s) for n, s in services.items()}
@@ -100,6 +113,13 @@ class InstanceCore:
         """Subscriptions already logged as naming a service this instance does not run."""
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
+        self._workers_ended = threading.Event()
+        """Set by :meth:`stop` once the dequeue threads have ended (or its time is up)."""
+        self._stopped = threading.Event()
+        """Set when :meth:`stop` has finished (given back, unregistered)."""
+        self.exhausted: str | None = None
+        """Why the instance stopped itself: its handlers hung past what its threads can
+        take (:meth:`Supervision._exhaust`); None while it runs as it should."""
         self._wake_cond = threading.Condition()
         self._wakes = 0
         self._permits = Permits(self.settings.in_flight(ahead=self._claims_ahead()))

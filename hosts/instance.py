@@ -45,13 +45,19 @@ import threading
 import time
 from typing import Any
 
-from messagebox.errors import Conflict, MessageBoxError
+from messagebox.errors import Conflict, HostExhausted, MessageBoxError
 from messagebox.hosts import collector
 from messagebox.hosts.core import Receiver
 from messagebox.hosts.supervision import Supervision
 from messagebox.models import State
 
 log = logging.getLogger("messagebox.hosts")
+
+JOIN_SLICE_SECONDS = 0.05
+"""How often a stop waiting for a dequeue thread looks again at which are left."""
+STOP_WAIT_MARGIN = 10.0
+"""Beyond its ``timeout``, how long a second :meth:`HostInstance.stop` waits for the
+stop already running (the store's last writes after the handlers' time)."""
 
 __all__ = ["HostInstance", "Receiver"]
 
@@ -151,8 +157,10 @@ class HostInstance(Supervision):
         """Stop gracefully: no new claims, in-flight work gets ``timeout`` seconds, then
         unregister. Returns False if some handler was still running (its entry will be
         delivered again, by another instance or after a restart)."""
-        if not self._started or self._stopping.is_set():
+        if not self._started:
             return True
+        if self._stopping.is_set():  # stopping in another thread: wait for it to end
+            return self._stopped.wait(timeout + STOP_WAIT_MARGIN)
         deadline = time.monotonic() + timeout
         for r in reversed(self.receivers):  # take nothing more in before draining
             try:
@@ -168,11 +176,8 @@ class HostInstance(Supervision):
         self._stopping.set()
         self._timer_wake.set()
         self.wake()
-        with self._runs_lock:
-            workers = list(self._threads)
-        for t in workers:  # (abandoned handlers are not waited for)
-            t.join(max(deadline - time.monotonic(), 0))
-        finished = not any(t.is_alive() for t in workers)
+        finished = self._join_workers(deadline)
+        self._workers_ended.set()
         self._settle_ahead()
         for t in self._service_threads:  # a cleanup ends after its current batch
             t.join(max(deadline - time.monotonic(), 5.0))
@@ -222,7 +227,19 @@ class HostInstance(Supervision):
             collector.instance_stopped()
         if self._owns_box:
             self.box.close()
+        self._stopped.set()
         return finished
+
+    def _join_workers(self, deadline: float) -> bool:
+        """Wait for the dequeue threads to end, until ``deadline``; whether they did. A
+        thread whose handler the supervisor abandons meanwhile is not waited for."""
+        while True:
+            with self._runs_lock:
+                live = [t for t in self._threads if t.is_alive()]
+            left = deadline - time.monotonic()
+            if not live or left <= 0:
+                return not live
+            live[0].join(min(left, JOIN_SLICE_SECONDS))
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (safe from a signal handler or another thread)."""
@@ -230,7 +247,9 @@ class HostInstance(Supervision):
 
     def run(self, *, stop_timeout: float = 30.0, duration: float | None = None) -> None:
         """Start, then block until SIGINT/SIGTERM, :meth:`request_stop` or ``duration``
-        seconds; then stop gracefully."""
+        seconds; then stop gracefully. Raises :class:`~messagebox.errors.HostExhausted`
+        when the instance stopped itself because hung handlers took its threads (see
+        ``handler_timeout_seconds``): restart it."""
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -245,6 +264,8 @@ class HostInstance(Supervision):
             self.stop(stop_timeout)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        if self.exhausted is not None:
+            raise HostExhausted(self.exhausted)
 
     def __enter__(self) -> HostInstance:
         return self.start()

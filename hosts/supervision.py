@@ -313,13 +313,17 @@ class Supervision(Handling):
 
     def _supervisor(self) -> None:
         """Abandon handlers past ``handler_timeout_seconds``, and keep
-        ``dequeue_threads`` dequeue threads running."""
+        ``dequeue_threads`` dequeue threads running. While the instance stops, handlers
+        are still abandoned at their time-out (their entries fail, charged, rather than
+        wait out the stop and come back as a crashed delivery), until the dequeue
+        threads have ended."""
         timeout = self.settings.handler_timeout_seconds
         interval = min(1.0, timeout / 4) if timeout else 1.0
-        while not self._stopping.wait(interval):
+        while not self._workers_ended.wait(interval):
             try:
                 self._abandon_overdue()
-                self._top_up()
+                if not self._stopping.is_set():
+                    self._top_up()
             except Exception as exc:  # the supervisor itself must not die
                 log.error(
                     "host instance %s: supervisor failed: %s",
@@ -405,9 +409,11 @@ class Supervision(Handling):
 
     def _top_up(self) -> None:
         """Replace dequeue threads that failed or whose handler was abandoned. Abandoned
-        handlers still running count too, up to ``dequeue_threads`` of them: beyond,
-        no thread is added until one returns (a dependency that hangs every call must
-        not grow the threads without bound)."""
+        handlers still running count too, up to ``dequeue_threads`` of them: one more,
+        and the instance has no thread left to give (Python cannot stop one, and a
+        dependency that hangs every call must not grow the threads without bound), so
+        it stops itself (:meth:`_exhaust`) rather than live on delivering less, or
+        nothing."""
         with self._runs_lock:
             if self._stopping.is_set():
                 return
@@ -439,21 +445,34 @@ class Supervision(Handling):
                     t.name,
                     extra=self._event("thread-started", dequeue_thread=t.name),
                 )
-            if len(self._threads) < want:
-                log.error(
-                    "host instance %s: %d dequeue threads of %d, %d handlers abandoned "
-                    "and still running; no more threads until they return",
-                    self.id,
-                    len(self._threads),
-                    want,
-                    len(self._abandoned),
-                    extra=self._event(
-                        "threads-short",
-                        running=len(self._threads),
-                        wanted=want,
-                        abandoned=len(self._abandoned),
-                    ),
-                )
+            short = len(self._threads) < want
+            abandoned = len(self._abandoned)
+        if short:
+            self._exhaust(want, abandoned)
+
+    def _exhaust(self, want: int, abandoned: int) -> None:
+        """Stop the instance, loudly, because its hung handlers have taken every thread
+        it may start: claims stop, the entries in hand are given back, it unregisters,
+        and :meth:`run` (``messagebox host run``) ends with an error, so that whatever
+        supervises the process starts it again (which is what frees hung threads)."""
+        if self.exhausted is not None:
+            return
+        self.exhausted = (
+            f"host instance {self.id}: {abandoned} handlers abandoned past "
+            f"handler_timeout_seconds ({self.settings.handler_timeout_seconds} s) are "
+            f"still running, and {want} dequeue threads is all it may add: it stops, "
+            "giving its entries back, to be restarted"
+        )
+        log.critical(
+            self.exhausted,
+            extra=self._event("instance-exhausted", abandoned=abandoned, wanted=want),
+        )
+        self._stop_requested.set()
+        threading.Thread(target=self.stop, name=f"{self.host}-exhausted", daemon=True).start()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop the instance (:meth:`messagebox.hosts.instance.HostInstance.stop`)."""
+        raise NotImplementedError
 
     def _housekeeper(self) -> None:
         while not self._stopping.wait(self.settings.heartbeat_seconds):

@@ -54,12 +54,16 @@ class RoutingAsCode:
         wanted, _ = as_config(config)
         return self.configs.plan(wanted, window, router, progress)
 
-    def apply(self, config: Source, *, who: str | None = None) -> Applied:
+    def apply(
+        self, config: Source, *, who: str | None = None, allow_empty: bool = False
+    ) -> Applied:
         """Make ``config`` the live configuration in one transaction (a publish routes
         by the old subscriptions or the new ones, never a mix) and record it as a new
-        version (unless nothing changed). Bad input changes nothing."""
+        version (unless nothing changed). Bad input changes nothing. A file that
+        declares nothing, or no subscription while some are live, is refused unless
+        ``allow_empty``."""
         wanted, text = as_config(config)
-        return self.configs.apply(wanted, text, who or local_user())
+        return self.configs.apply(wanted, text, who or local_user(), allow_empty=allow_empty)
 
     def versions(self, limit: int = 100) -> list[ConfigVersion]:
         """The newest applied versions, newest first."""

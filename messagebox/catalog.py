@@ -17,6 +17,7 @@ from messagebox.errors import (
     UnknownSubscription,
     ValidationError,
 )
+from messagebox.fence import Fence
 from messagebox.models import (
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
@@ -53,6 +54,12 @@ SPEC_FIELDS = frozenset(
 
 
 def check_name(what: str, name: object) -> str:
+    """A host, service or subscription name, checked (docs/reference.md: Names): a str
+    of 1 to 256 characters, without whitespace at either end, control or format characters
+    (Unicode categories Cc, Cf, Cs, Co, Cn, Zl, Zp) or any of ``<>&"'`` and the backtick,
+    so that a name printed on a terminal or a page cannot drive it."""
+    import unicodedata
+
     if not isinstance(name, str) or not name.strip() or len(name) > 256:
         raise ValidationError(
             f"{what} name {name!r} must be a non-empty str of at most 256 characters"
@@ -61,6 +68,25 @@ def check_name(what: str, name: object) -> str:
         check_text(name)  # PostgreSQL refuses NUL, every driver a lone surrogate
     except ValueError as exc:
         raise ValidationError(f"{what} name {name!r}: {exc}") from exc
+    if name != name.strip():
+        raise ValidationError(f"{what} name {name!r} starts or ends with whitespace")
+    kinds = {
+        "Cc": "control character",
+        "Cf": "format character",
+        "Cs": "surrogate",
+        "Co": "private-use character",
+        "Cn": "unassigned character",
+        "Zl": "line separator",
+        "Zp": "paragraph separator",
+    }
+    for at, char in enumerate(name):
+        if char in "<>&\"'`":
+            why = f"{char!r} (none of <>&\"'` is allowed)"
+        elif (kind := kinds.get(unicodedata.category(char))) is not None:
+            why = f"the {kind} {ascii(char)[1:-1]}"
+        else:
+            continue
+        raise ValidationError(f"{what} name {name!r} has {why} at index {at}")
     return name
 
 
@@ -222,7 +248,7 @@ class Catalog:
 
     def replace_filter(self, ref: int | str, filt: object) -> Subscription:
         new = to_filter(filt)
-        with self._store.transaction(serial=True) as conn:
+        with self._store.transaction(serial=True, fence=Fence.CHANGES) as conn:
             [sub] = resolve(conn, [ref])
             subscriptions.replace_filter(conn, self._store.dialect, sub.id, new)
             [changed] = subscriptions.list_subscriptions(conn, ids=[sub.id])
@@ -243,7 +269,7 @@ class Catalog:
         checked = [check_spec(i, spec) for i, spec in enumerate(specs)]
         if not checked:
             return []
-        with self._store.transaction(serial=True) as conn:
+        with self._store.transaction(serial=True, fence=Fence.CHANGES) as conn:
             made = subscriptions.subscribe(conn, self._store.dialect, checked, clock.now(conn))
         self._warn(made)
         return made
@@ -296,7 +322,7 @@ class Catalog:
             return resolve(conn, [ref])[0]
 
     def unsubscribe(self, refs: Sequence[int | str]) -> int:
-        with self._store.transaction(serial=True) as conn:
+        with self._store.transaction(serial=True, fence=Fence.CHANGES) as conn:
             ids = [s.id for s in resolve(conn, refs)]
             suspension.suspend_waiting(conn, self._store.dialect, ids, SUBSCRIPTION_REMOVED)
             removed = subscriptions.unsubscribe(conn, self._store.dialect, ids)
@@ -305,7 +331,7 @@ class Catalog:
 
     def set_service_state(self, service: str, state: State | str) -> int:
         new = State(state)
-        with self._store.transaction(serial=True) as conn:
+        with self._store.transaction(serial=True, fence=Fence.CHANGES) as conn:
             subs = subscriptions.list_subscriptions(conn, service=service)
             if not subs:
                 raise UnknownSubscription(f"service {service!r} has no subscription")

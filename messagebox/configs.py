@@ -13,8 +13,9 @@ from typing import Any
 
 from messagebox import clock, routing_apply, routing_lint, routing_plan, subscriptions
 from messagebox.errors import ValidationError
+from messagebox.fence import Fence
 from messagebox.routing_apply import ConfigDiff, ConfigVersion
-from messagebox.routing_file import RoutingConfig, RoutingFileError, dump, load
+from messagebox.routing_file import RoutingConfig, RoutingFileError, dump, load, read
 from messagebox.routing_plan import Page, Router, TrafficEffect
 from messagebox.store import Store
 
@@ -63,10 +64,7 @@ def as_config(source: RoutingConfig | str | Path) -> tuple[RoutingConfig, str]:
         text = dump(source)
         return load(text, "<configuration>"), text
     if isinstance(source, Path):
-        try:
-            text = source.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValidationError(f"cannot read routing file {str(source)!r}: {exc}") from None
+        text = read(source)
         return load(text, str(source)), text
     if not isinstance(source, str):
         raise ValidationError(
@@ -82,6 +80,28 @@ def as_config(source: RoutingConfig | str | Path) -> tuple[RoutingConfig, str]:
                 "pathlib.Path(...) to read the file"
             ) from None
         raise
+
+
+ALLOW_EMPTY = "--allow-empty (Python: allow_empty=True)"
+"""What applies a configuration :func:`emptiness` finds a reason to refuse."""
+
+
+def emptiness(wanted: RoutingConfig, live: list[str]) -> str | None:
+    """Why apply refuses ``wanted`` unless told to (``allow_empty``), given the names of
+    the live subscriptions: it declares nothing, or no subscription while some are live
+    (an export that failed half way, a file left empty). None: no such reason."""
+    if wanted.declares_nothing:
+        return (
+            "the routing file declares no host, service or subscription (it is empty, or "
+            "only comments): applying it would remove every host and subscription"
+        )
+    if not wanted.subscriptions and live:
+        shown = ", ".join(sorted(live)[:5]) + (", …" if len(live) > 5 else "")
+        return (
+            "the routing file declares no subscription: applying it would remove all "
+            f"{len(live)} live subscription(s) ({shown})"
+        )
+    return None
 
 
 def _window(window: timedelta | float) -> float:
@@ -110,8 +130,12 @@ class Configs:
     ) -> Plan:
         with self._store.transaction() as conn:
             live = subscriptions.list_subscriptions(conn)
-            change = routing_apply.diff(routing_apply.live_config(conn, live), wanted)
+            current = routing_apply.live_config(conn, live)
+            change = routing_apply.diff(current, wanted)
             blockers = tuple(routing_apply.blockers(conn, change))
+        empty = emptiness(wanted, list(current.subscriptions))
+        if empty is not None:
+            blockers += (f"{empty}: apply refuses it without {ALLOW_EMPTY}",)
         if window is None:
             return Plan(change, None, blockers)
         seconds = _window(window)
@@ -161,13 +185,31 @@ class Configs:
             return routing_plan.window_count(conn, self._since(conn, seconds))
 
     def apply(
-        self, wanted: RoutingConfig, content: str, who: str, rollback_of: int | None = None
+        self,
+        wanted: RoutingConfig,
+        content: str,
+        who: str,
+        rollback_of: int | None = None,
+        allow_empty: bool = False,
     ) -> Applied:
-        with self._store.transaction(serial=True) as conn:
+        """Apply ``wanted``; unless ``allow_empty`` or a rollback, refuse it when
+        :func:`emptiness` finds a reason."""
+        with self._store.transaction(serial=True, fence=Fence.CHANGES) as conn:
+            if not allow_empty and rollback_of is None:
+                self._refuse_empty(conn, wanted)
             change, version = routing_apply.apply(
                 conn, self._store.dialect, wanted, content=content, who=who, rollback_of=rollback_of
             )
         return Applied(change, version)
+
+    def _refuse_empty(self, conn: Any, wanted: RoutingConfig) -> None:
+        live = [] if wanted.subscriptions else list(routing_apply.live_config(conn).subscriptions)
+        empty = emptiness(wanted, live)
+        if empty is not None:
+            raise ValidationError(
+                f"{empty}; nothing was applied. If that is what you mean, apply it with "
+                f"{ALLOW_EMPTY}"
+            )
 
     def versions(self, limit: int) -> list[ConfigVersion]:
         with self._store.transaction() as conn:

@@ -312,6 +312,8 @@ class Consumer:
                     lease_seconds=lease_seconds,
                 )
                 return claims, None if outcomes is None else Recorded(finished, 0)
+            if outcomes is not None and any(c.publish for c in outcomes.done):
+                router.prelude(conn, self._dialect)  # the routing fence first (fence.py)
             recorded = self._record(conn, outcomes) if outcomes is not None else None
             claims = leases.claim(
                 conn,
@@ -368,6 +370,8 @@ class Consumer:
         """Complete, fail and give back in one transaction. ``recheck``: only entries
         whose delivery is still the one claimed (outcomes written late)."""
         with self._store.transaction(serial=True) as conn:
+            if any(c.publish for c in outcomes.done):
+                router.prelude(conn, self._dialect)  # the routing fence first (fence.py)
             if recheck:
                 mine = leases.held(
                     conn,
@@ -480,6 +484,8 @@ class Consumer:
             by_run.setdefault((asked.publisher, asked.steps[0].owner), []).append(i)
         discarded = [0] * len(together)
         with self._store.transaction(serial=True) as conn:
+            if any(s.publish for a in together for s in a.steps):
+                router.prelude(conn, self._dialect)  # the routing fence first (fence.py)
             for (publisher, _), run in by_run.items():
                 steps = [s for i in run for s in together[i].steps]
                 _, discarded[run[0]] = service_instances.commit_steps(

@@ -17,6 +17,7 @@ MessageBoxError
 │   └── InstanceCompleted           the message reached a completed service instance
 ├── RetryLater                      raised by a service: retry after its own delay
 ├── AlreadyReceived                 a receipt was recorded before: that input was published
+├── HostExhausted                   hung handlers took a host instance's threads: it stopped
 ├── PipelineError                   a pipeline component refused a message (names it)
 └── StorageError                    the database failed; the driver error is chained
     ├── Conflict                    a concurrent write won; nothing was written, retry
@@ -156,3 +157,8 @@ class BackendUnavailable(StorageError):
 
 class NoSchema(BackendUnavailable):
     """The database, or its messagebox schema, does not exist and was not created."""
+
+
+class HostExhausted(MessageBoxError):
+    """A host instance stopped itself: handlers abandoned past their time-out still hold
+    every thread it may start. Its entries were given back; start it again."""

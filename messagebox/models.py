@@ -11,7 +11,14 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from messagebox.errors import ValidationError
 from messagebox.predicates import Filter, FilterExplanation
@@ -102,27 +109,45 @@ orchestrations: a batch a thread, 1,309-2,102 steps/s; 16 at the handlers' pace,
 2,511-3,593 (alternating, five runs each)."""
 
 
-class HostSettings(BaseModel):
-    """A host's settings, with the defaults a new host gets (docs/concepts.md: Hosts)."""
+DAY = 86_400.0
+"""The longest any time setting may be (seconds): a longer one is a typo, and past the
+range a database's clock arithmetic can take (``lease_seconds=1e308`` made every claim
+fail on PostgreSQL)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+DEFAULT_HANDLER_TIMEOUT = 300.0
+"""The default ``handler_timeout_seconds``: five minutes, as Azure Service Bus renews a
+message's lock by default and an Azure Function may run. Long enough for any handler
+that calls a slow service with its own time-outs; short enough that a hung one gives its
+batch back, and its entry is retried and in the end suspended, within minutes."""
+
+
+class HostSettings(BaseModel):
+    """A host's settings, with the defaults a new host gets (docs/concepts.md: Hosts).
+
+    Every value is bounded and finite (a time at most :data:`DAY`); a store that holds a
+    bad value written by an older version reads it as the default
+    (:meth:`from_stored`)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
     dequeue_threads: int = Field(4, ge=1, le=256)
     """Threads per host instance that claim and handle messages."""
     claim_batch: int = Field(10, ge=1, le=10_000)
     """Entries one claim takes; they are completed together in one transaction."""
-    poll_min_seconds: float = Field(0.05, gt=0)
+    poll_min_seconds: float = Field(0.05, ge=0.001, le=60)
     """Wait after an empty claim; doubled on each further empty claim..."""
-    poll_max_seconds: float = Field(2.0, gt=0)
+    poll_max_seconds: float = Field(2.0, ge=0.001, le=3600)
     """...up to this. On PostgreSQL a publish wakes idle instances at once (NOTIFY)."""
-    lease_seconds: float = Field(60.0, gt=0)
+    lease_seconds: float = Field(60.0, ge=0.01, le=DAY)
     """How long a claim lasts without a heartbeat; heartbeats extend live leases."""
-    heartbeat_seconds: float = Field(5.0, gt=0)
+    heartbeat_seconds: float = Field(5.0, ge=0.01, le=3600)
     """How often an instance proves it is alive (and extends the leases of the entries
     it has in flight)."""
-    dead_after_seconds: float = Field(30.0, gt=0)
+    dead_after_seconds: float = Field(30.0, ge=0.02, le=DAY)
     """An instance whose heartbeat is older than this is dead: its leases are released."""
-    max_in_flight: int | None = Field(None, ge=1)
+    max_in_flight: int | None = Field(None, ge=1, le=1_000_000)
     """Claimed but unfinished entries per instance, across its threads. On DuckDB one
     claim takes entries for all the threads: up to four batches a thread, and beyond,
     up to this, as many as the threads finished in the last half second
@@ -130,23 +155,33 @@ class HostSettings(BaseModel):
     the same from one batch a thread. ``None``: a batch for every dequeue thread
     (``dequeue_threads * claim_batch``), at least 100; sixteen batches for every thread
     where one claim serves them all (DuckDB; orchestrations on PostgreSQL)."""
-    max_attempts: int = Field(5, ge=1)
+    max_attempts: int = Field(5, ge=1, le=1000)
     """Failed deliveries of one entry before it is suspended (resumable); a delivery
     during which its host process ended counts too (``crashed-host``)."""
-    handler_timeout_seconds: float | None = Field(None, gt=0)
-    """A handler still running after this long is abandoned: its entry fails (retried
-    or suspended), the rest of its batch is given back and its thread is replaced.
-    ``None``: no limit."""
-    retry_backoff_seconds: float = Field(1.0, ge=0)
+    handler_timeout_seconds: float | None = Field(DEFAULT_HANDLER_TIMEOUT, ge=0.01, le=DAY)
+    """A handler still running after this long is abandoned: its entry fails (retried,
+    then suspended), the rest of its batch is given back and its thread is replaced.
+    Python cannot stop a thread: an instance with more than ``dequeue_threads``
+    handlers abandoned and still running has no thread left to give; it stops itself,
+    to be restarted (docs/concepts.md: Hosts). ``None``: no limit (a hung handler then
+    holds its batch for ever)."""
+    retry_backoff_seconds: float = Field(1.0, ge=0, le=DAY)
     """Wait before retry n is ``retry_backoff_seconds * 2**(n-1)``, at most an hour."""
-    throttle_queue_depth: int = Field(100_000, ge=1)
+    throttle_queue_depth: int = Field(100_000, ge=1, le=1_000_000_000)
     """Publishing to this host waits (or raises Throttled) while its queue is deeper."""
-    cleanup_interval_seconds: float = Field(60.0, ge=0)
+    cleanup_interval_seconds: float = Field(60.0, ge=0, le=DAY)
     """How often an instance runs the cleanup job in-process (0: never)."""
     unserved: Literal["warn", "refuse"] = "warn"
     """A subscription of the host whose service an instance does not run (a misspelt
     name, say): ``warn`` logs it (``event: unserved-subscription``) and its messages fail
     and are suspended; ``refuse`` also makes the instance refuse to start."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name != "unserved":
+            raise ValueError("must be a number")  # True is not 1 thread
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> HostSettings:
@@ -174,6 +209,47 @@ class HostSettings(BaseModel):
         except pydantic.ValidationError as exc:
             problems = "; ".join(_settings_problem(e) for e in exc.errors())
             raise ValidationError(f"{what}: bad settings: {problems}") from None
+
+    @classmethod
+    def from_stored(cls, text: str) -> tuple[HostSettings, tuple[str, ...]]:
+        """Settings as a store holds them (JSON), and what was wrong with them. A value
+        that an older version let in and this one refuses (``null`` for an infinite
+        time, ``1e308``) is read as its default, and said: the store still opens and
+        lists, and ``hosts set`` repairs it."""
+        try:
+            return cls.model_validate_json(text), ()
+        except pydantic.ValidationError:
+            pass
+        try:
+            stored = json.loads(text)
+        except ValueError:
+            stored = None
+        if not isinstance(stored, dict):
+            return cls(), (f"unreadable settings {text[:80]!r}: every setting at its default",)
+        kept: dict[str, Any] = {}
+        notes: list[str] = []
+        for name, value in stored.items():
+            if name not in cls.model_fields:
+                notes.append(f"{name!r} is not a setting: ignored")
+                continue
+            try:
+                cls.model_validate({name: value})
+            except pydantic.ValidationError as exc:
+                mine = [e for e in exc.errors() if tuple(e["loc"]) == (name,)]
+                if mine:
+                    default = cls.model_fields[name].default
+                    notes.append(f"{_settings_problem(mine[0])}: read as {default!r}")
+                    continue
+            kept[name] = value  # only a rule across settings failed, with the defaults
+        try:
+            return cls.model_validate(kept), tuple(notes)
+        except pydantic.ValidationError as exc:
+            rules = "; ".join(_settings_problem(e) for e in exc.errors())
+            timing = {f for f in kept if f.startswith(("poll_", "heartbeat_", "dead_after_"))}
+            notes.append(f"{rules}: {', '.join(sorted(timing))} read as the defaults")
+            return cls.model_validate({k: v for k, v in kept.items() if k not in timing}), tuple(
+                notes
+            )
 
 
 def setting_values(items: Iterable[str]) -> dict[str, Any]:
@@ -206,6 +282,9 @@ class Host:
     name: str
     settings: HostSettings
     created_at: datetime
+    repairs: tuple[str, ...] = ()
+    """What was wrong with the settings as stored (read as defaults instead):
+    :meth:`HostSettings.from_stored`. Empty for a sound store."""
 
 
 @dataclass(frozen=True)
@@ -370,6 +449,8 @@ class HostStats:
     """Entries on its queue, in every state."""
     suspended: int
     """Suspended entries of its subscriptions."""
+    repairs: tuple[str, ...] = ()
+    """What was wrong with its settings as stored (:attr:`Host.repairs`)."""
 
 
 @dataclass(frozen=True)

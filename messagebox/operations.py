@@ -19,6 +19,7 @@ from messagebox import stats as box_stats
 from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
 from messagebox.failures import FailureRow
+from messagebox.fence import Fence
 from messagebox.models import (
     REROUTABLE,
     ROUTING_FAILURE,
@@ -332,7 +333,8 @@ class Operations:
     def reroute(self, entry_ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
         s = schema.suspended
         reroutable = s.c.reason.in_(REROUTABLE)
-        with self._store.transaction(serial=True) as conn:
+        with self._store.transaction(serial=True, fence=Fence.ROUTES) as conn:
+            router.prelude(conn, self._store.dialect)  # the routing fence first (fence.py)
             if entry_ids:
                 known = set(
                     conn.execute(

@@ -21,6 +21,7 @@ from messagebox.errors import (
     UnknownMessage,
     ValidationError,
 )
+from messagebox.fence import Fence
 from messagebox.ids import uuid7s
 from messagebox.message import Message, MessageSummary, StoredMessage
 from messagebox.models import (
@@ -40,6 +41,8 @@ from messagebox.store import Store
 from messagebox.throttle import Throttle
 
 PUBLISH_CONFLICT_RETRIES = 20
+MAX_TIMEOUT_SECONDS = 86_400.0
+"""The longest a throttled publish may be told to wait."""
 
 _Batch = tuple[list[Message], list[uuid.UUID]]
 
@@ -51,6 +54,19 @@ def _policy(policy: RoutingPolicy | str) -> RoutingPolicy:
         raise ValidationError(
             f"routing policy {policy!r} is not one of " + ", ".join(p.value for p in RoutingPolicy)
         ) from None
+
+
+def _batch(messages: object) -> list[Message]:
+    """The batch as a list; one :class:`Message` given alone is refused, naming it."""
+    if isinstance(messages, Message):
+        raise MessageValidationError(
+            "publish takes a list of messages, not one Message: publish([message])"
+        )
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise MessageValidationError(
+            f"publish takes a list of messages, not {type(messages).__name__}"
+        )
+    return list(messages)
 
 
 def _message_ids(batch: Sequence[object], trusted: bool) -> list[uuid.UUID]:
@@ -112,7 +128,13 @@ class Messages:
         given: Sequence[Receipt],
     ) -> list[Routed]:
         """Publish a batch in one transaction (see ``MessageBox.publish``)."""
-        batch = list(messages)
+        batch = _batch(messages)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise ValidationError(f"timeout must be a number of seconds, not {timeout!r}")
+        if not 0 <= timeout <= MAX_TIMEOUT_SECONDS:  # (NaN is in no range)
+            raise ValidationError(
+                f"timeout must be 0 to {MAX_TIMEOUT_SECONDS:g} seconds, not {timeout!r}"
+            )
         routing = _policy(policy)
         ids = _message_ids(batch, trusted)
         for i in suspend or {}:
@@ -193,7 +215,7 @@ class Messages:
         given: Sequence[Receipt] = (),
     ) -> list[Routed]:
         """Publish a batch in one transaction of its own."""
-        with self._store.transaction() as conn:
+        with self._store.transaction(fence=Fence.ROUTES) as conn:
             router.prelude(conn, self._store.dialect)
             now = clock.now(conn)
             if given:

@@ -8,32 +8,30 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from itertools import accumulate, chain, islice, repeat
 from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, compiled, routing_index, schema, spool, tracking
-from messagebox.compiled import native
+from messagebox import clock, routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
-from messagebox.dialects import Dialect, Indexed, Same, StagedBatch, Target, Uuids
+from messagebox.dialects import Dialect, StagedBatch, Target, Uuids
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.ids import seed as seed_ids
 from messagebox.message import Message
 from messagebox.models import (
     REROUTABLE,
-    ROUTING_FAILURE,
     Kind,
     Outcome,
     Routed,
     RoutingPolicy,
 )
 from messagebox.properties import Value, decode_context, family, sql_key
-from messagebox.routing_index import QUEUE_COLUMNS, Matches
+from messagebox.routing_index import Matches
+from messagebox.writes import Suspension as Suspension  # re-exported: publish takes it
+from messagebox.writes import Writes
 
 
 def prelude(conn: sa.Connection, dialect: Dialect) -> None:
@@ -173,240 +171,10 @@ def _correlate(
         rows[:] = kept
 
 
-_SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
-_MATCHED_NOTHING = "the message matched no subscription"
-
-
-@dataclass
-class _Writes:
-    """Rows a publish writes. Queue entries are kept as columns: a publish's matches
-    come as columns (:class:`Matches`); entries queued one by one (:meth:`enqueue`) are
-    kept as their targets and turned into columns once. A message's id, repeated over
-    its entries, is converted once (:class:`Indexed`). Every row of one publish has the
-    same time, so time and other constant columns are written as one value."""
-
-    now: datetime
-    targets: list[Target]
-    entry_ids: list[int]
-    msgs: list[uuid.UUID | str]
-    entry_msgs: list[int]
-    suspended: list[tuple[Any, ...]]
-    refs: dict[str, list[Any]]
-    columns: Mapping[str, Sequence[Any]] | None = None
-    """The entries' :data:`QUEUE_COLUMNS`, once :meth:`matched` took them."""
-    routed_entries: int = 0
-    """How many of the matched entries :meth:`routed` has queued."""
-    batch_ids: Sequence[uuid.UUID] | None = None
-    """The batch's ids when :meth:`routed_all` queued it whole: then the messages of the
-    entries, the references and the suspended rows are positions in it, so that the
-    ids are converted for the database once (:class:`Uuids`)."""
-
-    @classmethod
-    def empty(cls, now: datetime) -> _Writes:
-        return cls(now, [], [], [], [], [], {"msg": [], "n": []})
-
-    def enqueue(self, entry_id: int, msg: uuid.UUID | str, target: Target) -> None:
-        """Queue ``msg`` (its id, or the id's text) for one match."""
-        self.targets.append(target)
-        self.columns = None
-        self.entry_ids.append(entry_id)
-        self.entry_msgs.append(len(self.msgs))
-        self.msgs.append(msg)
-
-    def matched(self, matches: Matches) -> Counter[str]:
-        """Take a publish's matches (as :meth:`routed` then queues them, message by
-        message); returns the number of entries per host."""
-        self.columns = matches.columns
-        return Counter(matches.columns["host"])
-
-    def routed(
-        self,
-        entry_ids: Iterator[int],
-        msg_id: uuid.UUID,
-        k: int,
-        suspension: Suspension | None = None,
-    ) -> Routed:
-        """Queue a message for its next ``k`` matches (see :meth:`matched`), and with a
-        suspension also store it suspended (one entry more)."""
-        if self.columns is None:
-            raise RuntimeError("_Writes.routed before matched")
-        start = self.routed_entries
-        self.routed_entries += k
-        subs: tuple[int, ...] = tuple(self.columns["sub"][start : start + k])
-        if k:
-            self.entry_ids.extend(islice(entry_ids, k))
-            self.entry_msgs.extend(repeat(len(self.msgs), k))
-            self.msgs.append(msg_id)
-        if suspension is None:
-            self.reference(msg_id, k)
-            return Routed(msg_id, Outcome.ROUTED, subs)
-        s = suspension
-        self.suspend(next(entry_ids), msg_id, s.reason, s.error, s.report)
-        self.reference(msg_id, k + 1)
-        return Routed(msg_id, Outcome.SUSPENDED, subs)
-
-    def routed_all(
-        self,
-        entry_ids: list[int],
-        ids: Sequence[uuid.UUID],
-        counts: Sequence[int],
-        *,
-        suspend_unrouted: bool,
-    ) -> list[Routed]:
-        """:meth:`routed` of every message at once, in order, for a batch with no
-        suspension asked for: a message that matched nothing is stored suspended (with
-        ``suspend_unrouted``, taking the next entry id as the message-by-message path
-        does) or dropped. The columns are made whole instead of message by message."""
-        if self.columns is None or self.routed_entries:
-            raise RuntimeError("_Writes.routed_all before matched, or after routed")
-        if self.msgs or self.refs["msg"] or self.suspended:
-            raise RuntimeError("_Writes.routed_all after other entries")
-        self.batch_ids = ids
-        subs = self.columns["sub"]
-        kept = [i for i, k in enumerate(counts) if k]
-        kept_counts = [counts[i] for i in kept]
-        self.routed_entries = total = sum(kept_counts)
-        if suspend_unrouted and len(kept) < len(counts):
-            self._interleave_unrouted(entry_ids, ids, counts)
-        else:
-            self.entry_ids.extend(entry_ids[:total])
-            self.refs["msg"].extend(kept)
-            self.refs["n"].extend(kept_counts)
-        self.entry_msgs.extend(chain.from_iterable(map(repeat, kept, kept_counts)))
-        unmatched = Outcome.SUSPENDED if suspend_unrouted else Outcome.DROPPED
-        if compiled.NATIVE:  # the same objects, made in C (0.5 µs a message less)
-            values = ids.values if isinstance(ids, Uuids) else ids
-            return native.routed(
-                Routed, values, list(counts), tuple(subs), Outcome.ROUTED, unmatched
-            )
-        results = []
-        start = 0
-        for msg_id, k in zip(ids, counts, strict=True):
-            if k:
-                results.append(Routed(msg_id, Outcome.ROUTED, tuple(subs[start : start + k])))
-                start += k
-            else:
-                results.append(Routed(msg_id, unmatched, ()))
-        return results
-
-    def _interleave_unrouted(
-        self, entry_ids: list[int], ids: Sequence[uuid.UUID], counts: Sequence[int]
-    ) -> None:
-        """The entry ids and references of a batch where some messages matched nothing
-        and are stored suspended: each message takes its entry ids in message order (a
-        routed one one per match, an unrouted one one for its suspended entry), as the
-        message-by-message path does; the runs between unrouted messages go whole."""
-        widths = [k or 1 for k in counts]
-        starts = list(accumulate(widths, initial=0))
-        taken = 0
-        for i in [i for i, k in enumerate(counts) if not k]:
-            at = starts[i]
-            self.entry_ids.extend(entry_ids[taken:at])
-            # the message as its position in batch_ids, as the references below
-            self.suspended.append((entry_ids[at], i, ROUTING_FAILURE, _MATCHED_NOTHING, None))
-            taken = at + 1
-        self.entry_ids.extend(entry_ids[taken : starts[-1]])
-        self.refs["msg"].extend(range(len(ids)))  # positions in batch_ids
-        self.refs["n"].extend(widths)
-
-    def unrouted(self, entry_id: int, msg_id: uuid.UUID) -> Routed:
-        """Store a message that matched nothing suspended, as a routing failure (its
-        report is read from the spool)."""
-        self.suspend(entry_id, msg_id, ROUTING_FAILURE, _MATCHED_NOTHING, None)
-        self.reference(msg_id, 1)
-        return Routed(msg_id, Outcome.SUSPENDED, ())
-
-    def suspend(
-        self,
-        entry_id: int,
-        msg_id: uuid.UUID,
-        reason: str,
-        error: str,
-        report: Mapping[str, Any] | None,
-    ) -> None:
-        text = None if report is None else json.dumps(report, ensure_ascii=False)
-        self.suspended.append((entry_id, msg_id, reason, error, text))
-
-    def reference(self, msg_id: uuid.UUID, n: int) -> None:
-        self.refs["msg"].append(msg_id)
-        self.refs["n"].append(n)
-
-    def flush(
-        self,
-        conn: sa.Connection,
-        dialect: Dialect,
-        before: Sequence[tuple[sa.Table, Mapping[str, Sequence[Any]]]] = (),
-        *,
-        hosts: Mapping[str, int] | None = None,
-    ) -> None:
-        """Insert the rows, after ``before`` (other rows of the same publish), in as few
-        statements as the dialect can; given the entries queued per host (``hosts``),
-        count them for metrics from it and wake those hosts at the commit."""
-        now = self.now
-        writes = list(before)
-        q: dict[str, Sequence[Any]] | None = None
-        s: dict[str, Sequence[Any]] | None = None
-        if self.entry_ids:
-            n = len(self.entry_ids)
-            if self.columns is None:
-                self.columns = Matches.of([self.targets]).columns
-            msgs = self.msgs if self.batch_ids is None else self.batch_ids
-            q = {
-                "id": self.entry_ids,
-                "msg": Indexed(msgs, self.entry_msgs),  # each id converted once
-                **{name: self.columns[name] for name in QUEUE_COLUMNS},
-            }
-            q["attempts"] = Same(0, n)
-            q["available_at"] = Same(now, n)
-            q["enqueued_at"] = Same(now, n)
-            writes.append((schema.queue, q))
-        if self.suspended:
-            n = len(self.suspended)
-            s = dict(zip(_SUSPENDED_COLUMNS, zip(*self.suspended, strict=True), strict=True))
-            if self.batch_ids is not None:  # positions in it (routed_all)
-                s["msg"] = Indexed(self.batch_ids, s["msg"])
-            s.update(
-                sub=Same(None, n),
-                host=Same(None, n),
-                resumable=Same(False, n),
-                attempts=Same(0, n),
-                suspended_at=Same(now, n),
-            )
-            writes.append((schema.suspended, s))
-        if self.refs["msg"]:
-            refs: dict[str, Sequence[Any]] = dict(self.refs)
-            if self.batch_ids is not None:
-                refs["msg"] = Indexed(self.batch_ids, self.refs["msg"])
-            refs["logged_at"] = Same(now, len(refs["msg"]))
-            writes.append((schema.ref_add, refs))
-        dialect.insert_many(conn, writes, wake=sorted(hosts or ()))
-        if q is not None:
-            tracking.record(
-                conn,
-                dialect,
-                tracking.ROUTED,
-                q["msg"],
-                subs=q["sub"],
-                hosts=q["host"],
-                entries=q["id"],
-                counted=True if hosts is None else hosts,
-            )
-        if s is not None:
-            tracking.record(
-                conn, dialect, tracking.SUSPENDED, s["msg"], entries=s["id"], details=s["reason"]
-            )
-
-
-@dataclass(frozen=True)
-class Suspension:
-    """Store a message suspended (not resumable) whatever it matches: a receive
-    pipeline refused it. With ``route`` it is also routed, as an error report, to the
-    subscriptions it matches; it is stored once either way."""
-
-    reason: str
-    error: str
-    report: Mapping[str, Any] | None = None
-    route: bool = False
+PUBLISH_CHUNK = 20_000
+"""A larger batch is routed and written this many messages at a time, in its one
+transaction: what a publish holds beside the messages and their results is one chunk's
+work, whatever the batch's size (a batch of a million held 1.3 GiB more at once)."""
 
 
 def publish(
@@ -421,19 +189,59 @@ def publish(
     before_write: Callable[[sa.Connection, set[str]], None] | None = None,
     suspensions: Mapping[int, Suspension] | None = None,
 ) -> tuple[list[Routed], Counter[str]]:
-    """Route and store a validated batch inside the caller's transaction.
+    """Route and store a validated batch inside the caller's transaction, a chunk of
+    :data:`PUBLISH_CHUNK` at a time.
 
     ``suspensions`` names messages (by index) to store suspended with a reason,
     routed only when the suspension says so; the routing policy does not apply to them.
 
-    ``before_write`` sees the hosts the batch routes to before anything is written (or
-    any part stream read); throttling raises there. Returns the results and the number
-    of entries queued per host.
+    ``before_write`` sees the hosts the batch routes to before anything of them is
+    written (or any part stream read), each host once; throttling raises there (the
+    caller's transaction then stores nothing). Returns the results and the number of
+    entries queued per host.
     """
+    if len(messages) <= PUBLISH_CHUNK:
+        return _publish_chunk(
+            conn, dialect, messages, ids, policy, publisher, now, before_write, suspensions
+        )
+    checked: set[str] = set()
+
+    def first_sight(c: sa.Connection, hosts: set[str]) -> None:
+        new = hosts - checked
+        if new and before_write is not None:
+            before_write(c, new)  # against the depths before this publish
+        checked.update(new)
+
+    results: list[Routed] = []
+    queued: Counter[str] = Counter()
+    for start in range(0, len(messages), PUBLISH_CHUNK):
+        end = start + PUBLISH_CHUNK
+        forced = {i - start: x for i, x in (suspensions or {}).items() if start <= i < end}
+        done, hosts = _publish_chunk(
+            conn, dialect, messages[start:end], ids[start:end], policy, publisher, now,
+            first_sight, forced,
+        )  # fmt: skip
+        results.extend(done)
+        queued.update(hosts)
+    return results, queued
+
+
+def _publish_chunk(
+    conn: sa.Connection,
+    dialect: Dialect,
+    messages: Sequence[Message],
+    ids: Sequence[uuid.UUID],
+    policy: RoutingPolicy,
+    publisher: str,
+    now: datetime,
+    before_write: Callable[[sa.Connection, set[str]], None] | None,
+    suspensions: Mapping[int, Suspension] | None,
+) -> tuple[list[Routed], Counter[str]]:
+    """:func:`publish` of one chunk."""
     forced = suspensions or {}
     ids = Uuids(ids)  # the messages' ids go to several tables: converted once
     matches = _route_unforced(conn, dialect, messages, forced, now)
-    writes = _Writes.empty(now)
+    writes = Writes.empty(now)
     hosts = writes.matched(matches)
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
@@ -466,7 +274,7 @@ def publish(
 
 
 def _routed_each(
-    writes: _Writes,
+    writes: Writes,
     conn: sa.Connection,
     n_entries: int,
     ids: Sequence[uuid.UUID],
@@ -530,7 +338,7 @@ def reroute(
     contexts = spool.read_context(conn, [r.msg for r in rows])
     promoted = [decode_context(contexts[r.msg].context)[0] for r in rows]
     matches = route(conn, dialect, promoted, now=now)
-    writes = _Writes.empty(now)
+    writes = Writes.empty(now)
     done: dict[int, tuple[int, ...]] = {}
     routed = [(r, m) for r, m in zip(rows, matches, strict=True) if m]
     new_ids = iter(allocate(conn, sum(len(m) for _, m in routed))) if routed else iter(())
@@ -562,7 +370,7 @@ def enqueue_direct(
     (a timeout for its service instance). Returns the entries queued per host."""
     if not items:
         return Counter()
-    writes = _Writes.empty(now)
+    writes = Writes.empty(now)
     for (msg_id, _, target), entry_id in zip(items, allocate(conn, len(items)), strict=True):
         writes.enqueue(entry_id, msg_id, target)
         writes.reference(msg_id, 1)

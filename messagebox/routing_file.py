@@ -19,20 +19,25 @@ service's. The file declares the whole configuration: ``apply`` removes what it 
 name. Instance subscriptions of running orchestrations (those with an ``instance_id``)
 are made at run time and are neither exported nor touched.
 
-:func:`load` refuses bad input with the file, line and key named; :func:`dump` writes the
-form :func:`load` reads back to an equal configuration. :func:`json_schema` is the schema
-published for editors (``docs/routing.schema.json``, ``messagebox export --schema``).
+:func:`read` reads a file (a regular file of at most :data:`MAX_FILE_BYTES` of UTF-8);
+:func:`load` refuses bad input with the file, line and key named (a UTF-8 byte-order mark
+at the start is skipped); :func:`dump` writes the form :func:`load` reads back to an
+equal configuration. :func:`json_schema` is the schema published for editors
+(``docs/routing.schema.json``, ``messagebox export --schema``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 import tomllib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -48,6 +53,9 @@ SCHEMA_HINT = (
     "# `#:schema ./routing.schema.json` (Taplo, Even Better TOML).\n"
 )
 """The comment :func:`dump` starts a file with."""
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest routing file (or other file the command line reads as text) read: 16 MiB."""
 
 
 class SubscriptionDecl(BaseModel):
@@ -149,6 +157,11 @@ class RoutingConfig:
     def text(self) -> str:
         return dump(self)
 
+    @property
+    def declares_nothing(self) -> bool:
+        """No host and no subscription (an empty file, or only comments)."""
+        return not self.hosts and not self.subscriptions
+
     def digest(self) -> str:
         """A hash of the configuration (not of the file's spelling): sha256 of its dump."""
         return hashlib.sha256(dump(self).encode()).hexdigest()
@@ -172,15 +185,78 @@ class RoutingFileError(ValidationError):
 
 # --- reading ---
 
+_FILE_TYPES = {
+    stat.S_IFDIR: "is a directory",
+    stat.S_IFIFO: "is not a regular file (a FIFO)",
+    stat.S_IFCHR: "is not a regular file (a character device)",
+    stat.S_IFBLK: "is not a regular file (a block device)",
+    stat.S_IFSOCK: "is not a regular file (a socket)",
+}
+
+
+def read_bytes(path: str | Path, what: str = "routing file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; :class:`RoutingFileError`
+    names the file otherwise. A FIFO, a device or a directory is refused without
+    reading from it (opened without waiting for a FIFO's writer); at most ``limit + 1``
+    bytes are read."""
+    name = str(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RoutingFileError(f"{what} {name!r}: cannot read it: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = _FILE_TYPES.get(stat.S_IFMT(mode), "is not a regular file")
+        raise RoutingFileError(f"{what} {name!r} {kind}: give a file")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            data = file.read(limit + 1)
+        except OSError as exc:
+            raise RoutingFileError(f"{what} {name!r}: cannot read it: {exc.strerror}") from None
+    if len(data) > limit:
+        raise RoutingFileError(
+            f"{what} {name!r} is larger than {_size(limit)}, the most that is read"
+        )
+    return data
+
+
+def decode(data: bytes, source: str, what: str = "routing file") -> str:
+    """UTF-8 ``data`` as text; :class:`RoutingFileError` names ``source`` and the byte
+    offset of the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RoutingFileError(
+            f"{what} {source!r} is not UTF-8 text (byte {exc.start}: "
+            f"{data[exc.start : exc.start + 1]!r})"
+        ) from None
+
+
+def read(path: str | Path, what: str = "routing file", limit: int = MAX_FILE_BYTES) -> str:
+    """A text file as :func:`read_bytes` and :func:`decode` check it."""
+    return decode(read_bytes(path, what, limit), str(path), what)
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n} bytes"
+
+
+BOM = "\ufeff"
+"""A UTF-8 byte-order mark, as a file's first character (skipped)."""
+
 
 def load(text: str, source: str = "<routing file>") -> RoutingConfig:
     """The configuration a routing file declares; :class:`RoutingFileError` names the
     file, line and key of the first problem."""
-    where = _Locator(text, source)
+    text = text.removeprefix(BOM)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RoutingFileError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise RoutingFileError(_too_deep(text, source)) from None
+    where = _Locator(text, source)
     try:
         parsed = _File.model_validate(raw)
     except pydantic.ValidationError as exc:
@@ -199,19 +275,26 @@ def load(text: str, source: str = "<routing file>") -> RoutingConfig:
 def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
     from messagebox.catalog import check_name
 
-    for host in parsed.hosts:
+    def check(what: str, name: str, loc: tuple[Any, ...]) -> None:
         try:
-            check_name("host", host)
+            check_name(what, name)
         except ValidationError as exc:
-            raise RoutingFileError(f"{where.at(('hosts', host))}: {exc}") from None
+            raise RoutingFileError(f"{where.at(loc)}: {exc}") from None
+
+    for host in parsed.hosts:
+        check("host", host, ("hosts", host))
     subs: dict[str, Declared] = {}
     services = {d.service for d in parsed.subscriptions}
     for name in parsed.services:
+        check("service", name, ("services", name))
         if name not in services:
             raise RoutingFileError(
                 f"{where.at(('services', name))}: service {name!r} has no subscription"
             )
     for i, decl in enumerate(parsed.subscriptions):
+        check("service", decl.service, ("subscriptions", i, "service"))
+        if decl.name is not None:
+            check("subscription", decl.name, ("subscriptions", i, "name"))
         name = decl.name or decl.service
         if name in subs:
             raise RoutingFileError(
@@ -221,7 +304,7 @@ def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
         if decl.host not in parsed.hosts:
             raise RoutingFileError(
                 f"{where.at(('subscriptions', i, 'host'))}: no host named {decl.host!r} "
-                f"(declare it as [hosts.{decl.host}])"
+                f"(declare it as [hosts.{_printable(decl.host)}])"
             )
         try:
             filt = parse_filter(decl.filter)
@@ -244,6 +327,54 @@ def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
     return RoutingConfig(hosts=dict(parsed.hosts), subscriptions=subs)
 
 
+MAX_NESTING = 100
+"""Levels of arrays and inline tables past which an error says where a file that is too
+deep to parse nests (a routing file needs 2)."""
+
+_TOKEN = re.compile(r"""\"\"\"|'''|["'#\[\]{}]""")
+_BASIC_END = re.compile(r'(?:[^"\\\n]|\\.)*"')
+_MULTI_BASIC_END = re.compile(r'(?:[^\\]|\\.)*?"""', re.DOTALL)
+
+
+def _too_deep(text: str, source: str) -> str:
+    """The error for a file nested too deeply to parse, naming the line where arrays and
+    inline tables first nest more than :data:`MAX_NESTING` levels deep (or, if they
+    never do, where they nest deepest): a scan that skips strings and comments."""
+    pos = depth = deepest = deepest_at = 0
+    while depth <= MAX_NESTING and (m := _TOKEN.search(text, pos)):
+        token, pos = m.group(), m.end()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_at = depth, m.start()
+        elif token in ("]", "}"):
+            depth = max(depth - 1, 0)
+        elif token == "#":
+            pos = _line_end(text, pos)
+        elif token == '"':
+            basic = _BASIC_END.match(text, pos)
+            pos = basic.end() if basic else _line_end(text, pos)
+        elif token == "'":
+            close = text.find("'", pos, _line_end(text, pos))
+            pos = _line_end(text, pos) if close < 0 else close + 1
+        elif token == '"""':
+            multi = _MULTI_BASIC_END.match(text, pos)
+            pos = multi.end() if multi else len(text)
+        else:
+            close = text.find("'''", pos)
+            pos = len(text) if close < 0 else close + 3
+    line = text.count("\n", 0, deepest_at) + 1
+    return (
+        f"{source}:{line}: arrays or inline tables are nested too deeply to read "
+        f"(more than {min(deepest, MAX_NESTING)} levels)"
+    )
+
+
+def _line_end(text: str, pos: int) -> int:
+    end = text.find("\n", pos)
+    return len(text) if end < 0 else end
+
+
 def _check_subscription(decl: Declared, where: _Locator, i: int) -> None:
     """What subscribe would refuse, refused here with the file's line."""
     from messagebox.catalog import check_spec
@@ -254,7 +385,8 @@ def _check_subscription(decl: Declared, where: _Locator, i: int) -> None:
         raise RoutingFileError(f"{where.at(('subscriptions', i))}: {exc}") from None
 
 
-_HEADER = re.compile(r"^\s*\[(\[)?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_HEADER = re.compile(r"^\s*\[(\[)?([^\]]*)\]\]?\s*(#.*)?$")  # linear: no nested repeats
+_DELIMITER = re.compile(r"\"\"\"|'''")
 _KEY = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
 
 
@@ -274,20 +406,13 @@ def _split_dotted(text: str) -> list[str]:
 
 def _multiline_state(line: str, inside: str | None) -> str | None:
     """The multi-line string delimiter open after ``line`` (None: none), given the one
-    open before it."""
-    at = 0
-    while True:
-        if inside is not None:
-            end = line.find(inside, at)
-            if end < 0:
-                return inside
-            at, inside = end + 3, None
-            continue
-        starts = [(line.find(d, at), d) for d in ('"""', "'''") if line.find(d, at) >= 0]
-        if not starts:
-            return None
-        start, inside = min(starts)
-        at = start + 3
+    open before it (one pass over the line)."""
+    for m in _DELIMITER.finditer(line):
+        if inside is None:
+            inside = m.group()
+        elif m.group() == inside:
+            inside = None
+    return inside
 
 
 class _Locator:
@@ -305,8 +430,8 @@ class _Locator:
             if starts_inside:
                 continue
             header = _HEADER.match(line)
-            if header and not line.lstrip().startswith("#"):
-                parts = _split_dotted(header.group(2))
+            if header and header.group(2).strip() and not line.lstrip().startswith("#"):
+                parts = _split_dotted(header.group(2).strip())
                 if header.group(1):  # [[subscriptions]]
                     n_subs += 1
                     table = (*parts, n_subs)
@@ -335,8 +460,15 @@ class _Locator:
 def _show(path: Sequence[Any]) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        key = _printable(str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{key}" if out else key)
     return out
+
+
+def _printable(name: str) -> str:
+    """``name``, or its ``repr`` (escapes shown, not sent) when it holds a character that
+    does not print, such as an escape character."""
+    return name if name.isprintable() else repr(name)
 
 
 # --- writing ---

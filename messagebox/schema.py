@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "17"
+SCHEMA_VERSION = "18"
 
 metadata = sa.MetaData()
 
@@ -503,6 +503,8 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     # PostgreSQL: the queue's run_lease (a generated column, indexed) and
     # mb_ordered_heads: ordered claims by index, not by the whole ordered backlog
     "16": ("17", ()),
+    # PostgreSQL: mb_publish_prelude takes the routing fence (messagebox/fence.py)
+    "17": ("18", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""

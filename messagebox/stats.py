@@ -93,6 +93,7 @@ def host_stats(conn: sa.Connection) -> list[HostStats]:
             instances=per[schema.instance.name].get(h.name, 0),
             queued=per[schema.queue.name].get(h.name, 0),
             suspended=per[schema.suspended.name].get(h.name, 0),
+            repairs=h.repairs,
         )
         for h in subscriptions.list_hosts(conn)
     ]

@@ -32,6 +32,7 @@ from messagebox.errors import (
     StorageError,
     ValidationError,
 )
+from messagebox.fence import Fence
 
 log = logging.getLogger("messagebox.store")
 
@@ -168,18 +169,25 @@ class Store:
 
     @contextmanager
     def transaction(
-        self, *, serial: bool = False, autocommit: bool = False
+        self, *, serial: bool = False, autocommit: bool = False, fence: Fence | None = None
     ) -> Iterator[sa.Connection]:
         """One transaction; committed on success, rolled back on any error.
 
         ``serial=True`` also holds the dialect's in-process lock (DuckDB), for work that
         must not interleave with other such work. ``autocommit=True``: no transaction
         around the work, each statement commits alone (no BEGIN and COMMIT round trips),
-        for work that is one statement.
+        for work that is one statement. ``fence``: the transaction routes (its first
+        statement must be ``router.prelude``) or changes subscriptions, and holds the
+        routing fence so (:mod:`messagebox.fence`).
         """
-        with self.dialect.serial() if serial else nullcontext():
+        with (
+            self.dialect.hold_routing(fence) if fence is not None else nullcontext(),
+            self.dialect.serial() if serial else nullcontext(),
+        ):
             try:
                 with self._begin(autocommit) as conn:
+                    if fence is not None:
+                        self.dialect.lock_routing(conn, fence)
                     notify.take(conn)  # nothing left over from an earlier transaction
                     tracking.begin(conn, self.tracking)
                     routing_index.begin(conn, self.routing)

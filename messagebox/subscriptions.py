@@ -98,14 +98,11 @@ def update_host(conn: sa.Connection, name: str, settings: HostSettings) -> None:
 
 def list_hosts(conn: sa.Connection) -> list[Host]:
     rows = conn.execute(sa.select(schema.host).order_by(schema.host.c.name))
-    return [
-        Host(
-            name=r.name,
-            settings=HostSettings.model_validate_json(r.settings),
-            created_at=r.created_at,
-        )
-        for r in rows
-    ]
+    hosts = []
+    for r in rows:
+        settings, repairs = HostSettings.from_stored(r.settings)
+        hosts.append(Host(name=r.name, settings=settings, created_at=r.created_at, repairs=repairs))
+    return hosts
 
 
 def subscribe(

@@ -74,12 +74,13 @@ class P:
         return self._pred(Op.PREFIX, prefix)
 
     def in_(self, values: Iterable[object]) -> Predicate:
-        """The property is present and equal to one of ``values``."""
+        """The property is present and equal to one of ``values`` (read only as far as
+        the limits allow: an endless iterator is refused, not exhausted)."""
         if isinstance(values, str | bytes) or not isinstance(values, Iterable):
             raise FilterValidationError(
                 f"predicate {self.name}.in_({values!r}): in_ takes a list of values"
             )
-        return self._pred(Op.IN, tuple(values))
+        return self._pred(Op.IN, values)
 
     def __repr__(self) -> str:
         return f"P({self.name!r})"

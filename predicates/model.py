@@ -14,13 +14,20 @@ Limits (checked when a filter is built):
 - at most :data:`MAX_IN_VALUES` values in one ``in_`` predicate;
 - at most :data:`MAX_NESTING` levels of nesting in an expression or filter text (``&``
   within ``|`` within ``&``…, or parentheses), refused before it is normalised.
+
+Each limit counts after duplicates are removed. An expression that would expand to more
+than :data:`PRE_DEDUP_FACTOR` times :data:`MAX_GROUPS` groups, or an ``in_`` given more
+than :data:`MAX_IN_GIVEN` values, is refused from its size, before it is expanded or its
+values compared. The work is linear in the input: an ``in_`` list is de-duplicated by
+family and exact value, a group as it is expanded (and refused as soon as it holds too
+many distinct predicates).
 """
 
 from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self, TypeAlias
@@ -43,13 +50,16 @@ from messagebox.properties import (
     encode_value,
     family,
     normalize_value,
-    values_equal,
 )
 
 MAX_GROUPS = 128
 MAX_PREDICATES_PER_GROUP = 64
 MAX_IN_VALUES = 1000
 MAX_NESTING = 100
+PRE_DEDUP_FACTOR = 4
+"""How many times a limit a filter may reach before its duplicates are removed."""
+MAX_IN_GIVEN = PRE_DEDUP_FACTOR * MAX_IN_VALUES
+"""Values an ``in_`` may be given, duplicates included."""
 
 
 class Op(StrEnum):
@@ -115,7 +125,7 @@ class Predicate(BaseModel):
             value = _check_operand(op, value)
         except ValueError as exc:
             raise FilterValidationError(
-                f"predicate {_show(data['property'], op, value)}: {exc}"
+                f"predicate {_show(data['property'], op, _brief(value))}: {exc}"
             ) from exc
         return {**data, "property": name, "op": op, "value": value}
 
@@ -162,6 +172,24 @@ def _stored_value(raw: Any) -> Any:
     return decode_value(raw)
 
 
+class _Brief:
+    """A long list of values, shown by its first few and its length."""
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        self.values = values
+
+    def __repr__(self) -> str:
+        first = ", ".join(repr(v) for v in self.values[:3])
+        return f"[{first}, … {len(self.values)} values]"
+
+
+def _brief(value: Any) -> Any:
+    """``value``, or a stand-in that shows a long list in a few characters."""
+    if isinstance(value, list | tuple) and len(value) > 5:
+        return _Brief(value)
+    return value
+
+
 def _show(name: object, op: Op, value: Any) -> str:
     """A predicate as text, e.g. ``orders.Total > 1000``."""
     if op in _SYMBOLS:
@@ -178,18 +206,7 @@ def _check_operand(op: Op, value: Any) -> Any:
             raise ValueError(f"{op.value} takes no value")
         return None
     if op is Op.IN:
-        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-            raise ValueError("in_ takes a list of values")
-        members: list[Value] = []
-        for raw in value:
-            member = normalize_value(raw)
-            if not any(values_equal(member, seen) for seen in members):
-                members.append(member)
-        if not members:
-            raise ValueError("in_ needs at least one value")
-        if len(members) > MAX_IN_VALUES:
-            raise ValueError(f"in_ takes at most {MAX_IN_VALUES} values")
-        return tuple(members)
+        return _in_members(value)
     if value is None:
         raise ValueError(f"{op.value} needs a value")
     normal = normalize_value(value)
@@ -204,6 +221,42 @@ def _check_operand(op: Op, value: Any) -> Any:
     if op is Op.PREFIX and fam is not Family.STR:
         raise ValueError(f"prefix takes a str, not {type(normal).__name__}")
     return normal
+
+
+def in_list_too_long(given: int | None) -> str:
+    """Why an ``in_`` given ``given`` values (None: more than it may be) is refused."""
+    count = f"more than {MAX_IN_GIVEN}" if given is None else str(given)
+    return (
+        f"in_ takes at most {MAX_IN_GIVEN} values before duplicates are removed "
+        f"({MAX_IN_VALUES} after); {count} given"
+    )
+
+
+def _in_members(value: Any) -> tuple[Value, ...]:
+    """The distinct values of an ``in_`` list, in order (the first of equal ones kept),
+    normalised; its length is checked first, and each value is looked up by its family
+    and exact value (``1 == 1.0``, ``True`` apart from ``1``, ``2**53 + 1`` apart from
+    ``2.0**53``), so that the work is linear in the list."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError("in_ takes a list of values")
+    given = len(value) if isinstance(value, Sized) else None
+    if given is not None and given > MAX_IN_GIVEN:
+        raise ValueError(in_list_too_long(given))
+    members: dict[tuple[Family, Value], Value] = {}
+    for count, raw in enumerate(value, start=1):
+        if count > MAX_IN_GIVEN:
+            raise ValueError(in_list_too_long(None))
+        member = normalize_value(raw)
+        members.setdefault((family(member), member), member)
+        if len(members) > MAX_IN_VALUES:
+            of = "" if given is None else f" of the {given} given"
+            raise ValueError(
+                f"in_ takes at most {MAX_IN_VALUES} values after duplicates are removed; "
+                f"more than {MAX_IN_VALUES}{of} are distinct"
+            )
+    if not members:
+        raise ValueError("in_ needs at least one value")
+    return tuple(members.values())
 
 
 class Group(BaseModel):
@@ -408,14 +461,34 @@ def _count_groups(expr: Expr) -> int:
     return total
 
 
-def _dnf(expr: Expr) -> list[tuple[Predicate, ...]]:
+def _dnf(expr: Expr, keys: dict[int, str] | None = None) -> list[dict[str, Predicate]]:
+    """The groups of the DNF of ``expr``, each its predicates by :meth:`Predicate.key`
+    (``keys`` caches them by object), duplicates dropped as the groups are made: a long
+    ``&`` of repeats costs time linear in its length. A group of more than
+    ``MAX_PREDICATES_PER_GROUP`` distinct predicates is refused as soon as it appears."""
+    keys = {} if keys is None else keys
     if isinstance(expr, Predicate):
-        return [(expr,)]
+        key = keys.get(id(expr))
+        if key is None:
+            key = keys[id(expr)] = expr.key()
+        return [{key: expr}]
     if isinstance(expr, Or):
-        return [g for part in expr.parts for g in _dnf(part)]
-    groups: list[tuple[Predicate, ...]] = [()]
+        return [g for part in expr.parts for g in _dnf(part, keys)]
+    groups: list[dict[str, Predicate]] = [{}]
     for part in expr.parts:
-        groups = [g + h for g in groups for h in _dnf(part)]
+        more = _dnf(part, keys)
+        if len(more) == 1:  # each group once: grown in place
+            for g in groups:
+                g.update(more[0])
+        else:
+            groups = [{**g, **h} for g in groups for h in more]
+        for g in groups:
+            if len(g) > MAX_PREDICATES_PER_GROUP:
+                raise FilterValidationError(
+                    f"a filter group has more than {MAX_PREDICATES_PER_GROUP} distinct "
+                    f"predicates; at most {MAX_PREDICATES_PER_GROUP} are allowed "
+                    f"(first: {next(iter(g.values()))})"
+                )
     return groups
 
 
@@ -430,13 +503,13 @@ def to_filter(expr: object) -> Filter:
             f"within &…; it starts with {_first_predicate(tree)})"
         )
     size = _count_groups(tree)
-    if size > MAX_GROUPS * 4:  # refuse before expanding; Filter checks the exact count
+    if size > MAX_GROUPS * PRE_DEDUP_FACTOR:  # before expanding; Filter checks the exact count
         raise FilterValidationError(
             f"filter expands to at least {min(size, 10 * MAX_GROUPS)} groups in disjunctive "
             f"normal form; at most {MAX_GROUPS} are allowed (it starts with "
             f"{_first_predicate(tree)})"
         )
-    return Filter(groups=tuple(Group(predicates=g) for g in _dnf(tree)))
+    return Filter(groups=tuple(Group(predicates=tuple(g.values())) for g in _dnf(tree)))
 
 
 def _first_predicate(expr: Expr) -> Predicate:

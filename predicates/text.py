@@ -20,7 +20,10 @@ Grammar (``and`` binds tighter than ``or``; keywords are case-insensitive)::
   (``100.0``, ``1e3``): they compare equal, as everywhere, but keep their types;
 - ``datetime("2024-05-01T10:00:00+02:00")`` is an aware datetime (an offset or ``Z`` is
   required);
-- parentheses nest at most :data:`~messagebox.predicates.model.MAX_NESTING` levels deep.
+- parentheses nest at most :data:`~messagebox.predicates.model.MAX_NESTING` levels deep;
+- the text is read in time linear in its length: more terms joined by ``or`` or ``and``,
+  values in a list, or predicates in all, than four times the model's limits (which
+  count after duplicates are removed) are refused at once, before the rest is read.
 
 :func:`format_filter` writes a :class:`~messagebox.predicates.Filter` in this form, and
 ``parse_filter(format_filter(f)) == f`` for every filter. Errors are
@@ -35,7 +38,17 @@ from datetime import datetime
 
 from messagebox.errors import FilterValidationError
 from messagebox.predicates.dsl import And, Or, to_filter
-from messagebox.predicates.model import MAX_NESTING, Filter, Op, Predicate
+from messagebox.predicates.model import (
+    MAX_GROUPS,
+    MAX_IN_GIVEN,
+    MAX_NESTING,
+    MAX_PREDICATES_PER_GROUP,
+    PRE_DEDUP_FACTOR,
+    Filter,
+    Op,
+    Predicate,
+    in_list_too_long,
+)
 from messagebox.properties import Value
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
@@ -53,6 +66,9 @@ _WORD_OPS = {
 OP_TEXT: dict[Op, str] = {op: text for text, op in (*_SYMBOL_OPS.items(), *_WORD_OPS.items())}
 """The text of each operator."""
 _DECODER = json.JSONDecoder()
+MAX_TEXT_PREDICATES = PRE_DEDUP_FACTOR * MAX_GROUPS * MAX_PREDICATES_PER_GROUP
+"""Predicates a filter's text may hold, duplicates included (a filter has at most
+``MAX_GROUPS`` groups of ``MAX_PREDICATES_PER_GROUP`` after they are removed)."""
 
 
 class _Parser:
@@ -61,13 +77,14 @@ class _Parser:
         self.pos = 0
         self.depth = 0
         """Parentheses open around the current position."""
+        self.predicates = 0
+        """Predicates read so far."""
 
     # -- scanning --
 
     def fail(self, expected: str, at: int | None = None) -> FilterValidationError:
         pos = self.pos if at is None else at
-        rest = self.text[pos:]
-        found = f"{rest[:20]!r}" if rest else "the end of the text"
+        found = f"{self.text[pos : pos + 20]!r}" if pos < len(self.text) else "the end of the text"
         return FilterValidationError(
             f"filter text, column {pos + 1}: expected {expected}, found {found}"
         )
@@ -108,14 +125,29 @@ class _Parser:
     def disjunction(self) -> object:
         parts = [self.conjunction()]
         while self.take_word("or"):
+            if len(parts) == MAX_GROUPS * PRE_DEDUP_FACTOR:  # each part is a group at least
+                raise self.too_many(len(parts), "groups joined by 'or'", MAX_GROUPS)
             parts.append(self.conjunction())
         return parts[0] if len(parts) == 1 else Or.of(*parts)
 
     def conjunction(self) -> object:
         parts = [self.term()]
         while self.take_word("and"):
+            if len(parts) == MAX_PREDICATES_PER_GROUP * PRE_DEDUP_FACTOR:  # as many predicates
+                raise self.too_many(
+                    len(parts), "predicates joined by 'and' in a group", MAX_PREDICATES_PER_GROUP
+                )
             parts.append(self.term())
         return parts[0] if len(parts) == 1 else And.of(*parts)
+
+    def too_many(self, count: int, what: str, limit: int) -> FilterValidationError:
+        """An error refusing the text at once, before the rest is parsed: ``count`` parts
+        are ``PRE_DEDUP_FACTOR`` times the limit, which counts after duplicates are
+        removed."""
+        return FilterValidationError(
+            f"filter text, column {self.pos + 1}: more than {count} {what}; at most "
+            f"{limit} are allowed (after duplicates are removed)"
+        )
 
     def term(self) -> object:
         if self.take("("):
@@ -137,6 +169,11 @@ class _Parser:
     def predicate(self) -> Predicate:
         self.skip()
         start = self.pos
+        if self.predicates == MAX_TEXT_PREDICATES:  # each is in a group at least once
+            raise self.too_many(
+                self.predicates, "predicates", MAX_GROUPS * MAX_PREDICATES_PER_GROUP
+            )
+        self.predicates += 1
         m = _NAME.match(self.text, self.pos)
         if not m:
             raise self.fail("a property name such as orders.Total")
@@ -145,7 +182,7 @@ class _Parser:
         op = self.operator(name)
         value: object = None
         if op is Op.IN:
-            value = self.value_list()
+            value = self.value_list(name, start)
         elif op not in (Op.EXISTS, Op.NOT_EXISTS):
             value = self.value(after=OP_TEXT[op])
         try:
@@ -170,11 +207,16 @@ class _Parser:
             "exists, not_exists)"
         )
 
-    def value_list(self) -> list[Value]:
+    def value_list(self, name: str, start: int) -> list[Value]:
         if not self.take("["):
             raise self.fail("'[' starting the list of values after 'in'")
         values = [self.value(after="[")]
         while self.take(","):
+            if len(values) == MAX_IN_GIVEN:  # refused before the rest is read
+                raise FilterValidationError(
+                    f"filter text, column {start + 1}: predicate {name} in [...]: "
+                    + in_list_too_long(None)
+                )
             values.append(self.value(after=","))
         if not self.take("]"):
             raise self.fail("',' or ']'")

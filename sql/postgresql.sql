@@ -11,11 +11,32 @@ staged AS (
 batch AS (SELECT generate_series(0, %(n)s - 1) AS msg)
 
 -- name: publish_prelude --
--- What a publish reads before it routes, in one round trip: the transaction's time, a
--- block of ids, and the routing versions after the one this process's index holds.
-SELECT now(), nextval('mb_block_seq'),
-       ARRAY(SELECT version FROM mb_routing_change WHERE version > %(v)s ORDER BY version, sub),
-       ARRAY(SELECT sub FROM mb_routing_change WHERE version > %(v)s ORDER BY version, sub)
+-- What a publish reads before it routes, in one round trip: the routing fence, shared
+-- (messagebox/fence.py), then the transaction's time, a block of ids, and the routing
+-- versions after the one this process's index holds.
+SELECT * FROM mb_publish_prelude(%(v)s)
+
+-- name: publish_prelude_function --
+-- PL/pgSQL, VOLATILE: its query takes a snapshot of its own after the lock is granted,
+-- so a publish that waited for a subscription change reads the versions it committed
+-- (one statement taking the lock and reading would read them as they were before).
+CREATE OR REPLACE FUNCTION mb_publish_prelude(p_v bigint)
+RETURNS TABLE (at timestamptz, block bigint, versions bigint[], subs bigint[])
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(724013, hashtext(current_schema()));
+    RETURN QUERY
+    SELECT now(), nextval('mb_block_seq'),
+           ARRAY(SELECT c.version FROM mb_routing_change c WHERE c.version > p_v
+                 ORDER BY c.version, c.sub),
+           ARRAY(SELECT c.sub FROM mb_routing_change c WHERE c.version > p_v
+                 ORDER BY c.version, c.sub);
+END
+$$
+
+-- name: fence_changes --
+-- The routing fence, exclusive: a subscription change waits for the publishes in flight.
+SELECT pg_advisory_xact_lock(724013, hashtext(current_schema()))
 
 -- name: lock_subscriptions --
 -- Serialise subscription changes (shared predicates are created and collected safely).

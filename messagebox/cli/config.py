@@ -101,7 +101,7 @@ def apply(args: argparse.Namespace, out: Terminal) -> None:
             lines, data = result.describe(), result.as_json()
         else:
             who = getattr(args, "served_for", None)
-            applied = box.apply(text, who=who)
+            applied = box.apply(text, who=who, allow_empty=args.allow_empty)
             said = (
                 f"applied as version {applied.version}"
                 if applied.version

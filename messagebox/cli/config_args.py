@@ -47,10 +47,17 @@ def config_parser(sub: Any, command: Any, positive: Any) -> None:
         "subscriptions or by the new ones, never a mix. A filter, priority, ordered, "
         "on_failure or state changes in place (the subscription keeps its id and waiting "
         "entries); a change of service, host, kind or correlation replaces it. What the "
-        "file does not name is removed. Recorded as a new version (`versions`).",
+        "file does not name is removed. Recorded as a new version (`versions`). A file "
+        "that declares nothing, or no subscription while some are live (what an export "
+        "that failed leaves), is refused unless --allow-empty.",
     )
     apply.add_argument("file", metavar="FILE", help="the routing file")
     apply.add_argument("--dry-run", action="store_true", help="print the changes, apply nothing")
+    apply.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="apply it even if it declares nothing, or no subscription while some are live",
+    )
     versions = command(sub, "versions", "applied routing versions, newest first")
     versions.add_argument(
         "number", nargs="?", type=positive, metavar="N", help="print version N's file"

@@ -8,7 +8,9 @@ free port unless told otherwise, ``--console off`` to not), and writes the endpo
 beside the database, so that every command of the command line works on the store
 while the hosts run. The console's actions need the console token
 (``MESSAGEBOX_CONSOLE_TOKEN`` or ``--token-file``); the API needs the token written in
-the endpoint file (the console token when there is one, else a new one per run).
+the endpoint file (the console token when there is one, else a new one per run). The
+console's settings ``MESSAGEBOX_CONSOLE_TRUSTED_PROXIES`` and ``MESSAGEBOX_SERVE_PATHS``
+apply (:mod:`messagebox.console.cli`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from messagebox.defaults import DEFAULT_URL
-from messagebox.errors import MessageBoxError
+from messagebox.errors import HostExhausted, MessageBoxError
 
 if TYPE_CHECKING:
     from messagebox.hosts.instance import HostInstance
@@ -131,13 +133,14 @@ def _serve_console(
     from messagebox.cli import remote
     from messagebox.console import create_app
     from messagebox.console.background import BackgroundServer
-    from messagebox.console.cli import UsageProblem, check_hosts, secrets_of
+    from messagebox.console.cli import UsageProblem, check_hosts, secrets_of, serving_settings
     from messagebox.engine import MessageBox
 
     bind, port = address
     try:
         secret, read = secrets_of(args)
         check_hosts(bind, [])
+        proxies, folders = serving_settings()
     except UsageProblem as exc:
         raise MessageBoxError(f"host run --console: {exc}") from exc
     api_token = secret or remote.new_token()
@@ -158,6 +161,8 @@ def _serve_console(
             api_token=api_token,
             describe=describe,
             read_token=read,
+            trusted_proxies=proxies,
+            serve_paths=folders,
         ),
         bind,
         port,
@@ -223,6 +228,8 @@ def _run(
         while not stop.wait(0.05 if until_idle is not None else 0.2):
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            if any(i.exhausted is not None for i in running):
+                break  # every instance stops: the process ends, to be restarted
             if until_idle is not None and all(i.idle_seconds() >= until_idle for i in running):
                 log.info(
                     "every instance idle for %gs: stopping",
@@ -238,3 +245,6 @@ def _run(
             t.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    exhausted = [i.exhausted for i in running if i.exhausted is not None]
+    if exhausted:
+        raise HostExhausted("; ".join(exhausted))

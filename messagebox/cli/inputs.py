@@ -97,19 +97,28 @@ def message_id(text: str) -> uuid.UUID:
 
 
 def read_arg(text: str, what: str) -> str:
-    """``text``, or the contents of a file when it is ``@FILE``."""
+    """``text``, or the contents of a file when it is ``@FILE``: a regular file of at
+    most :data:`~messagebox.routing_file.MAX_FILE_BYTES` of UTF-8 text (anything else
+    is a usage error naming the file)."""
+    from messagebox.routing_file import MAX_FILE_BYTES, RoutingFileError, decode, read
+
     if not text.startswith("@"):
         return text
-    path = Path(text[1:])
+    name = text[1:]
     try:
         sent = SENT.get()
-        if sent is not None:
-            if text[1:] not in sent.files:
-                raise FileNotFoundError(f"no file {text[1:]!r} was sent")
-            return sent.files[text[1:]].decode("utf-8")
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{what}: cannot read {str(path)!r}: {exc}") from exc
+        if sent is None:
+            return read(name, what)
+        if name not in sent.files:
+            raise UsageError(f"{what}: cannot read {name!r}: no file {name!r} was sent")
+        if len(sent.files[name]) > MAX_FILE_BYTES:
+            raise UsageError(
+                f"{what} {name!r} is larger than {MAX_FILE_BYTES // 2**20} MiB, the most "
+                "that is read"
+            )
+        return decode(sent.files[name], name, what)
+    except RoutingFileError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def assignments(items: Sequence[str], option: str) -> dict[str, Value]:
@@ -138,6 +147,10 @@ def properties(args: argparse.Namespace) -> dict[str, Value]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UsageError(f"--properties-json is not JSON: {exc}") from exc
+        except RecursionError:
+            raise UsageError(
+                "--properties-json: arrays or objects are nested too deeply to read"
+            ) from None
         try:
             found.update(properties_from_json(data))
         except ValueError as exc:
@@ -172,6 +185,8 @@ def filter_arg(text: str) -> Filter:
         return parse_filter(source)
     except FilterValidationError as exc:
         raise UsageError(f"--filter: {exc}") from exc
+    except RecursionError:
+        raise UsageError("--filter: the filter's JSON is nested too deeply to read") from None
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)")

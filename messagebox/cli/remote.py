@@ -9,57 +9,99 @@ sent to it and runs there, on its open store, with the same output and exit code
 here. ``--url http://HOST:PORT`` sends the command to such an endpoint explicitly (its
 token from ``MESSAGEBOX_CONSOLE_TOKEN``), on either backend.
 
-The files a command reads (``publish FILE``, ``--filter @FILE``) and standard input are
-read here and sent with it; its standard output and error come back when it ends (so
-progress shows at the end, not as it goes).
+The endpoint file is trusted only as a regular file (not a symbolic link), this user's,
+that no one else may write, checked on the file opened; and the process it names must
+say, in its status, that it serves this database (its resolved path, or the file's
+device and inode), else the command is refused.
+
+**Served commands** (an allow-list, :data:`messagebox.console.served.SERVED`):
+``init``, ``publish``, ``subscriptions``, ``route explain``, ``services``, ``hosts``,
+``messages show``, ``queues``, ``instances``, ``suspended``, ``cleanup``, ``stats``,
+``tracking``, ``metrics``, ``export``, ``plan``, ``apply``, ``versions``, ``rollback``,
+``lint``, ``spark route`` and ``spark what-if``. Any other is refused, exit code 2,
+naming it (``host run`` and ``console`` start a process of their own: the command line
+says so without sending them).
+
+The files a command reads (``publish FILE``, ``--filter @FILE``, a routing file, a
+``spark`` command's ``--subscriptions`` or ``--proposed`` JSON file) and standard input
+are read here and sent with it; its standard output and error come back when it ends (so
+progress shows at the end, not as it goes). A served ``spark`` command's input and
+output are read and written by the serving process, only inside the store's own folder
+and the folders its operator allows (:mod:`messagebox.console.paths`).
+
+The command line waits for the serving process :data:`TIMEOUTS`: 10 s to connect, then
+60 s of silence at most (the process sends a space every 5 s while a command runs, so a
+long command is waited for, a process that stopped answering is not). It follows no
+redirect (the token goes to the address given only), and refuses an answer that is not
+JSON of the shape below, naming what it got (shortened; exit code 1).
 
 The API: ``POST /api/v1/cli`` with ``{"argv": [...], "files": {name: base64},
-"stdin": base64}`` answers ``{"exit": N, "stdout": base64, "stderr": base64}``;
-``GET /api/v1/status`` answers what the process serves. Both need ``Authorization:
-Bearer TOKEN``.
+"stdin": base64, "cwd": DIR}`` answers ``{"exit": N, "stdout": base64, "stderr":
+base64}``; ``GET /api/v1/status`` answers what the process serves. Both need
+``Authorization: Bearer TOKEN`` (:mod:`messagebox.console.api`; the serving side is
+:mod:`messagebox.console.served`).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import contextlib
-import io
+import errno
+import http.client
 import json
 import os
 import re
 import secrets
+import stat
 import sys
 import tempfile
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from messagebox.engine import MessageBox
+from typing import Any
+from urllib.parse import urlsplit
 
 ENDPOINT_SUFFIX = ".endpoint"
 """Beside ``store.duckdb``: ``store.duckdb.endpoint``."""
 
 TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
 NOT_SERVED = ("host", "console")
-"""Commands that start a process of their own and are never sent. (``spark`` commands
-are: the process that holds the store runs the Spark job, with this machine's paths.)"""
-SPARK_PATHS = ("input", "output", "subscriptions", "proposed")
-"""``spark`` options naming local files or folders: resolved against the command line's
-working directory, which is sent along."""
+"""Commands that start a process of their own: the command line says so itself."""
+
+SPARK_FILES = ("subscriptions", "proposed")
+"""``spark`` options naming a JSON file the command line reads and sends (a MessageBox
+URL, or a ``file://`` URL naming a file on the serving machine, is sent as it is)."""
 
 STDIN_NOTE = "reading the message body from standard input (end it with Ctrl-D)"
-TIMEOUT_SECONDS = 3600.0
-CHECK_SECONDS = 5.0
-"""How long the command line waits for a serving process to say it is there."""
-"""How long the command line waits for a served command (a bulk resume may be long)."""
+SENT_FILE_BYTES = 256 << 20
+"""The largest file the command line sends to a serving process (whole, in the
+request): a regular file only, never a FIFO or a device it would read for ever."""
+MAX_ANSWER_BYTES = 1 << 30
+"""An answer longer than this is refused (1 GiB: a message body as stdout, in base64)."""
+MAX_ENDPOINT_BYTES = 64 * 1024
 
 _DUCKDB_URL = re.compile(r"^duckdb(?:\+\w+)?:///(?P<path>[^?]*)")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long the command line waits for a serving process, in seconds."""
+
+    connect: float = 10.0
+    idle: float = 60.0
+    """The longest silence, once connected (it sends a space every 5 s while it works)."""
+
+
+TIMEOUTS = Timeouts()
+"""For a command."""
+CHECK_TIMEOUTS = Timeouts(connect=5.0, idle=5.0)
+"""For asking a process named in an endpoint file whether it is there."""
+
+
+class RemoteError(Exception):
+    """A serving process gave no usable answer; the message says what it did."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +127,17 @@ def endpoint_file(database: Path) -> Path:
     return database.with_name(database.name + ENDPOINT_SUFFIX)
 
 
+def store_identity(database: Path) -> dict[str, str]:
+    """How a process names the DuckDB file it serves, in its status: ``database``, the
+    resolved path, and ``database_id``, the file's device and inode."""
+    real = os.path.realpath(database)
+    identity = {"database": real}
+    with contextlib.suppress(OSError):
+        info = os.stat(real)
+        identity["database_id"] = f"{info.st_dev}:{info.st_ino}"
+    return identity
+
+
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -101,8 +154,12 @@ def endpoint_for(url: str) -> Endpoint | None:
     """Where commands on ``url`` are served: the endpoint itself for an ``http(s)://``
     URL; for a DuckDB file, the process named in its endpoint file while that process
     answers as that process (a file left by a crash is ignored, with a note); else None
-    (open the store here). An endpoint file that another user owns, or that others may
-    write, is refused: it would send this user's commands and files elsewhere."""
+    (open the store here). An endpoint file that is a symbolic link or not a regular
+    file, that another user owns or others may write, or whose process serves another
+    store, is refused (MessageBoxError): it would send this user's commands and files
+    elsewhere."""
+    from messagebox.errors import MessageBoxError
+
     if url.startswith(("http://", "https://")):
         token = os.environ.get(TOKEN_ENV)
         return Endpoint(url.rstrip("/"), token.strip() if token else None)
@@ -110,39 +167,96 @@ def endpoint_for(url: str) -> Endpoint | None:
     if database is None:
         return None
     path = endpoint_file(database)
-    from messagebox.errors import MessageBoxError
-
-    try:
-        info = path.stat()
-        data = json.loads(path.read_text(encoding="utf-8"))
-        pid = int(data["pid"])
-        served = Endpoint(str(data["url"]).rstrip("/"), data.get("token"), pid, path)
-    except FileNotFoundError:
+    data = _read_endpoint(path)
+    if data is None:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    try:
+        pid = int(data["pid"])
+        token = data.get("token")
+        if token is not None and not isinstance(token, str):
+            raise TypeError("the token is not a string")
+        served = Endpoint(str(data["url"]).rstrip("/"), token, pid, path)
+    except (ValueError, KeyError, TypeError) as exc:
         raise MessageBoxError(f"unreadable endpoint file {str(path)!r}: {exc}") from exc
-    if info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise MessageBoxError(
-            f"the endpoint file {str(path)!r} is another user's or writable by others: "
-            "not trusted (remove it if no process of yours serves this store)"
-        )
-    if not _alive(pid) or not _answers(served):
+    status = _status(served) if _alive(pid) else None
+    if status is None or status.get("pid") != pid:
         print(
             f"messagebox: note: ignoring {str(path)!r}: process {pid} does not answer "
             "(it ended without removing it)",
             file=sys.stderr,
         )
         return None
+    _check_store(status, database, served)
     return served
 
 
-def _answers(endpoint: Endpoint) -> bool:
-    """Whether the endpoint answers as the process its file names."""
+def _read_endpoint(path: Path) -> dict[str, Any] | None:
+    """The endpoint file's contents (None: there is none), read from the file checked:
+    a regular file, not a link, this user's and not writable by others."""
+    from messagebox.errors import MessageBoxError
+
+    def refused(why: str) -> MessageBoxError:
+        return MessageBoxError(
+            f"the endpoint file {str(path)!r} {why}: not trusted (remove it if no "
+            "process of yours serves this store)"
+        )
+
     try:
-        status = _request(endpoint, "/api/v1/status", None, timeout=CHECK_SECONDS)
-    except (OSError, ValueError):
-        return False
-    return isinstance(status, dict) and status.get("pid") == endpoint.pid
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            raise refused(f"is a symbolic link (to {os.readlink(path)!r})")
+        if not stat.S_ISREG(info.st_mode):
+            raise refused("is not a regular file")
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # made a link since
+            raise refused("is a symbolic link") from exc
+        raise MessageBoxError(f"unreadable endpoint file {str(path)!r}: {exc}") from exc
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise refused("is not a regular file")
+        if opened.st_uid != os.getuid() or opened.st_mode & 0o022:
+            raise refused("is another user's or writable by others")
+        raw = os.read(fd, MAX_ENDPOINT_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw) if len(raw) <= MAX_ENDPOINT_BYTES else None
+    except ValueError as exc:
+        raise MessageBoxError(f"unreadable endpoint file {str(path)!r}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MessageBoxError(f"unreadable endpoint file {str(path)!r}: not a JSON object")
+    return data
+
+
+def _status(endpoint: Endpoint) -> dict[str, Any] | None:
+    """The endpoint's status, or None when it gives none."""
+    try:
+        status = _request(endpoint, "/api/v1/status", None, CHECK_TIMEOUTS)
+    except RemoteError:
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def _check_store(status: Mapping[str, Any], database: Path, endpoint: Endpoint) -> None:
+    """Refuse a process that serves another store than ``database``."""
+    from messagebox.errors import MessageBoxError
+
+    asked = store_identity(database)
+    served_id, served = status.get("database_id"), status.get("database")
+    same_file = served_id is not None and served_id == asked.get("database_id")
+    if same_file or served == asked["database"]:
+        return
+    serves = f"serves {served}" if isinstance(served, str) else "does not say which store it serves"
+    raise MessageBoxError(
+        f"the endpoint file {str(endpoint.file)!r} names process {endpoint.pid} at "
+        f"{endpoint.url}, which {serves}, not {asked['database']}: refused (remove the "
+        "file if no process serves this store)"
+    )
 
 
 def advertise(database: Path, url: str, token: str) -> Path:
@@ -164,8 +278,11 @@ def advertise(database: Path, url: str, token: str) -> Path:
 
 def withdraw(path: Path) -> None:
     """Remove an endpoint file this process wrote (not one another process wrote since)."""
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        if int(json.loads(path.read_text(encoding="utf-8"))["pid"]) == os.getpid():
+    from messagebox.errors import MessageBoxError
+
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, MessageBoxError):
+        data = _read_endpoint(path)
+        if data is not None and int(data["pid"]) == os.getpid():
             path.unlink()
 
 
@@ -182,7 +299,7 @@ FILE_OPTIONS = ("filter", "properties_json")
 
 def _named_files(args: argparse.Namespace) -> list[str]:
     """The files a command reads: ``@FILE`` values of :data:`FILE_OPTIONS`,
-    ``publish``'s files and a routing file."""
+    ``publish``'s files, a routing file and a ``spark`` command's JSON file."""
     names = [
         v[1:]
         for key in FILE_OPTIONS
@@ -192,22 +309,126 @@ def _named_files(args: argparse.Namespace) -> list[str]:
         names.extend(f for f in args.files if f != "-")
     if args.command in ("plan", "apply", "lint") and getattr(args, "file", None):
         names.append(args.file)
+    if args.command == "spark":
+        names.extend(
+            v
+            for key in SPARK_FILES
+            if isinstance(v := getattr(args, key, None), str) and v and "://" not in v
+        )
     return names
 
 
 def _request(
-    endpoint: Endpoint,
-    path: str,
-    body: Mapping[str, Any] | None,
-    timeout: float = TIMEOUT_SECONDS,
+    endpoint: Endpoint, path: str, body: Mapping[str, Any] | None, timeouts: Timeouts | None = None
 ) -> Any:
+    """POST ``body`` (GET without one) to the endpoint; its JSON answer. RemoteError
+    says what went wrong: no connection, no answer in time, a redirect, an error status,
+    an answer that is not JSON."""
+    status, message, raw = _exchange(endpoint, path, body, timeouts or TIMEOUTS)
+    kind = message.get_content_type()
+    if 300 <= status < 400:
+        location = _printable(message.get("Location") or "nowhere")
+        raise RemoteError(
+            f"answered {status}, a redirect to {location!r}: not followed (the token is "
+            "sent to the address given only); give the serving process's own address"
+        )
+    if status != 200:
+        detail = _gist(raw, kind)
+        if status in (401, 403):
+            detail = f"the token was refused ({detail}); set {TOKEN_ENV}"
+        raise RemoteError(f"answered {status}: {detail}")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise RemoteError(f"answered with something that is not JSON: {_gist(raw, kind)}") from None
+
+
+def _exchange(
+    endpoint: Endpoint, path: str, body: Mapping[str, Any] | None, timeouts: Timeouts
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """The status, headers and body of one request, redirects not followed."""
+    parts = urlsplit(endpoint.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RemoteError(f"is not an http:// or https:// address: {endpoint.url!r}")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeouts.connect)
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(endpoint.url + path, data=data, method="POST" if data else "GET")
-    req.add_header("Content-Type", "application/json")
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if endpoint.token:
-        req.add_header("Authorization", f"Bearer {endpoint.token}")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+        headers["Authorization"] = f"Bearer {endpoint.token}"
+    try:
+        try:
+            connection.connect()
+        except TimeoutError:
+            raise RemoteError(f"does not answer: no connection in {timeouts.connect:g} s") from None
+        except OSError as exc:
+            raise RemoteError(f"does not answer: {exc}") from None
+        assert connection.sock is not None
+        connection.sock.settimeout(timeouts.idle)
+        method = "GET" if data is None else "POST"
+        connection.request(method, parts.path.rstrip("/") + path, body=data, headers=headers)
+        response = connection.getresponse()
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := response.read1(1 << 16):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise RemoteError(f"answered more than {MAX_ANSWER_BYTES:,} bytes: refused")
+            chunks.append(chunk)
+    except TimeoutError:
+        raise RemoteError(
+            f"gave no answer in {timeouts.idle:g} s: given up (a command it was running "
+            "may go on there)"
+        ) from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise RemoteError(f"does not answer: {exc}") from None
+    finally:
+        connection.close()
+    return response.status, response.msg, b"".join(chunks)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters (a terminal's escapes) as ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _gist(raw: bytes, kind: str) -> str:
+    """What an answer says, in a line of 200 characters at most: a JSON error's text,
+    an HTML page's title, else the first line."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if isinstance(found, dict) and isinstance(found.get("error"), str):
+        text = found["error"]
+    elif "html" in kind or text.lstrip().startswith("<"):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        text = title.group(1) if title else re.sub(r"<[^>]*>", " ", text)
+        text = "an HTML page" + (f" titled {' '.join(text.split())!r}" if text.strip() else "")
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "an empty body")
+    line = _printable(line)
+    return line if len(line) <= 200 else line[:200] + "…"
+
+
+def _decoded(answer: Any) -> tuple[int, bytes, bytes]:
+    """The exit code, standard output and standard error of a served command's answer
+    (RemoteError when it is not one)."""
+    code = answer.get("exit") if isinstance(answer, dict) else None
+    streams = [answer.get(k) for k in ("stdout", "stderr")] if isinstance(answer, dict) else []
+    try:
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+            raise ValueError(code)
+        texts = [v for v in streams if isinstance(v, str)]
+        if len(texts) != 2:
+            raise ValueError(streams)
+        out, err = (base64.b64decode(v, validate=True) for v in texts)
+    except (ValueError, binascii.Error):  # the answer shown as it came, shortened
+        shown = _gist(json.dumps(answer).encode(), "application/json")
+        raise RemoteError(
+            f"answered with something that is not a served command's answer: {shown}"
+        ) from None
+    return code, out, err
 
 
 def _where(endpoint: Endpoint) -> str:
@@ -232,14 +453,14 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
             file=sys.stderr,
         )
         return 1
+    from messagebox.routing_file import RoutingFileError, read_bytes
+
     files: dict[str, str] = {}
     for name in _named_files(args):
         try:
-            files[name] = base64.b64encode(Path(name).read_bytes()).decode()
-        except OSError as exc:  # as the command says it when run here
-            action = getattr(args, "action", None)
-            command = f"{args.command} {action}" if action else args.command
-            print(f"messagebox {command}: error: cannot read {name!r}: {exc}", file=sys.stderr)
+            files[name] = base64.b64encode(read_bytes(name, "file", SENT_FILE_BYTES)).decode()
+        except RoutingFileError as exc:  # a FIFO, a device, too large: as when run here
+            print(f"messagebox {command_name(args)}: error: {exc}", file=sys.stderr)
             return 2
     stdin = b""
     if args.command == "publish" and ("-" in args.files or not args.files):
@@ -253,107 +474,31 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
         "cwd": os.getcwd(),
     }
     try:
-        answer = _request(endpoint, "/api/v1/cli", body)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace").strip()
-        if exc.code in (401, 403):
-            detail = f"the token was refused ({detail}); set {TOKEN_ENV}"
-        print(f"messagebox: {_where(endpoint)} answered {exc.code}: {detail}", file=sys.stderr)
+        code, out, err = _decoded(_request(endpoint, "/api/v1/cli", body))
+    except RemoteError as exc:
+        print(f"messagebox: {_where(endpoint)} {exc}", file=sys.stderr)
         return 1
-    except (OSError, ValueError) as exc:
+    except KeyboardInterrupt:
         print(
-            f"messagebox: the store is served by {_where(endpoint)}, which does not answer: {exc}",
+            f"messagebox: interrupted; the command may still be running in {_where(endpoint)}",
             file=sys.stderr,
         )
-        return 1
+        return 130
     sys.stdout.flush()
-    sys.stdout.buffer.write(base64.b64decode(answer["stdout"]))
+    sys.stdout.buffer.write(out)
     sys.stdout.flush()
-    sys.stderr.write(base64.b64decode(answer["stderr"]).decode("utf-8", "replace"))
-    return int(answer["exit"])
+    sys.stderr.write(err.decode("utf-8", "replace"))
+    return code
 
 
-# --- the serving process's side ---
-
-_PARSE = threading.Lock()
-
-
-def serve(box: MessageBox, body: Mapping[str, Any], client: str | None = None) -> dict[str, Any]:
-    """Run a command sent by :func:`forward` on ``box``; what :func:`forward` prints."""
-    from messagebox.cli.inputs import SENT, Sent
-    from messagebox.cli.parser import build
-    from messagebox.cli.running import EXIT_USAGE, run, shown_argv
-    from messagebox.cli.terminal import Terminal
-
-    argv = body.get("argv")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise ValueError("argv must be a list of strings")
-    raw_files = body.get("files") or {}
-    if not isinstance(raw_files, dict):
-        raise ValueError("files must be an object of base64 strings")
-    sent = Sent(
-        {str(k): base64.b64decode(v) for k, v in raw_files.items()},
-        base64.b64decode(body.get("stdin") or ""),
-    )
-    errors = io.StringIO()
-    with _PARSE, contextlib.redirect_stderr(errors):  # argparse writes its errors there
-        try:
-            args = build().parse_args(argv)
-        except SystemExit as exc:
-            return _answer(
-                int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE,
-                b"",
-                errors.getvalue(),
-            )
-    if args.command in NOT_SERVED:
-        return _answer(EXIT_USAGE, b"", f"messagebox: `{args.command}` is not served here\n")
-    args.url = args.explicit_url = box.store.url.render_as_string(hide_password=True)
-    if args.command == "spark":
-        return _serve_spark(args, body.get("cwd"))
-    args.served_box = box
-    args.served_for = f"token holder at {client or 'an unknown address'}"
-    args.argv = shown_argv(argv)
-    raw = io.BytesIO()
-    stdout = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
-    out = Terminal(
-        json_output=args.json, progress=bool(args.progress), stdout=stdout, stderr=errors
-    )
-    token = SENT.set(sent)
-    try:
-        code = run(args, out)
-    finally:
-        SENT.reset(token)
-        stdout.flush()
-    action = getattr(args, "action", None)
-    command = f"{args.command} {action}" if action else args.command
-    return _answer(code, raw.getvalue(), errors.getvalue(), command)
+def command_name(args: argparse.Namespace) -> str:
+    """The command's name as typed: ``suspended resume``, ``spark route``, ``stats``."""
+    return f"{args.command} {action}" if (action := command_action(args)) else args.command
 
 
-def _answer(code: int, stdout: bytes, stderr: str, command: str | None = None) -> dict[str, Any]:
-    return {
-        "command": command,
-        "exit": code,
-        "stdout": base64.b64encode(stdout).decode(),
-        "stderr": base64.b64encode(stderr.encode()).decode(),
-    }
-
-
-_SPARK = threading.Lock()
-
-
-def _serve_spark(args: argparse.Namespace, cwd: object) -> dict[str, Any]:
-    """Run a ``spark`` command here, in the process that holds the store: its paths taken
-    from the caller's working directory, its output captured (one at a time: the job
-    prints to this process's standard streams)."""
-    from messagebox.pipelines.spark_cli import run as spark
-
-    if isinstance(cwd, str) and cwd:
-        for key in SPARK_PATHS:
-            value = getattr(args, key, None)
-            if isinstance(value, str) and value and "://" not in value:
-                setattr(args, key, os.path.join(cwd, value))
-    out, err = io.StringIO(), io.StringIO()
-    with _SPARK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = spark(args)
-    command = f"spark {args.spark_command}"
-    return _answer(code, out.getvalue().encode(), err.getvalue(), command)
+def command_action(args: argparse.Namespace) -> str:
+    """The command's action (``resume``, ``route``), or ""."""
+    for key in ("action", "spark_command", "host_command"):
+        if value := getattr(args, key, None):
+            return str(value)
+    return ""

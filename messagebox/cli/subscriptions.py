@@ -161,6 +161,12 @@ def hosts_list(args: argparse.Namespace, out: Terminal) -> None:
     """The hosts with their instances, queued and suspended entries and settings."""
     with open_box(args) as box:
         hosts = box.host_stats()
+    for h in hosts:
+        for repair in h.repairs:
+            out.note(
+                f"messagebox: warning: host {h.name!r} stored a bad setting: {repair} "
+                f"(repair it: messagebox hosts set {h.name} --set SETTING=VALUE)"
+            )
     if out.json:
         out.emit(hosts)
         return

@@ -6,6 +6,10 @@ markup, no truncation, no trailing blanks: fit for ``grep`` and ``cut``). JSON i
 :func:`jsonable`: datetimes as ISO 8601 strings, ids as strings, enums as their values.
 Progress is shown only when standard error is a terminal, or when asked for; on a
 terminal as a bar, otherwise as one line per step.
+
+Nothing printed can drive the terminal: control and format characters in what is shown
+(names an old store accepted, a service's error text) come out escaped, as ``\\x1b`` or
+``\\u202e`` (:func:`escape_controls`; in JSON, as ``\\u001b`` escapes).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 import sys
+import unicodedata
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +27,41 @@ from datetime import datetime
 from typing import IO, Any, Protocol, cast
 
 Cell = str | int | float | None
+
+_CONTROLS = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories printed escaped: control and format characters, surrogates, and
+line and paragraph separators."""
+
+_LOOK = re.compile(r"[^\x20-\x7e]")
+"""What may be one of them (printable ASCII is not)."""
+_JSON_LOOK = re.compile(r"[^\n\x20-\x7e]")
+"""The same in JSON text, whose line breaks are its layout (in its strings, ``\\n``)."""
+
+
+def escape_controls(text: str, keep: str = "") -> str:
+    r"""``text`` with each control or format character but those in ``keep`` shown as
+    its Python escape (``\x1b``, ``\n``, ``\u202e``)."""
+    if text.isprintable():  # none of them (the common case, at C speed)
+        return text
+
+    def escape(m: re.Match[str]) -> str:
+        c = m.group()
+        return c if c in keep or unicodedata.category(c) not in _CONTROLS else ascii(c)[1:-1]
+
+    return _LOOK.sub(escape, text)
+
+
+def _json_escapes(text: str) -> str:
+    r"""JSON text with the control and format characters in its strings (JSON escapes
+    only those below U+0020) written as ``\uXXXX`` escapes: the same JSON."""
+    if text.isascii() and "\x7f" not in text:
+        return text
+
+    def escape(m: re.Match[str]) -> str:
+        c = m.group()
+        return json.dumps(c)[1:-1] if unicodedata.category(c) in _CONTROLS else c
+
+    return _JSON_LOOK.sub(escape, text)
 
 
 def jsonable(value: object) -> Any:
@@ -99,14 +140,16 @@ class Terminal:
 
     def emit(self, data: object) -> None:
         """Print ``data`` as JSON."""
-        print(json.dumps(jsonable(data), indent=2, ensure_ascii=False), file=self.stdout)
+        text = json.dumps(jsonable(data), indent=2, ensure_ascii=False)
+        print(_json_escapes(text), file=self.stdout)
 
     def say(self, text: str = "") -> None:
-        print(text, file=self.stdout)
+        """A line (or lines) of results; tabs and line breaks are kept."""
+        print(escape_controls(text, keep="\n\t"), file=self.stdout)
 
     def note(self, text: str) -> None:
         """A remark for people, on standard error (never mixed into results)."""
-        print(text, file=self.stderr, flush=True)
+        print(escape_controls(text, keep="\n\t"), file=self.stderr, flush=True)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Cell]], empty: str) -> None:
         """Rows as aligned columns (numbers to the right); ``empty`` goes to standard
@@ -119,7 +162,7 @@ class Terminal:
             and any(r[i] is not None for r in rows)
             for i in range(len(headers))
         ]
-        text = [["" if c is None else str(c) for c in r] for r in rows]
+        text = [["" if c is None else escape_controls(str(c)) for c in r] for r in rows]
         if self.stdout.isatty():
             self._rich_table(headers, text, numeric)
             return
@@ -152,7 +195,7 @@ class Terminal:
         """``label  value`` lines, labels aligned; a multi-line value is indented."""
         width = max(len(k) for k, _ in pairs)
         for key, value in pairs:
-            first, *rest = value.splitlines() or [""]
+            first, *rest = escape_controls(value, keep="\n\t").splitlines() or [""]
             print(f"{key.ljust(width)}  {first}".rstrip(), file=self.stdout)
             for more in rest:
                 print(f"{' ' * width}  {more}".rstrip(), file=self.stdout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -25,8 +26,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from messagebox.cli.remote import duckdb_file, store_identity
 from messagebox.console import api, auth, browsing, incidents, lifecycle, pages, state, versions
+from messagebox.console.clients import ClientAddress, TrustedProxies
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
+from messagebox.console.paths import ServedPaths
 from messagebox.errors import MessageBoxError
 from messagebox.models import REROUTABLE
 
@@ -158,6 +162,8 @@ def create_app(
     api_token: str | None = None,
     describe: Callable[[], dict[str, Any]] | None = None,
     read_token: str | None = None,
+    trusted_proxies: Iterable[str] = (),
+    serve_paths: Iterable[str | Path] = (),
 ) -> Starlette:
     """The console over ``box``. Read-only unless ``token`` is given: then resume and
     terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header,
@@ -173,12 +179,20 @@ def create_app(
     every page needs a login: :mod:`messagebox.console.auth`).
 
     With ``api_token`` it also serves the management API (:mod:`messagebox.console.api`)
-    to requests carrying that token; ``describe`` adds to its status."""
+    to requests carrying that token; ``describe`` adds to its status. A ``spark``
+    command it serves reads and writes in the store's own folder (a DuckDB store's) and
+    in ``serve_paths`` only (:mod:`messagebox.console.paths`).
+
+    A request's address (for the lock-out of failed secrets and the audit log) is its
+    socket peer's; ``trusted_proxies`` (addresses or networks, a ValueError names a
+    malformed one) are believed about the client they forward
+    (:mod:`messagebox.console.clients`)."""
     if token is not None and not token:
         raise ValueError("the console token must not be empty (None disables actions)")
     if read_token is not None and (not read_token or read_token == token):
         raise ValueError("the read token must be neither empty nor the console token")
     allowed = AllowedHosts.of(bind, allowed_hosts)
+    proxies = TrustedProxies.of(trusted_proxies)
     if not allowed.checked:
         log.warning(
             "the console is bound to %s with no allowed host names, so it does not check "
@@ -191,6 +205,7 @@ def create_app(
         routes=ROUTES,
         middleware=[
             Middleware(_SecurityHeaders),
+            Middleware(ClientAddress, proxies=proxies),
             Middleware(HostCheck, allowed=allowed),
             Middleware(auth.LoginRequired),
         ],
@@ -204,4 +219,7 @@ def create_app(
     )
     app.state.api_token = api_token
     app.state.describe = describe
+    database = duckdb_file(box.store.url.render_as_string(hide_password=True))
+    app.state.serve_paths = ServedPaths.of(database, serve_paths)
+    app.state.store_identity = {} if database is None else store_identity(database)
     return app

@@ -13,14 +13,20 @@ Roles: an *operator* (the console token) reads and acts; a *reader* (the read to
 reads, the contents of message parts too. With a read token configured every page needs
 a login; without one the pages are open to whoever reaches the console (bound to
 loopback by default) and only actions and part contents need the token.
+
+Every secret is checked by :func:`checked`, in constant time, and counted: a wrong one
+towards the lock-out of its address (:mod:`messagebox.console.lockout`; the address is
+the socket peer's unless trusted proxies are configured: :mod:`messagebox.console.clients`).
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -31,6 +37,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from messagebox.console.lockout import Lockout, Policy
+
 if TYPE_CHECKING:
     from messagebox.console.state import Console
 
@@ -40,8 +48,14 @@ COOKIE = "mb_session"
 SESSION_SECONDS = 8 * 3600
 MAX_NAME = 80
 LOGIN_ATTEMPTS = 5
+"""Failed secrets from one address within :data:`LOGIN_WINDOW` that lock it out."""
 LOGIN_WINDOW = 60.0
-"""Failed logins from one address within this many seconds lock it out until they age."""
+"""Seconds: the span failures count in, and the first lock's length (each next one
+doubles, up to :attr:`Policy.cap <messagebox.console.lockout.Policy.cap>`)."""
+
+
+def _policy() -> Policy:
+    return Policy(attempts=LOGIN_ATTEMPTS, window=LOGIN_WINDOW)
 
 
 @dataclass
@@ -54,26 +68,12 @@ class Session:
 
 
 class Sessions:
-    """Open sessions, by id, in this process's memory; failed logins by address."""
+    """Open sessions, by id, in this process's memory; failed secrets by address."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, Session] = {}
-        self._failed: dict[str, list[float]] = {}
-
-    def failed_login(self, client: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            recent = [t for t in self._failed.get(client, []) if now - t < LOGIN_WINDOW]
-            self._failed[client] = [*recent, now]
-
-    def locked_out(self, client: str) -> bool:
-        """Whether ``client`` failed :data:`LOGIN_ATTEMPTS` logins in the last minute."""
-        now = time.monotonic()
-        with self._lock:
-            recent = [t for t in self._failed.get(client, []) if now - t < LOGIN_WINDOW]
-            self._failed[client] = recent
-            return len(recent) >= LOGIN_ATTEMPTS
+        self.lockout = Lockout(_policy)
 
     def open(self, role: str, who: str) -> Session:
         session = Session(
@@ -121,6 +121,51 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else "an unknown address"
 
 
+def refusal(console: Console, client: str) -> HTTPException | None:
+    """The 429 (with ``Retry-After``) for ``client`` while it is locked out, else None."""
+    wait = math.ceil(console.sessions.lockout.wait(client))
+    if not wait:
+        return None
+    return HTTPException(
+        429,
+        f"too many failed logins and tokens from {client}: try again in {wait} s",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+def checked(request: Request, given: bytes, event: str = "console-token-failed") -> str | None:
+    """The role ``given`` logs in as (None: it is neither secret), counted for the
+    caller's address: refused (429) while that address is locked out, a wrong secret a
+    failure (logged as ``event``). A secret is counted once per request however often
+    it is checked."""
+    console = _console(request)
+    return counted(request, given, lambda g: role_of(console, g), event)
+
+
+def counted(
+    request: Request, given: bytes, judge: Callable[[bytes], str | None], event: str
+) -> str | None:
+    """``judge(given)`` (what the secret is: None for nothing), as :func:`checked`
+    counts it."""
+    console = _console(request)
+    verdicts: dict[tuple[str, bytes], str | None] = request.scope.setdefault(
+        "messagebox.secrets", {}
+    )
+    if (event, given) in verdicts:
+        return verdicts[event, given]
+    client = _client(request)
+    refused = refusal(console, client)
+    if refused is not None:
+        raise refused
+    found = verdicts[event, given] = judge(given)
+    if found is None:
+        console.sessions.lockout.failed(client)
+        console.log_event(event, client=client, path=request.url.path)
+    else:
+        console.sessions.lockout.succeeded(client)
+    return found
+
+
 def _console(request: Request) -> Console:
     console: Console = request.app.state.console
     return console
@@ -151,7 +196,7 @@ def caller(request: Request) -> Caller:
         return Caller(session.role, session.who, session)
     given = bearer(request)
     if given:
-        role = role_of(console, given)
+        role = checked(request, given)
         if role is None:
             raise HTTPException(403, "wrong token")
         return Caller(role, f"token holder at {_client(request)}")
@@ -174,7 +219,7 @@ def operator(request: Request, form: FormData) -> Caller:
     if given or bearer(request):
         if not given:
             given = bearer(request)
-        if role_of(console, given) != OPERATOR:
+        if checked(request, given) != OPERATOR:
             raise HTTPException(403, "wrong token; nothing was changed")
         return Caller(OPERATOR, f"token holder at {_client(request)}")
     session = console.sessions.get(request.cookies.get(COOKIE))
@@ -214,13 +259,14 @@ async def login(request: Request) -> Response:
         name = form.get("name")
         target = form.get("next")
     client = _client(request)
-    if console.sessions.locked_out(client):
-        raise HTTPException(429, f"too many failed logins from {client}: try again in a minute")
     given = token.encode() if isinstance(token, str) else b""
-    role = role_of(console, given) if given else None
+    refused = refusal(console, client)
+    if refused is not None:
+        raise refused
+    role = checked(request, given, "console-login-failed") if given else None
     if role is None:
-        console.sessions.failed_login(client)
-        console.log_event("console-login-failed", client=client)
+        if not given:
+            console.log_event("console-login-failed", client=client)
         raise HTTPException(403, "wrong token: not logged in")
     who = name.strip()[:MAX_NAME] if isinstance(name, str) and name.strip() else role
     session = console.sessions.open(role, f"{who} at {client}")

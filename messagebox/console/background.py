@@ -31,6 +31,9 @@ class BackgroundServer:
                 log_config=None,  # its records go to the root logger, as text or JSON
                 lifespan="off",
                 ws="none",
+                # the client is the socket peer; X-Forwarded-For only from the proxies
+                # the operator names (messagebox.console.clients), never uvicorn's default
+                proxy_headers=False,
             )
         )
         self._thread = threading.Thread(target=self._server.run, name="console", daemon=True)

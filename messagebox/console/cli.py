@@ -9,9 +9,16 @@ token, or on a DuckDB store with the token it writes in the endpoint file beside
 database, so that the command line works on the store while the console holds it.
 It answers to the ``--bind`` address's Host (on loopback also ``localhost``,
 ``127.0.0.1``, ``[::1]``) and to each ``--allowed-host NAME[:PORT]``
-(:mod:`messagebox.console.hostcheck`). Exit codes: 0 after a clean stop (Ctrl-C), 1 a
-messagebox error (no such database), 2 bad usage (an unreadable or empty token file, a
-malformed host name).
+(:mod:`messagebox.console.hostcheck`).
+
+Two settings of the serving process (``host run`` reads them too), off by default:
+``MESSAGEBOX_CONSOLE_TRUSTED_PROXIES`` (addresses or networks, comma-separated: the
+reverse proxies whose ``X-Forwarded-For`` names the client, :mod:`.clients`) and
+``MESSAGEBOX_SERVE_PATHS`` (folders, ``:``-separated, that a served ``spark`` command
+may read and write besides the store's own folder, :mod:`.paths`).
+
+Exit codes: 0 after a clean stop (Ctrl-C), 1 a messagebox error (no such database), 2
+bad usage (an unreadable or empty token file, a malformed host name, proxy or folder).
 """
 
 from __future__ import annotations
@@ -66,6 +73,24 @@ def secrets_of(args: argparse.Namespace) -> tuple[str | None, str | None]:
     return secret, read
 
 
+def serving_settings() -> tuple[list[str], list[str]]:
+    """The trusted proxies and the served folders of the environment (see above);
+    UsageProblem names a malformed proxy or a folder that is not one."""
+    from messagebox.console.clients import TRUSTED_PROXIES_ENV, TrustedProxies
+    from messagebox.console.paths import SERVE_PATHS_ENV
+
+    proxies = [p.strip() for p in os.environ.get(TRUSTED_PROXIES_ENV, "").split(",") if p.strip()]
+    try:
+        TrustedProxies.of(proxies)
+    except ValueError as exc:
+        raise UsageProblem(f"{TRUSTED_PROXIES_ENV}: {exc}") from exc
+    folders = [f for f in os.environ.get(SERVE_PATHS_ENV, "").split(os.pathsep) if f.strip()]
+    for folder in folders:
+        if not os.path.isabs(folder) or not os.path.isdir(folder):
+            raise UsageProblem(f"{SERVE_PATHS_ENV}: {folder!r} is not an absolute path to a folder")
+    return proxies, folders
+
+
 def check_hosts(bind: str, allowed: list[str]) -> None:
     """Refuse a malformed ``--allowed-host`` or ``--bind`` before the store is opened."""
     from messagebox.console.hostcheck import AllowedHosts, split_host
@@ -106,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         secret, read = secrets_of(args)
         check_hosts(args.bind, args.allowed_host)
+        proxies, folders = serving_settings()
     except UsageProblem as exc:
         print(f"messagebox console: error: {exc}", file=sys.stderr)
         return 2
@@ -133,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
             allowed_hosts=args.allowed_host,
             api_token=secret or remote.new_token(),
             read_token=read,
+            trusted_proxies=proxies,
+            serve_paths=folders,
         )
         server = BackgroundServer(app, args.bind, args.port)
         with _until_signal() as stopped:

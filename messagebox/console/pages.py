@@ -199,7 +199,9 @@ def http_error(request: Request, exc: Exception) -> Response:
         message = f"no page at {request.url.path}"
     elif exc.status_code == 405:
         message = f"{request.method} is not allowed at {request.url.path}"
-    return error_page(request, exc.status_code, message)
+    page = error_page(request, exc.status_code, message)
+    page.headers.update(exc.headers or {})  # a lock-out's Retry-After
+    return page
 
 
 def messagebox_error(request: Request, exc: Exception) -> Response:

@@ -92,6 +92,6 @@ class Console:
                 "the contents of a message's parts need the console token (the token "
                 "field, or an Authorization: Bearer header)",
             )
-        if auth.role_of(self, given) is None:
+        if auth.checked(request, given) is None:
             raise HTTPException(403, "wrong token; the parts' contents are not shown")
         return True

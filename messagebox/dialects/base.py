@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from messagebox import arrays, notify, sql
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+from messagebox.fence import Fence
 
 T = TypeVar("T")
 
@@ -331,6 +332,15 @@ class Dialect:
 
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         """Serialise subscription changes across processes for the rest of the transaction."""
+
+    def hold_routing(self, fence: Fence) -> AbstractContextManager[Any]:
+        """Held around a whole transaction that routes or changes subscriptions, where
+        the routing fence is this process's (:mod:`messagebox.fence`)."""
+        return nullcontext()
+
+    def lock_routing(self, conn: sa.Connection, fence: Fence) -> None:
+        """Take the routing fence as the transaction's first statement, where it is the
+        database's (:mod:`messagebox.fence`)."""
 
     def claim_params(self, host: str, owner: str, n: int, lease_seconds: float) -> dict[str, Any]:
         """Parameters of the ``claim`` statements."""

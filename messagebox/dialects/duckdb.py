@@ -35,6 +35,7 @@ from messagebox.dialects.base import (
     route_rows,
 )
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
+from messagebox.fence import Fence, ReadWriteLock
 from messagebox.ids import uuid_bytes
 
 
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 _LOCKS: dict[str, threading.RLock] = {}
+_FENCES: dict[str, ReadWriteLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
@@ -223,6 +225,7 @@ class DuckDBDialect(Dialect):
     def __init__(self) -> None:
         super().__init__()
         self._lock: threading.RLock = threading.RLock()
+        self._fence = ReadWriteLock()
         self.lease_sql = sql.load(self.name, "lease")
         self.run_cut_sql = sql.load(self.name, "run_cut")
         self.blocked_heads_sql = sql.load(self.name, "blocked_heads")
@@ -233,6 +236,7 @@ class DuckDBDialect(Dialect):
             path = os.path.abspath(database)
             with _LOCKS_GUARD:
                 self._lock = _LOCKS.setdefault(path, threading.RLock())
+                self._fence = _FENCES.setdefault(path, ReadWriteLock())
         if url.drivername == "duckdb":
             url = url.set(drivername="duckdb+messagebox")
         return sa.create_engine(url)
@@ -430,6 +434,12 @@ class DuckDBDialect(Dialect):
     def serial(self) -> AbstractContextManager[Any]:
         """The in-process lock (one per database file) for work that must not interleave."""
         return self._lock
+
+    def hold_routing(self, fence: Fence) -> AbstractContextManager[Any]:
+        """The routing fence of the database file (one process: this one's). Only
+        publishes take it to route: the other transactions that route are serial, as
+        every change is, so they cannot overlap one."""
+        return self._fence.writing() if fence is Fence.CHANGES else self._fence.reading()
 
     def create_convoys(
         self,

@@ -31,6 +31,7 @@ from messagebox.dialects.base import (
     route_rows,
 )
 from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
+from messagebox.fence import Fence
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -159,6 +160,7 @@ class PostgreSQLDialect(Dialect):
     has_row_locks: ClassVar[bool] = True
     supports_notify: ClassVar[bool] = True
     prelude_sql: ClassVar[str] = sql.load("postgresql", "publish_prelude")
+    fence_changes_sql: ClassVar[str] = sql.load("postgresql", "fence_changes")
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         if url.drivername in ("postgresql", "postgres"):
@@ -203,6 +205,7 @@ class PostgreSQLDialect(Dialect):
             "run_lease_column",
             "run_lease_index",
             "claimable_function",
+            "publish_prelude_function",
             "ordered_run_function",
             "ordered_heads_function",
             "instance_heads_function",
@@ -371,6 +374,12 @@ class PostgreSQLDialect(Dialect):
 
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_subscriptions"))
+
+    def lock_routing(self, conn: sa.Connection, fence: Fence) -> None:
+        """A change takes the fence here; a transaction that routes, in its prelude
+        (``mb_publish_prelude``), which it runs first."""
+        if fence is Fence.CHANGES:
+            conn.exec_driver_sql(self.fence_changes_sql)
 
     def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
         if isinstance(exc, sa.exc.OperationalError) and statement is None:

@@ -399,8 +399,14 @@ def test_malformed_explain_input_is_refused_naming_the_culprit(
 # --- escaping ---
 
 
-def test_hostile_values_are_escaped_on_every_page(box: MessageBox) -> None:
-    # Given a host, subscription and message whose names and values are markup
+def test_hostile_values_are_escaped_on_every_page(
+    box: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a host, subscription and message whose names and values are markup (names
+    # this version refuses, stored as an older version let them be)
+    from messagebox import catalog
+
+    monkeypatch.setattr(catalog, "check_name", lambda what, name: name)
     box.create_host(HOSTILE)
     box.subscribe(HOSTILE, host=HOSTILE, filter=P("x.Evil") == HOSTILE, name=HOSTILE)
     [routed] = box.publish(

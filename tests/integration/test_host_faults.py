@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
+from messagebox import errors as mb_errors
 from messagebox import leases as mb_leases
 from messagebox import registry as mb_registry
 from messagebox import schema as mb_schema
@@ -208,11 +209,13 @@ def test_a_time_out_keeps_what_a_batching_service_did_in_its_batch(
         release.set()
 
 
-def test_abandoned_handlers_do_not_grow_the_threads_without_bound(
+def test_hung_handlers_that_take_every_thread_stop_the_instance_not_stall_it(
     box: MessageBox, instances: list[HostInstance]
 ) -> None:
     """A dependency that hangs every call: at most ``dequeue_threads`` abandoned
-    handlers run beside the dequeue threads; no thread is added until one returns."""
+    handlers run beside the dequeue threads. One more, and the instance has no thread
+    to give: it says so, stops (entries given back, unregistered) and ``run`` raises,
+    rather than live on, heartbeating, delivering nothing (issue 55)."""
     setup_host(box, max_attempts=10)
     release = threading.Event()
     lock = threading.Lock()
@@ -228,27 +231,42 @@ def test_abandoned_handlers_do_not_grow_the_threads_without_bound(
             with lock:
                 running["now"] -= 1
 
+    inst = HostInstance(
+        box,
+        "h",
+        {"svc": service},
+        settings={**FAST, "dequeue_threads": 1, "claim_batch": 1, "handler_timeout_seconds": 0.3},
+    )
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            inst.run(stop_timeout=2.0)
+        except BaseException as exc:
+            failure.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
     try:
-        inst = start(
-            instances,
-            box,
-            {"svc": service},
-            dequeue_threads=1,
-            claim_batch=1,
-            handler_timeout_seconds=0.3,
-        )
         box.publish(msgs(5))
-        wait_for(
-            lambda: inst.stats.snapshot()["timed_out"] == 2 and len(inst._abandoned) == 2,
-            what="two handlers abandoned",
-        )
-        assert inst._threads == []  # at the limit: 1 thread + 1 abandoned beyond it
-        assert inst.stats.snapshot()["threads_replaced"] == 1
-        assert running["most"] == 2
+        runner.start()
+        wait_for(lambda: not runner.is_alive(), what="the exhausted instance to stop", timeout=30)
+        [exc] = failure
+        assert isinstance(exc, mb_errors.HostExhausted)
+        assert "abandoned past handler_timeout_seconds" in str(exc)
+        assert inst.exhausted == str(exc)
+        assert inst.stats.snapshot()["timed_out"] == 2  # the 1 thread + 1 abandoned beyond it
+        assert running["most"] == 2  # no third thread ever started
+        assert box.instances() == []  # unregistered
+        with box.store.transaction() as conn:  # nothing left leased: all back on the queue
+            leased = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(mb_schema.queue)
+                .where(mb_schema.queue.c.lease_owner.is_not(None))
+            ).scalar_one()
+        assert leased == 0
+        assert sum(q.depth for q in box.queue_depth()) == 5  # timed out: waiting to retry
     finally:
         release.set()
-    wait_for(completed(box), what="every entry completed once the handlers return")
-    assert running["most"] <= 3
 
 
 # --- D1: outcomes that could not be written ---
@@ -517,6 +535,52 @@ def test_a_message_that_ends_its_process_is_suspended_under_a_restart_loop(
         assert delivered[poison] == exits.count(3)
         assert len(delivered) == 60  # every message reached its service
         assert box.queue_depth() == []
+
+
+def test_hung_handlers_under_a_restart_loop_end_suspended_and_the_rest_delivered(
+    backend_url: str, tmp_path: Path
+) -> None:
+    """Issue 55's round: 10 handlers that hang for ever among 400 messages, 4 threads,
+    a handler time-out. Each process whose hung handlers take every thread it may add
+    exits non-zero (1) at once, its entries given back; a supervisor restarts it. In the
+    end the hung messages are suspended after max_attempts and every other message is
+    delivered: no run stalls alive with work waiting."""
+    from tests.apps.hang import app
+
+    with MessageBox(backend_url) as box:
+        app.setup(box)
+        box.publish(Message(b"x", promoted={"t.N": i, "t.Hang": i % 40 == 7}) for i in range(400))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "MB_TEST_OUT": str(out), "PYTHONPATH": str(ROOT)}
+    command = [
+        *(sys.executable, "-m", "messagebox.cli", "--url", backend_url),
+        *("host", "run", "tests.apps.hang:app", "--log-level", "CRITICAL"),
+        *("--until-idle", "1"),
+    ]
+    exits = []
+    errors = b""
+    for _ in range(12):
+        done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, timeout=120)
+        exits.append(done.returncode)
+        errors += done.stderr
+        if done.returncode != 1:
+            break
+    delivered = Counter(
+        line.split()[0] for f in out.glob("*.log") for line in f.read_text().splitlines()
+    )
+    assert exits[-1] == 0, (exits, errors.decode()[-3000:])
+    assert set(exits[:-1]) <= {1}
+    assert b"abandoned past handler_timeout_seconds" in errors
+    with MessageBox(backend_url) as box:
+        suspended = box.suspended()
+        said = [(e.reason, e.attempts, (e.error or "")[:200]) for e in suspended]
+        assert len(suspended) == 10, said
+        assert all("did not return within 0.5 s" in (e.error or "") for e in suspended)
+        assert [e.attempts for e in suspended] == [2] * 10, exits
+        assert box.queue_depth() == []
+        assert box.instances() == []
+    assert len(delivered) == 390
 
 
 # --- D7: heartbeat and completion ---

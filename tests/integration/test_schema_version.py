@@ -31,7 +31,9 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables and box.store.dialect.name == "postgresql":  # before 17
+        if old_tables and box.store.dialect.name == "postgresql":  # before 18
+            conn.execute(sa.text("DROP FUNCTION mb_publish_prelude"))
+        if old_tables and version != "17" and box.store.dialect.name == "postgresql":  # < 17
             conn.execute(sa.text("DROP FUNCTION mb_ordered_heads"))
             conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN run_lease"))  # its index too
         if old_tables and version == "15" and box.store.dialect.name == "postgresql":
@@ -56,7 +58,7 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
                     "AND q.instance_id IS NOT NULL ORDER BY q.id LIMIT p_n; END $$"
                 )
             )
-        elif old_tables and box.store.dialect.name == "postgresql":  # before 14
+        elif old_tables and version != "17" and box.store.dialect.name == "postgresql":  # < 14
             conn.execute(sa.text("DROP FUNCTION mb_instance_heads"))
         if old_tables and version == "12" and box.store.dialect.name == "postgresql":
             # version 12's claim function was SQL, its queue's fillfactor 50
@@ -70,14 +72,14 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
             conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
         if (
             old_tables
-            and version not in ("12", "13", "14", "15", "16")
+            and version not in ("12", "13", "14", "15", "16", "17")
             and box.store.dialect.name == "postgresql"
         ):  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11", "12", "13", "14", "15", "16")
+            and version not in ("9", "10", "11", "12", "13", "14", "15", "16", "17")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
@@ -121,7 +123,8 @@ def stored_version(box: MessageBox) -> str | None:
 
 
 @pytest.mark.parametrize(
-    "old", ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16"]
+    "old",
+    ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17"],
 )
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
@@ -130,7 +133,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # (no claim functions on PostgreSQL), 12 (SQL claim functions, fillfactor 50), 13
     # (no instance-head function), 14 (one that probed leased heads) or 15 (instance
     # heads of ordered subscriptions claimed beside their runs) or 16 (ordered claims
-    # by an aggregate of the ordered backlog) left it, with data
+    # by an aggregate of the ordered backlog) or 17 (publishes that take no routing
+    # fence) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -145,7 +149,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "17"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "18"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -188,6 +192,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                 "mb_ordered_run": "plpgsql",
                 "mb_instance_heads": "plpgsql",
                 "mb_ordered_heads": "plpgsql",  # ordered heads by index (17)
+                "mb_publish_prelude": "plpgsql",  # takes the routing fence (18)
             }
             assert "mb_queue_run_lease" in set(indexes)
             assert "mb_queue_lease" not in set(indexes)
@@ -200,7 +205,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert sub.name == "sub"
         [orphan] = box.suspended()
         # 6 to 16 could not leave it resumable
-        if old not in ("6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16"):
+        if old not in ("6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17"):
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         box.subscribe("conv", host="kept", filter=P("a.B") == 2, correlation=["a.C"])
@@ -226,5 +231,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 17"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 18"):
         MessageBox(backend_url)

@@ -1,4 +1,4 @@
-"""A command run by the process that holds the store (:func:`messagebox.cli.remote.serve`),
+"""A command run by the process that holds the store (:func:`messagebox.console.served.serve`),
 on both backends: the same output and exit codes as run from the command line, with
 its files and standard input taken from what was sent."""
 
@@ -8,7 +8,7 @@ import base64
 import json
 
 from messagebox import MessageBox
-from messagebox.cli.remote import serve
+from messagebox.console.served import serve
 
 
 def run(

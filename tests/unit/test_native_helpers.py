@@ -15,12 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox import compiled, ids, properties, router, spool
+from messagebox import compiled, ids, properties, spool
 from messagebox.compiled import native
 from messagebox.dialects import Uuids
 from messagebox.message import Message
 from messagebox.models import Outcome, Routed
 from messagebox.properties import Value
+from messagebox.writes import Writes
 from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.skipif(
@@ -210,7 +211,7 @@ def test_compiled_results_are_the_python_ones(counts: list[int], suspend: bool) 
     subs = tuple(range(100, 100 + sum(counts)))
 
     def results() -> list[Routed]:
-        writes = router._Writes.empty(datetime(2024, 1, 1, tzinfo=UTC))
+        writes = Writes.empty(datetime(2024, 1, 1, tzinfo=UTC))
         writes.columns = {"sub": subs}
         entries = list(range(1, sum(counts) + len(counts) + 1))
         return writes.routed_all(entries, batch, counts, suspend_unrouted=suspend)
