@@ -208,11 +208,11 @@ class Store:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
+            if changed and self.dialect.one_process:  # before the routing fence is let go:
+                routing_index.committed_change(self.key)  # the next publish sees the change
         if self.recent is not None and (kept or gone):
             self.recent.put(kept)
             self.recent.forget(gone)
-        if changed and self.dialect.one_process:
-            routing_index.committed_change(self.key)
         if counts:
             from messagebox import metrics  # on the first change: reading starts faster
 
