@@ -509,6 +509,7 @@ class Supervision(Handling):
                 ", ".join(dead) or "-",
                 extra=self._event("leases-released", released=released, dead_instances=dead),
             )
+            self._found_work()  # not idle: what was released is to be claimed
             self.wake()
         self._refresh_subscriptions()
         if time.monotonic() - self._last_depth >= rollup.DEPTH_SECONDS:

@@ -124,6 +124,12 @@ def _step_group(store: Store) -> Group[_Steps, int]:
     return _group(store, "steps")
 
 
+_LIVE: dict[str, set[str]] = {}
+"""The host instances registered by this process, by database (``Store.key``): where one
+process holds the database, every other registered instance is a process that ended."""
+_LIVE_GUARD = threading.Lock()
+
+
 class Consumer:
     """The store as one host instance (``owner``) of ``host`` uses it."""
 
@@ -165,10 +171,24 @@ class Consumer:
     # --- membership ---
 
     def register(self, info: InstanceInfo) -> list[str]:
-        """Register; returns warnings about the server (see ``Dialect.warnings``)."""
+        """Register; returns warnings about the server (see ``Dialect.warnings``).
+        Where one process holds the database (DuckDB), the instances registered by a
+        process that ended are unregistered, and their leases released, at once."""
+        with _LIVE_GUARD:
+            live = _LIVE.setdefault(self._store.key, set())
+            live.add(self.owner)
+            mine = sorted(live)
         with self._store.transaction(serial=True) as conn:
             registry.register(conn, info)
             warnings = self._dialect.warnings(conn)
+            if self._dialect.one_process:
+                gone, released = registry.release_other_processes(conn, self._dialect, mine)
+                if gone:
+                    warnings.append(
+                        f"unregistered {len(gone)} instances of a process that ended "
+                        f"({', '.join(gone[:3])}{'…' if len(gone) > 3 else ''}) and released "
+                        f"their {released} leases"
+                    )
         if self._store.recent is not None:  # it reads the messages published here
             self._store.recent.reader_started()
         return warnings
@@ -181,6 +201,8 @@ class Consumer:
                 if released:
                     self._dialect.notify(conn, [self.host])
         finally:
+            with _LIVE_GUARD:
+                _LIVE.get(self._store.key, set()).discard(self.owner)
             if self._store.recent is not None:
                 self._store.recent.reader_stopped()
         return released
@@ -195,9 +217,18 @@ class Consumer:
         return alive
 
     def release_dead(self, dead_after_seconds: float) -> tuple[list[str], int]:
-        """Unregister the host's dead instances and release their leases."""
+        """Unregister the host's dead instances (never this one) and release their
+        leases."""
         with self._store.transaction(serial=True) as conn:
-            return registry.release_dead(conn, self._dialect, self.host, dead_after_seconds)
+            return registry.release_dead(
+                conn, self._dialect, self.host, dead_after_seconds, me=self.owner
+            )
+
+    def held_by_silent(self, alive_within: float) -> bool:
+        """Whether entries of the host are leased by an instance whose heartbeat is
+        older than ``alive_within`` seconds, or that is not registered."""
+        with self._store.transaction() as conn:
+            return registry.held_by_silent(conn, self._dialect, self.host, alive_within)
 
     # --- the queue ---
 

@@ -92,32 +92,92 @@ def instances(conn: sa.Connection, host: str | None = None) -> list[InstanceInfo
 
 
 def release_dead(
-    conn: sa.Connection, dialect: Dialect, host: str, dead_after_seconds: float
+    conn: sa.Connection,
+    dialect: Dialect,
+    host: str,
+    dead_after_seconds: float,
+    me: str | None = None,
 ) -> tuple[list[str], int]:
-    """Unregister ``host``'s instances whose heartbeat is stale and release every lease
-    of the host held by an instance that is not alive (dead or unregistered).
-    ``lease_owner`` is kept: the next claim sees the delivery was interrupted.
-    Returns the dead instance ids and the number of leases released."""
-    i, q = schema.instance, schema.queue
-    stale = i.c.heartbeat_at < dialect.now_plus(-dead_after_seconds)
-    dead = list(conn.execute(sa.select(i.c.id).where(i.c.host == host, stale)).scalars())
+    """Unregister ``host``'s instances whose heartbeat is stale (never ``me``, which is
+    alive if it asks) and release every lease of the host held by an instance that is
+    not alive (dead or unregistered). ``lease_owner`` is kept: the next claim sees the
+    delivery was interrupted. Returns the dead instance ids and the number of leases
+    released. Rows another transaction holds are skipped, never waited for: a process
+    frozen in the middle of its heartbeat (SIGSTOP, a partition) holds its own row and
+    its leases' rows, and waiting for it stalled this instance's heartbeats until both
+    declared each other dead. What it holds is released once it resumes, or once
+    PostgreSQL ends its idle transaction (``idle_in_transaction_session_timeout``)."""
+    i = schema.instance
+    stale = sa.and_(
+        i.c.host == host,
+        i.c.heartbeat_at < dialect.now_plus(-dead_after_seconds),
+        *([i.c.id != me] if me is not None else []),
+    )
+    found = sa.select(i.c.id).where(stale)
+    if dialect.supports_skip_locked:
+        found = found.with_for_update(skip_locked=True)
+    dead = list(conn.execute(found).scalars())
     if not dead:
         # Leases go with their instance: one that unregisters releases its own, one found
         # dead here has them released in the same transaction. Nothing else to look for
         # (lease_owner has no index: the search reads the host's entries).
         return dead, 0
     conn.execute(i.delete().where(i.c.id.in_(dead)))
-    live = sa.select(i.c.id).where(i.c.host == host)
-    released = conn.execute(
-        q.update()
+    return dead, _release_orphans(conn, dialect, host)
+
+
+def _release_orphans(conn: sa.Connection, dialect: Dialect, host: str | None) -> int:
+    """Release the leases (of ``host``, or of every host) held by an instance that is
+    not registered; rows another transaction holds are skipped."""
+    i, q = schema.instance, schema.queue
+    orphaned = sa.and_(
+        q.c.lease_expires.is_not(None),
+        q.c.lease_owner.is_not(None),
+        q.c.lease_owner.not_in(sa.select(i.c.id)),
+        *([q.c.host == host] if host is not None else []),
+    )
+    if dialect.supports_skip_locked:
+        orphaned = q.c.id.in_(
+            sa.select(q.c.id).where(orphaned).with_for_update(skip_locked=True).scalar_subquery()
+        )
+    released = conn.execute(q.update().where(orphaned).values(lease_expires=None)).rowcount
+    if released:
+        dialect.notify(conn, [host] if host is not None else _hosts(conn))
+    return int(released)
+
+
+def _hosts(conn: sa.Connection) -> list[str]:
+    return list(conn.execute(sa.select(schema.host.c.name)).scalars())
+
+
+def held_by_silent(conn: sa.Connection, dialect: Dialect, host: str, alive_within: float) -> bool:
+    """Whether a lease of ``host`` not yet expired is held by an instance whose heartbeat
+    is older than ``alive_within`` seconds (or that is not registered)."""
+    i, q = schema.instance, schema.queue
+    alive = sa.select(i.c.id).where(i.c.heartbeat_at >= dialect.now_plus(-alive_within))
+    found = conn.execute(
+        sa.select(q.c.id)
         .where(
             q.c.host == host,
-            q.c.lease_expires.is_not(None),
+            q.c.lease_expires >= dialect.now_plus(0),
             q.c.lease_owner.is_not(None),
-            q.c.lease_owner.not_in(live),
+            q.c.lease_owner.not_in(alive),
         )
-        .values(lease_expires=None)
-    ).rowcount
-    if released:
-        dialect.notify(conn, [host])
-    return dead, int(released)
+        .limit(1)
+    ).first()
+    return found is not None
+
+
+def release_other_processes(
+    conn: sa.Connection, dialect: Dialect, live: Sequence[str]
+) -> tuple[list[str], int]:
+    """Where one process holds the database (DuckDB), every instance registered but not
+    ``live`` in it was a process that ended (a crash, a kill): unregister them and
+    release their leases at once, rather than after ``dead_after_seconds``. Returns the
+    ids and the number of leases released."""
+    i = schema.instance
+    gone = list(conn.execute(sa.select(i.c.id).where(i.c.id.not_in(list(live)))).scalars())
+    if not gone:
+        return gone, 0
+    conn.execute(i.delete().where(i.c.id.in_(gone)))
+    return gone, _release_orphans(conn, dialect, None)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -81,6 +81,8 @@ async def cli(request: Request) -> Response:
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         sent = parse_request(body)
+    except RecursionError:
+        return JSONResponse({"error": "malformed request: nested too deeply"}, 400)
     except ValueError as exc:
         return JSONResponse({"error": f"malformed request: {exc}"}, 400)
     client = request.client.host if request.client else None
@@ -102,11 +104,14 @@ async def _body(request: Request) -> bytes | None:
     if not declared.isdigit() or int(declared) > MAX_REQUEST_BYTES:
         return None
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_REQUEST_BYTES:
-            return None
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_REQUEST_BYTES:
+                return None
+            chunks.append(chunk)
+    except ClientDisconnect:  # the caller went before it sent it all: nothing to run
+        return b""
     return b"".join(chunks)
 
 

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 from messagebox.cli.inputs import Sent
 from messagebox.cli.remote import SPARK_FILES, command_action, command_name, duckdb_file
@@ -85,6 +86,30 @@ class ServedRequest:
     cwd: str | None = None
 
 
+def _names_this_store(url: str | None, box: MessageBox) -> bool:
+    """Whether a served command's ``--url`` is this process's store: none, the serving
+    process's address (what the command line reached it by), or the store itself."""
+    if not url or url.startswith(("http://", "https://")):
+        return True
+    mine = box.store.url
+    here = duckdb_file(mine.render_as_string(hide_password=False))
+    if here is not None:
+        there = duckdb_file(url)
+        return there is not None and os.path.realpath(there) == os.path.realpath(here)
+    try:
+        asked = urlsplit(url)
+        port = asked.port
+    except ValueError:
+        return False
+    options = parse_qs(asked.query).get("options", [None])[0]
+    return (asked.hostname, port or 5432, asked.path.lstrip("/"), options) == (
+        mine.host,
+        mine.port or 5432,
+        mine.database,
+        mine.query.get("options"),
+    )
+
+
 def parse_request(body: Mapping[str, Any]) -> ServedRequest:
     """The request of a ``POST /api/v1/cli`` body; ValueError names what is malformed."""
     argv = body.get("argv")
@@ -120,18 +145,28 @@ def serve(
     from messagebox.cli.terminal import Terminal
 
     request = body if isinstance(body, ServedRequest) else parse_request(body)
-    errors = io.StringIO()
-    with _PARSE, contextlib.redirect_stderr(errors):  # argparse writes its errors there
+    errors, printed = io.StringIO(), io.StringIO()
+    # argparse writes its errors, and --help, there (under the lock: the redirection is
+    # the process's)
+    with _PARSE, contextlib.redirect_stderr(errors), contextlib.redirect_stdout(printed):
         try:
             args = build().parse_args(request.argv)
         except SystemExit as exc:
             code = int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
-            return answer(code, b"", errors.getvalue())
+            return answer(code, printed.getvalue().encode(), errors.getvalue())
     command = command_name(args)
     if (args.command, command_action(args)) not in SERVED:
         why = "a serving process runs the store commands and `spark route`/`what-if` only"
         return answer(EXIT_USAGE, b"", f"messagebox: `{command}` is not served: {why}\n", command)
-    args.url = args.explicit_url = box.store.url.render_as_string(hide_password=True)
+    served = box.store.url.render_as_string(hide_password=True)
+    if not _names_this_store(args.url, box):
+        return answer(
+            EXIT_USAGE,
+            b"",
+            f"messagebox: --url {args.url!r} names another store; this process serves {served}\n",
+            command,
+        )
+    args.url = args.explicit_url = served
     if args.command == "spark":
         return _serve_spark(args, request, paths or ServedPaths.of(duckdb_file(args.url)))
     args.served_box = box

@@ -38,6 +38,10 @@ log = logging.getLogger("messagebox.hosts")
 NO_VERSIONS = 1 << 62
 """A version past any: the prelude of a store that routes in SQL reads none."""
 
+IDLE_IN_TRANSACTION_SECONDS = 60
+"""PostgreSQL ends a session of the store's that sits this long in a transaction with
+nothing to do (``idle_in_transaction_session_timeout``; docs/howto-postgresql.md)."""
+
 PING_AFTER_IDLE_SECONDS = 1.0
 """A pooled connection idle for longer is tested before use (``pool_pre_ping`` tests
 every checkout: a round trip per transaction on the hot paths)."""
@@ -194,6 +198,12 @@ class PostgreSQLDialect(Dialect):
                 cursor.execute("SET jit = off")
                 # psycopg prepares repeated statements; a generic plan for routing is 3× slower.
                 cursor.execute("SET plan_cache_mode = force_custom_plan")
+                # A transaction of ours idle this long is a process frozen (SIGSTOP) or cut
+                # off mid-transaction: end it, so that the rows it holds (its heartbeat,
+                # its leases) are not held for as long as its connection lives.
+                cursor.execute(
+                    f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_SECONDS}s'"
+                )
             dbapi_connection.commit()
 
         return engine

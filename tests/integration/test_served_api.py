@@ -5,6 +5,8 @@ process is an answer, exit code 1, not a broken connection."""
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -128,3 +130,41 @@ def test_the_command_line_sends_no_fifo_and_no_oversized_file(
     code, _, err = cli(served, "publish", str(big), "-p", "a.B=1")
     assert code == 2
     assert "1000" in err, err
+
+
+def _post(served: str, body: bytes) -> tuple[int, bytes]:
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(served)
+    conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=30)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    conn.request("POST", "/api/v1/cli", body=body, headers=headers)
+    got = conn.getresponse()
+    data = got.read()
+    conn.close()
+    return got.status, data
+
+
+def test_a_body_nested_too_deeply_is_a_bad_request_not_a_server_error(served: str) -> None:
+    status, data = _post(served, b'{"argv": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert status == 400
+    assert b"nested too deeply" in data
+
+
+def test_help_comes_back_to_the_caller(served: str) -> None:
+    code, out, err = cli(served, "queues", "--help")
+    assert code == 0, err
+    assert "usage: messagebox queues" in out
+
+
+def test_a_served_command_naming_another_store_is_refused(served: str, tmp_path: Path) -> None:
+    other = f"duckdb:///{tmp_path / 'other.duckdb'}"
+    status, data = _post(
+        served,
+        json.dumps({"argv": ["--url", other, "stats"], "files": {}, "stdin": ""}).encode(),
+    )
+    assert status == 200
+    answer_ = json.loads(data)
+    assert answer_["exit"] == 2
+    assert "names another store" in base64.b64decode(answer_["stderr"]).decode()
