@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered lint format clean
+.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered lint format clean
 
 $(STAMP): pyproject.toml setup.py predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not slow" -n 3 --dist loadgroup
+	$(PY) -m pytest -q -m "not slow and not deployment" -n 3 --dist loadgroup
+
+# real deployments built on this machine (a Spark standalone cluster, a PostgreSQL
+# primary and standby): minutes each; .ci/run runs them after `make test`
+test-deployment: $(STAMP)
+	$(PY) -m pytest -q -m deployment
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q

@@ -16,8 +16,14 @@ What it measures
       runs) on a DuckDB store holding the same subscriptions, in batches of 1,000 staged
       messages, on the first ``--duckdb-sample`` keys (routing only, nothing stored).
 
-    The pairs of the sampled keys are compared across the three; any difference is
-    printed and the run exits 1.
+    - **Cluster** (``--cluster``): after the rows above, the same messages (the same
+      Parquet files) routed the same way on a Spark standalone cluster started here, a
+      master and two workers of one core each
+      (:class:`~messagebox.pipelines.spark_standalone.StandaloneCluster`), against
+      ``local[2]``'s two cores in one JVM: what the network between executors costs.
+
+    The pairs of the sampled keys are compared across the routers (and the cluster's
+    pair counts with ``local[2]``'s); any difference is printed and the run exits 1.
 
 Target: Spark >= 20x the Python UDF.
 
@@ -26,11 +32,13 @@ Run it from the project root::
     python -m bench.spark_route                      # 1M and 10M messages
     python -m bench.spark_route --quick              # 200k messages, 2,000 subscriptions
     python -m bench.spark_route --messages 1000000 --udf-sample 1000
+    python -m bench.spark_route --messages 1000000 --cluster   # and on a cluster
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -54,6 +62,7 @@ from bench.route_workload import (
 )
 from messagebox import MessageBox, router
 from messagebox.pipelines.spark import Target, route_dataframe, session
+from messagebox.pipelines.spark_standalone import StandaloneCluster
 from messagebox.predicates import filter_matches, normalize_properties
 
 SEED = 20_240_601
@@ -189,52 +198,118 @@ class Row:
     udf: float
     duckdb: float
     agree: bool
+    cluster: float | None = None
+    """msgs/s on the standalone cluster (``--cluster``)."""
+
+
+@dataclass
+class Routed:
+    """What the cluster run reuses of a message count's local run."""
+
+    messages: int
+    path: Path
+    targets: list[Target]
+    pairs: int
+    below: int
+    sample: set[tuple[int, int]]
+    """local[2]'s pairs of the keys under ``below``."""
+
+
+def timed_route(df: Any, targets: list[Target]) -> float:
+    """Seconds to route every row (forced with a ``noop`` write), after an untimed
+    warm-up on the first :data:`WARMUP` keys (JIT)."""
+    from pyspark.sql import functions as F
+
+    warm = route_dataframe(df.where(F.col("key") < WARMUP), targets, validate=False)
+    warm.write.format("noop").mode("overwrite").save()
+    routes = route_dataframe(df, targets, validate=False)
+    start = time.perf_counter()
+    routes.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def route_locally(spark: Any, args: argparse.Namespace, n: int, tmp: Path) -> tuple[Row, Routed]:
+    """One message count on the session's master: every router, timed and compared."""
+    print(f"M = {n:,} messages, N = {args.subscriptions:,} subscriptions", file=sys.stderr)
+    work = make_workload(args.subscriptions, 0, args.seed)
+    path = tmp / f"messages-{n}"
+    made = generate(spark, n, work.customers, args.seed, path)
+    log(f"generating the messages in Spark: {made:.1f} s")
+    df = spark.read.parquet(str(path))
+    ddb, ddb_pairs, targets = timed_duckdb(
+        spark, df, work, args.duckdb_sample, tmp / f"bench-{n}.duckdb"
+    )
+    log(f"DuckDB SQL router on {args.duckdb_sample:,}: {ddb:,.0f} msgs/s")
+    spark_s = timed_route(df, targets)
+    log(f"Spark router: {spark_s:.1f} s, {n / spark_s:,.0f} msgs/s")
+    start = time.perf_counter()
+    route_dataframe(df, targets, validate=True)  # the duplicate-key pass runs eagerly
+    validate_s = time.perf_counter() - start
+    routes = route_dataframe(df, targets, validate=False)
+    pairs = routes.count()
+    udf, udf_pairs = timed_udf(spark, df, targets, args.udf_sample)
+    log(f"Python UDF on {args.udf_sample:,}: {udf:,.1f} msgs/s")
+    below = max(args.udf_sample, args.duckdb_sample)
+    got = spark_pairs(spark, routes, below)
+    want_udf = {p for p in got if p[0] < args.udf_sample}
+    want_ddb = {p for p in got if p[0] < args.duckdb_sample}
+    agree = want_udf == udf_pairs and want_ddb == ddb_pairs
+    if not agree:
+        print(
+            f"DISAGREEMENT: spark-udf {sorted(want_udf ^ udf_pairs)[:10]}, "
+            f"spark-duckdb {sorted(want_ddb ^ ddb_pairs)[:10]}",
+            file=sys.stderr,
+        )
+    row = Row(n, n / spark_s, validate_s, pairs / n, udf, ddb, agree)
+    return row, Routed(n, path, targets, pairs, below, got)
+
+
+def route_on_cluster(args: argparse.Namespace, rows: list[Row], routed: list[Routed]) -> None:
+    """Route each count's messages again on a standalone cluster of two one-core
+    workers started here: sets ``Row.cluster``, and ``Row.agree`` to False when the
+    pairs differ from the local run's."""
+    workers = StandaloneCluster(workers=2, cores=1, memory=args.executor_memory)
+    print(f"cluster: a master and 2 workers of 1 core, {args.executor_memory}", file=sys.stderr)
+    with workers as cluster:
+        conf = {
+            "spark.executor.memory": args.executor_memory,
+            "spark.driver.host": "127.0.0.1",
+            # what session() sets on local masters, for the same plans
+            "spark.sql.shuffle.partitions": str(4 * (os.cpu_count() or 2)),
+        }
+        spark = session(cluster.master, "bench-spark-route-cluster", **conf)
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            for row, done in zip(rows, routed, strict=True):
+                df = spark.read.parquet(str(done.path))
+                seconds = timed_route(df, done.targets)
+                row.cluster = done.messages / seconds
+                log(f"M = {done.messages:,} on the cluster: {seconds:.1f} s")
+                routes = route_dataframe(df, done.targets, validate=False)
+                same = routes.count() == done.pairs
+                same = same and spark_pairs(spark, routes, done.below) == done.sample
+                if not same:
+                    print(f"DISAGREEMENT: cluster vs {args.master}", file=sys.stderr)
+                row.agree = row.agree and same
+        finally:
+            spark.stop()
 
 
 def run(args: argparse.Namespace) -> int:
     quiet_lint()
-    from pyspark.sql import functions as F
-
     spark = session(args.master, "bench-spark-route", **{"spark.driver.memory": args.driver_memory})
     spark.sparkContext.setLogLevel("ERROR")
     results: list[Row] = []
+    routed: list[Routed] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     try:
         for n in args.messages:
-            print(f"M = {n:,} messages, N = {args.subscriptions:,} subscriptions", file=sys.stderr)
-            work = make_workload(args.subscriptions, 0, args.seed)
-            path = tmp / f"messages-{n}"
-            made = generate(spark, n, work.customers, args.seed, path)
-            log(f"generating the messages in Spark: {made:.1f} s")
-            df = spark.read.parquet(str(path))
-            ddb, ddb_pairs, targets = timed_duckdb(
-                spark, df, work, args.duckdb_sample, tmp / f"bench-{n}.duckdb"
-            )
-            log(f"DuckDB SQL router on {args.duckdb_sample:,}: {ddb:,.0f} msgs/s")
-            routes = route_dataframe(df, targets, validate=False)
-            warm = route_dataframe(df.where(F.col("key") < WARMUP), targets, validate=False)
-            warm.write.format("noop").mode("overwrite").save()  # JIT warm-up, untimed
-            start = time.perf_counter()
-            routes.write.format("noop").mode("overwrite").save()
-            spark_s = time.perf_counter() - start
-            log(f"Spark router: {spark_s:.1f} s, {n / spark_s:,.0f} msgs/s")
-            start = time.perf_counter()
-            route_dataframe(df, targets, validate=True)  # the duplicate-key pass runs eagerly
-            validate_s = time.perf_counter() - start
-            pairs = routes.count()
-            udf, udf_pairs = timed_udf(spark, df, targets, args.udf_sample)
-            log(f"Python UDF on {args.udf_sample:,}: {udf:,.1f} msgs/s")
-            got = spark_pairs(spark, routes, max(args.udf_sample, args.duckdb_sample))
-            want_udf = {p for p in got if p[0] < args.udf_sample}
-            want_ddb = {p for p in got if p[0] < args.duckdb_sample}
-            agree = want_udf == udf_pairs and want_ddb == ddb_pairs
-            if not agree:
-                print(
-                    f"DISAGREEMENT: spark-udf {sorted(want_udf ^ udf_pairs)[:10]}, "
-                    f"spark-duckdb {sorted(want_ddb ^ ddb_pairs)[:10]}",
-                    file=sys.stderr,
-                )
-            results.append(Row(n, n / spark_s, validate_s, pairs / n, udf, ddb, agree))
+            row, done = route_locally(spark, args, n, tmp)
+            results.append(row)
+            routed.append(done)
+        if args.cluster:
+            spark.stop()  # one SparkContext a process: the cluster's driver is this one
+            route_on_cluster(args, results, routed)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report(results, args)
@@ -248,26 +323,33 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
     )
     head = ["messages", "matches/msg", "Spark msgs/s", "UDF msgs/s", "DuckDB msgs/s",
             "Spark/UDF", "DuckDB/Spark", "key check s", "agree"]  # fmt: skip
+    if args.cluster:
+        head[-1:-1] = ["cluster msgs/s", "cluster/Spark"]
     table = [head]
     for r in rows:
         ratio = r.spark / r.udf
-        table.append(
-            [
-                f"{r.messages:,}",
-                f"{r.matches:.1f}",
-                f"{r.spark:,.0f}",
-                f"{r.udf:,.1f}",
-                f"{r.duckdb:,.0f}",
-                f"{ratio:,.0f}x {'ok' if ratio >= TARGET_VS_UDF else 'MISS'}",
-                f"{r.duckdb / r.spark:.2f}",
-                f"{r.validate_s:.1f}",
-                "yes" if r.agree else "NO",
-            ]
-        )
+        line = [
+            f"{r.messages:,}",
+            f"{r.matches:.1f}",
+            f"{r.spark:,.0f}",
+            f"{r.udf:,.1f}",
+            f"{r.duckdb:,.0f}",
+            f"{ratio:,.0f}x {'ok' if ratio >= TARGET_VS_UDF else 'MISS'}",
+            f"{r.duckdb / r.spark:.2f}",
+            f"{r.validate_s:.1f}",
+        ]
+        if args.cluster:
+            line += [f"{r.cluster or 0:,.0f}", f"{(r.cluster or 0) / r.spark:.2f}"]
+        table.append([*line, "yes" if r.agree else "NO"])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     print(f"\ntarget: Spark >= {TARGET_VS_UDF:.0f}x the Python UDF")
+    if args.cluster:
+        print(
+            f"cluster: a standalone master and 2 workers of 1 core ({args.executor_memory} "
+            f"each) on this machine, the same files, against {args.master} in one JVM"
+        )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -280,6 +362,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--quick", action="store_true", help="200k messages, 2,000 subscriptions")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="route the same messages again on a standalone master and 2 one-core workers "
+        "started here",
+    )
+    parser.add_argument("--executor-memory", default="2g", help="each cluster executor's memory")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.subscriptions = "200000", 2_000

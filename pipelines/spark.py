@@ -39,8 +39,6 @@ subscription tests are read.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +46,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from messagebox.errors import ValidationError
 from messagebox.models import State, Subscription
+from messagebox.pipelines.spark_session import HUGE_METHODS as HUGE_METHODS
+from messagebox.pipelines.spark_session import session as session
 from messagebox.predicates.model import Filter
-from messagebox.predicates.spark import PredicateTable, TypedValue, base_probe, probes
+from messagebox.predicates.spark import (
+    PredicateTable,
+    TypedValue,
+    base_probe,
+    local_frame,
+    probes,
+)
 from messagebox.properties import (
     INT64_MAX,
     INT64_MIN,
@@ -60,7 +66,7 @@ from messagebox.properties import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
 
@@ -144,36 +150,6 @@ def _from_json_file(path: Path) -> list[Target]:
         filt = Filter.from_json(json.dumps(item["filter"]))
         targets.append(Target(i, str(service), filt, name=name, host=item.get("host")))
     return targets
-
-
-HUGE_METHODS = "-XX:-DontCompileHugeMethods"
-"""JVM option :func:`session` sets (add it to your own sessions' extraJavaOptions)."""
-
-
-def session(master: str = "local[*]", app: str = "messagebox", **conf: str) -> SparkSession:
-    """A Spark session for batch routing: UTC session time, no UI, JIT for large
-    generated methods (:data:`HUGE_METHODS`); ``conf`` adds settings
-    (``"spark.driver.memory"`` and such, with dots as given)."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
-    for side in ("driver", "executor"):
-        # the generated code of a wide frame's probes has methods over the JVM's 8 KB
-        # JIT limit; without this they run interpreted, 2-5x slower
-        conf.setdefault(f"spark.{side}.extraJavaOptions", HUGE_METHODS)
-    if master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
-        # the default (200) is sized for clusters; adaptive execution coalesces from here
-        builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 2)))
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
 
 
 # --- typed values: a column of a supported type as the SQL router's encoding ---
@@ -332,7 +308,8 @@ def route_dataframe(
         _check_unique(
             df.groupBy(column(key)).count(), f"message key {{}} appears {{}} times in {key!r}"
         )
-    info = spark.createDataFrame(
+    info = local_frame(
+        spark,
         [(t.id, t.name, t.service, t.host) for t in targets],
         "subscription BIGINT, name STRING, service STRING, host STRING",
     )
@@ -509,7 +486,7 @@ def _long_probes(
     if not table.properties:
         return None
     spark = df.sparkSession
-    props = spark.createDataFrame(list(table.properties.items()), "_name STRING, _pid INT")
+    props = local_frame(spark, list(table.properties.items()), "_name STRING, _pid INT")
     joined = staged.join(F.broadcast(props), "_name", "left")
     entry = F.when(
         F.col("_pid").isNotNull() & F.col("_value").isNotNull(), F.struct("_pid", "_value")

@@ -55,11 +55,12 @@ an unsupported type, a column name that is no property name, a reserved ``messag
 **Where it runs.**
 
 - *PostgreSQL*: the partitions publish in parallel on the executors, each opening its
-  own connection to ``url`` (it must be reachable from them). A partition that fails
-  does not stop the others; the first failure is raised once all have finished.
-- *DuckDB* (one process per file): the rows are brought to the driver a partition at a
-  time (``toLocalIterator``) and published from there, sequentially; the first failure
-  stops the job. ``parallel=False`` does the same on PostgreSQL.
+  own connection to ``url`` (reachable from them), in a Python that imports messagebox
+  (:mod:`messagebox.pipelines.spark_session`). A partition that fails does not stop the
+  others; the first failure is raised once all have finished.
+- *DuckDB* (one process per file): the rows come to the driver a partition at a time
+  (``toLocalIterator``; the executors run no Python) and are published from there; the
+  first failure stops the job. ``parallel=False`` does the same on PostgreSQL.
 
 Progress is logged on the ``messagebox.spark`` logger: a line per partition (on the
 driver; on the executors a partition also logs its batches at DEBUG level) and one for
@@ -93,10 +94,10 @@ from messagebox.errors import (
 from messagebox.message import Message
 from messagebox.models import Outcome, Routed, RoutingPolicy
 from messagebox.pipelines.spark import column, property_columns, typed_value
+from messagebox.pipelines.spark_session import python_on_executors
 from messagebox.properties import is_reserved
 
 if TYPE_CHECKING:
-    from pyspark import RDD
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType
 
@@ -371,10 +372,6 @@ def _run_partition(plan: _Plan, index: int, rows: Iterable[Any]) -> Iterator[_Ou
     yield _publish_partition(plan, index, rows)
 
 
-def _tag(index: int, rows: Iterable[Any]) -> Iterator[tuple[int, Any]]:
-    return ((index, row) for row in rows)
-
-
 def _describe(job: str, r: PartitionReport, error: tuple[str, str] | None) -> str:
     text = (
         f"job {job!r} partition {r.partition}: {r.rows:,} rows, {r.published:,} published, "
@@ -486,27 +483,30 @@ def _check_keys(df: DataFrame, key: str) -> None:
     )
 
 
-def _publish_rows(plan: _Plan, rows: RDD[Any], box: MessageBox, executors: bool) -> list[_Outcome]:
+def _publish_rows(plan: _Plan, rows: DataFrame, box: MessageBox, executors: bool) -> list[_Outcome]:
     """Publish the selected rows partition by partition, from the executors (each
-    partition on its own) or from the driver (stopping at the first failed partition)."""
+    partition on its own) or from the driver (stopping at the first failed partition;
+    the executors then run no Python)."""
+    from pyspark.sql import functions as F
+
     logger.info(
         "job %r: publishing %d partitions from the %s, %d rows a batch",
         plan.job,
-        rows.getNumPartitions(),
+        rows.rdd.getNumPartitions(),
         "executors" if executors else "driver",
         plan.batch_size,
     )
     if executors:
-        outcomes: list[_Outcome] = rows.mapPartitionsWithIndex(
-            partial(_run_partition, plan)
-        ).collect()
+        run = rows.rdd.mapPartitionsWithIndex(partial(_run_partition, plan))
+        with python_on_executors(rows.sparkSession, f"spark job {plan.job!r}"):
+            outcomes: list[_Outcome] = run.collect()
         for o in outcomes:
             logger.info("%s", _describe(plan.job, o.report, o.error))
         return outcomes
     outcomes = []
-    stream = rows.mapPartitionsWithIndex(_tag).toLocalIterator(prefetchPartitions=True)
-    for index, group in groupby(stream, key=lambda t: t[0]):
-        outcomes.append(_publish_partition(plan, index, (r for _, r in group), box))
+    stream = rows.select(F.spark_partition_id(), "*").toLocalIterator(prefetchPartitions=True)
+    for index, group in groupby(stream, key=lambda r: int(r[0])):
+        outcomes.append(_publish_partition(plan, index, (r[1:] for r in group), box))
         if outcomes[-1].error is not None:
             break
     return outcomes
@@ -583,7 +583,7 @@ def publish_dataframe(
         )
         if validate:
             _check_keys(df, key)
-        outcomes = _publish_rows(plan, df.select(*selected).rdd, box, executors)
+        outcomes = _publish_rows(plan, df.select(*selected), box, executors)
     finally:
         if box is not url:
             box.close()

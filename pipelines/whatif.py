@@ -16,12 +16,17 @@ proposed set is the whole new set. Proposals are given as for
 :func:`~messagebox.pipelines.spark.load_subscriptions`: a mapping of service to filter, a JSON file,
 another MessageBox's URL, or subscriptions. Nothing is stored or changed.
 
+The export is Parquet that the executors read: in a temporary folder of the driver on a
+``local`` master; on a cluster, in ``staging=`` (or the Spark setting
+``spark.messagebox.staging``), a location every executor reads (:func:`export_messages`).
 A message with no promoted property has no rows in the export and is not evaluated.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
+import re
 import shutil
 import tempfile
 import uuid
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from messagebox.errors import ValidationError
 from messagebox.pipelines.spark import Target, load_subscriptions, route_dataframe
 
 if TYPE_CHECKING:
@@ -39,6 +45,14 @@ if TYPE_CHECKING:
 
 EXPORT_CHUNK = 50_000
 """Spool rows read, decoded and written to Parquet at a time."""
+
+STAGING_CONF = "spark.messagebox.staging"
+"""The Spark setting that gives :func:`export_messages` its default staging location
+(``--conf spark.messagebox.staging=hdfs:///tmp/messagebox`` on the command line)."""
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+logger = logging.getLogger("messagebox.spark")
 
 _VALUE_COLUMNS = ("value_str", "value_int", "value_float", "value_bool", "value_ts")
 
@@ -64,44 +78,103 @@ def export_messages(
     spark: SparkSession,
     path: str | Path | None = None,
     *,
+    staging: str | Path | None = None,
     chunk: int = EXPORT_CHUNK,
     progress: Any = None,
     pages: Iterable[Sequence[tuple[Any, Mapping[str, Any]]]] | None = None,
 ) -> DataFrame:
     """The promoted properties of every stored message (or of ``pages`` of (id,
-    properties)), as a long frame keyed by ``message_id`` (written as Parquet to
-    ``path``, by default a temporary folder removed when the process exits).
-    ``progress(n)`` is called with the count so far."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    properties)), as a long frame keyed by ``message_id``, written as Parquet to
+    ``path`` (kept), or else to a new folder under ``staging`` (removed when the process
+    exits). ``progress(n)`` is called with the count so far.
 
-    if path is None:
-        path = tempfile.mkdtemp(prefix="messagebox-export-")
-        atexit.register(shutil.rmtree, path, True)
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    arrow_schema = _arrow_schema()
-    n = 0
+    The executors read the files: on a cluster they must be on storage they share. A
+    local path is written by the driver; a URL (``hdfs://…``, ``s3a://…``,
+    ``file://…``) by the executors, from the chunks the driver sends them. ``staging``
+    defaults to the session's :data:`STAGING_CONF` setting, else, on a ``local``
+    master, to the temporary folder; on a cluster, one of the two must be given."""
+    target = str(path) if path is not None else _staging_folder(spark, staging)
     if pages is None:
         if box is None:
             raise ValueError("export_messages needs a MessageBox or pages")
         pages = box.iter_promoted(chunk)
-    for part, rows in enumerate(pages):
-        cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
-        for message_id, promoted in rows:
-            for name, value in promoted.items():
-                cols["message_id"].append(str(message_id))
-                cols["property"].append(name)
-                slot = _slot(value)
-                for column in _VALUE_COLUMNS:
-                    cols[column].append(value if column == slot else None)
-        pq.write_table(pa.table(cols, schema=arrow_schema), out / f"part-{part:05d}.parquet")
+    n = written = 0
+    for rows in pages:
+        _write(spark, _table(rows), target, written)
+        written += 1
         n += len(rows)
         if progress is not None:
             progress(n)
-    if not any(out.glob("*.parquet")):
-        pq.write_table(arrow_schema.empty_table(), out / "part-00000.parquet")
-    return spark.read.parquet(str(out))
+    if not written:
+        _write(spark, _arrow_schema().empty_table(), target, 0)
+    return spark.read.parquet(target)
+
+
+def _table(rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> Any:
+    """A page of (id, properties) as an Arrow table of the long layout."""
+    import pyarrow as pa
+
+    arrow_schema = _arrow_schema()
+    cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
+    for message_id, promoted in rows:
+        for name, value in promoted.items():
+            cols["message_id"].append(str(message_id))
+            cols["property"].append(name)
+            slot = _slot(value)
+            for column in _VALUE_COLUMNS:
+                cols[column].append(value if column == slot else None)
+    return pa.table(cols, schema=arrow_schema)
+
+
+def _write(spark: SparkSession, table: Any, target: str, part: int) -> None:
+    """Write one page: a URL through Spark (the executors write), a path with pyarrow."""
+    import pyarrow.parquet as pq
+
+    if _URL.match(target):
+        mode = "append" if part else "overwrite"
+        spark.createDataFrame(table).write.mode(mode).parquet(target)
+        return
+    folder = Path(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, folder / f"part-{part:05d}.parquet")
+
+
+def _staging_folder(spark: SparkSession, staging: str | Path | None) -> str:
+    """A new folder under ``staging`` (or its default), removed when the process exits."""
+    base = staging if staging is not None else spark.conf.get(STAGING_CONF, None)
+    if base is None:
+        master = str(spark.sparkContext.master)
+        if not master.startswith("local"):
+            raise ValidationError(
+                f"on {master} the executors read the exported messages: give staging= "
+                f"(or the Spark setting {STAGING_CONF}) a URL or folder they all read "
+                "(hdfs://…, s3a://…, a shared mount); the driver's temporary folder is its own"
+            )
+        folder = tempfile.mkdtemp(prefix="messagebox-export-")
+        atexit.register(shutil.rmtree, folder, True)
+        return folder
+    name = f"messagebox-export-{uuid.uuid4().hex}"
+    if _URL.match(str(base)):
+        url = str(base).rstrip("/") + "/" + name
+        _remove_at_exit(spark, url)
+        return url
+    atexit.register(shutil.rmtree, Path(base) / name, True)
+    return str(Path(base) / name)
+
+
+def _remove_at_exit(spark: SparkSession, url: str) -> None:
+    """Delete ``url`` when the process exits, through the Hadoop file system Spark
+    writes it with (the JVM outlives a stopped session)."""
+    sc: Any = spark.sparkContext
+    path = sc._jvm.org.apache.hadoop.fs.Path(url)
+    atexit.register(_delete, path.getFileSystem(sc._jsc.hadoopConfiguration()), path, url)
+
+
+def _delete(fs: Any, path: Any, url: str) -> None:
+    try:
+        fs.delete(path, True)
+    except Exception as exc:  # at exit, with the JVM perhaps gone: say what is left
+        logger.warning("what-if: could not remove the export %s: %s", url, exc)
 
 
 def _slot(value: object) -> str:
@@ -156,10 +229,12 @@ def what_if(
     spark: SparkSession,
     replace_all: bool = False,
     messages: DataFrame | None = None,
+    staging: str | Path | None = None,
 ) -> WhatIf:
     """Route the stored messages (or ``messages``, a long frame keyed by
     ``message_id``) under the current and the proposed subscriptions; see the module
-    docstring."""
+    docstring. The stored messages are exported under ``staging`` (see
+    :func:`export_messages`: on a cluster, storage every executor reads)."""
     from pyspark.sql import functions as F
 
     current = load_subscriptions(box)
@@ -170,7 +245,7 @@ def what_if(
     # one routing pass: current targets keep their ids, proposed ones get fresh ids
     offset = max((t.id for t in current), default=0) + 1
     both = current + [replace(t, id=offset + i) for i, t in enumerate(new)]
-    frame = messages if messages is not None else export_messages(box, spark)
+    frame = messages if messages is not None else export_messages(box, spark, staging=staging)
     routes = route_dataframe(frame, both, key="message_id", layout="long", validate=False)
     side = F.when(F.col("subscription") >= offset, "after").otherwise("before")
     per_message = (
@@ -208,10 +283,11 @@ def _per_service(changes: DataFrame, column: str) -> dict[str, int]:
     return {r["service"]: int(r["count"]) for r in rows}
 
 
-def spark_router(spark: SparkSession) -> Any:
+def spark_router(spark: SparkSession, staging: str | Path | None = None) -> Any:
     """A router for :meth:`~messagebox.engine.MessageBox.plan` that routes the window's
     messages on Spark, both sets of subscriptions in one job, and brings back only the
-    messages whose destinations differ."""
+    messages whose destinations differ (exported under ``staging``: see
+    :func:`export_messages`)."""
 
     def route(
         pages: Iterable[Sequence[tuple[Any, Mapping[str, Any]]]],
@@ -220,7 +296,7 @@ def spark_router(spark: SparkSession) -> Any:
     ) -> Iterator[tuple[uuid.UUID, frozenset[str], frozenset[str]]]:
         from pyspark.sql import functions as F
 
-        frame = export_messages(None, spark, pages=pages)
+        frame = export_messages(None, spark, staging=staging, pages=pages)
         offset = len(before) + 1
         targets = [Target(i, name, f, name=name) for i, (name, f) in enumerate(before, 1)]
         targets += [Target(offset + i, name, f, name=name) for i, (name, f) in enumerate(after)]
@@ -237,4 +313,12 @@ def spark_router(spark: SparkSession) -> Any:
     return route
 
 
-__all__ = ["Target", "WhatIf", "WhatIfSummary", "export_messages", "spark_router", "what_if"]
+__all__ = [
+    "STAGING_CONF",
+    "Target",
+    "WhatIf",
+    "WhatIfSummary",
+    "export_messages",
+    "spark_router",
+    "what_if",
+]

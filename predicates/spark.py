@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from messagebox.predicates.model import Filter, Op, Predicate
 from messagebox.predicates.sql import anchor_rank
@@ -197,7 +197,22 @@ class PredicateTable:
 
     def dataframe(self, spark: SparkSession) -> DataFrame:
         """The anchor table, as a small DataFrame to broadcast."""
-        return spark.createDataFrame(self.anchors, ANCHOR_SCHEMA)
+        return local_frame(spark, self.anchors, ANCHOR_SCHEMA)
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str) -> DataFrame:
+    """A small DataFrame of ``rows`` (tuples in the order of ``schema``, a DDL string),
+    built through Arrow in the driver: a local relation in the plan, which the executors
+    read without starting Python (``createDataFrame`` of a list would start it)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    struct = cast(StructType, StructType.fromDDL(schema))
+    arrow = to_arrow_schema(struct)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in struct.fields]
+    arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)]
+    return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow), struct)
 
 
 @dataclass(frozen=True)
