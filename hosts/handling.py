@@ -300,6 +300,8 @@ class Handling(InstanceCore):
             host_instance=self.id,
             batch=batch,
             instance_id=c.instance_id,
+            claim=c,
+            completing=self.queue.completing,
         )
 
     def _handle(self, run: Run, c: Claim, batch: MessageBatch) -> Failure | Settled | Done:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from messagebox.errors import MessageValidationError, StorageError, ValidationError
@@ -22,6 +23,7 @@ from messagebox.properties import Value
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
+    from messagebox.leases import Claim
 
 Handler = Callable[["Delivery"], object]
 
@@ -49,9 +51,14 @@ class Delivery:
         host_instance: str,
         batch: MessageBatch | None = None,
         instance_id: str | None = None,
+        claim: Claim | None = None,
+        completing: Callable[[Callable[[], Claim]], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.box = box
         self._batch = batch
+        self._claim = claim
+        self._completing = completing
+        """A transaction for the service that completes the entry (:meth:`transaction`)."""
         self.entry_id = entry_id
         """The queue entry; unique per (message, subscription), kept across retries."""
         self.message_id = message_id
@@ -149,6 +156,32 @@ class Delivery:
             )
         return self.box.publish(messages, **options)
 
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A transaction on the store's database (a SQLAlchemy connection) in which the
+        service writes its own rows and which completes this delivery: when the block
+        ends, the queue entry is completed in it, with what was published with
+        :meth:`publish_on_completion` (or with ``publish(..., connection=conn)``), and
+        it all commits together, or nothing does. If the entry is no longer this
+        instance's (its lease lapsed and another delivery took it), it raises
+        :class:`~messagebox.errors.Conflict` and the service's rows roll back with it.
+        Once it has committed, the delivery is done: what the service does after is not
+        its outcome."""
+        service = self.subscription.service
+        if self._completing is None or self._claim is None:
+            raise ValidationError(f"{service}: a delivery handed out by a host instance only")
+        if self.in_step:
+            raise ValidationError(
+                f"{service}: an orchestration's step commits its state with its completion"
+            )
+        if self.settled:
+            raise ValidationError(f"{service}: this delivery is completed already")
+        claim = self._claim
+        with self._completing(lambda: claim._replace(publish=tuple(self.outbox))) as conn:
+            yield conn
+        self.outbox.clear()
+        self.settled = True
+
     def publish_on_completion(self, *messages: Message | Iterable[Message]) -> None:
         """Publish messages with this delivery's completion: stored and routed in the
         transaction that completes its queue entry, with the rest of its batch. If the
@@ -164,6 +197,11 @@ class Delivery:
             raise ValidationError(
                 f"{service}: an orchestration publishes with self.publish(), which commits "
                 "with its step"
+            )
+        if self.settled:
+            raise ValidationError(
+                f"{service}: publish_on_completion after this delivery completed (its "
+                "transaction() committed): publish inside that block"
             )
         batch = from_handler(f"{service}: publish_on_completion", messages)
         given = next((m for m in batch if m.id is not None), None)

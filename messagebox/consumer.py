@@ -13,7 +13,8 @@ import math
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import clock, ids, leases, notify, registry, router, service_instances
+from messagebox.errors import Conflict
+from messagebox.fence import Fence
 from messagebox.leases import Claim, Failure, Finished
 from messagebox.models import HostSettings, InstanceInfo, RoutingPolicy
 from messagebox.sharing import Group
@@ -430,6 +433,30 @@ class Consumer:
         if given:
             self._dialect.notify(conn, [self.host])
         return Recorded(result, given)
+
+    @contextmanager
+    def completing(self, claim: Callable[[], Claim]) -> Iterator[sa.Connection]:
+        """A transaction for a service's own statements (``Delivery.transaction``) that
+        completes the entry ``claim()`` gives when the block ends (with what its service
+        published on completion meanwhile): see :meth:`complete_in`."""
+        with self._store.transaction(fence=Fence.ROUTES, owned=True) as conn:
+            yield conn
+            self.complete_in(conn, claim())
+
+    def complete_in(self, conn: sa.Connection, claim: Claim) -> None:
+        """Complete ``claim`` in a transaction of the caller's (a service's own, through
+        ``Delivery.transaction``), with what its service published on completion.
+        Raises :class:`~messagebox.errors.Conflict` if the entry is no longer this
+        instance's: the caller's transaction then rolls back, its rows with it."""
+        if claim.publish:
+            router.prelude(conn, self._dialect)  # the routing fence (fence.py)
+        done = leases.complete(conn, self._dialect, self.owner, [claim])
+        if not done.completed:
+            raise Conflict(
+                f"queue entry {claim.id} is no longer leased by {self.owner} (its lease "
+                "lapsed and another delivery took it): nothing of this transaction commits"
+            )
+        self._publish([claim], conn)
 
     def _publish(self, claims: Sequence[Claim], conn: sa.Connection) -> None:
         """Publish what the services of completed entries published with their

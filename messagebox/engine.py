@@ -15,7 +15,8 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from messagebox import router
@@ -41,7 +42,6 @@ from messagebox.models import (
     Stats,
     Subscription,
     SuspendedEntry,
-    Throughput,
 )
 from messagebox.operations import Operations, suspended_query
 from messagebox.properties import Value
@@ -49,17 +49,15 @@ from messagebox.publishing import Messages
 from messagebox.store import URL, Store
 from messagebox.store import StoreURL as StoreURL  # hosts name it
 from messagebox.suspension import SuspendedQuery
-from messagebox.tracking import TrackedEvent, TrackingSettings
+from messagebox.watching import Watching
 
 if TYPE_CHECKING:
-    from messagebox.audit import AuditEntry
     from messagebox.browse import FoundMessage, QueueEntry, ServiceInstanceView
     from messagebox.cleanup import CleanupReport
     from messagebox.failures import FailureGroup
-    from messagebox.rollup import Rates
 
 
-class MessageBox(RoutingAsCode):
+class MessageBox(RoutingAsCode, Watching):
     """A content-based publish/subscribe router over one database.
 
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
@@ -240,6 +238,7 @@ class MessageBox(RoutingAsCode):
         timeout: float = 60.0,
         suspend: Mapping[int, router.Suspension] | None = None,
         receipts: Sequence[tuple[str, str, Sequence[int]]] = (),
+        connection: object = None,
     ) -> list[Routed]:
         """Publish a batch in one transaction: all of it is stored, or none.
 
@@ -257,6 +256,14 @@ class MessageBox(RoutingAsCode):
         ``throttle_queue_depth``, publishing waits for it to drain (at most ``timeout``
         seconds), or with ``block=False`` raises :class:`~messagebox.errors.Throttled`
         at once. Nothing is stored by a throttled attempt.
+
+        ``connection``: publish in the caller's transaction instead of one of its own
+        (docs/howto-transactional-publish.md): a SQLAlchemy ``Connection`` or ``Session``
+        or a psycopg 3 ``Connection`` on this store's database and schema (PostgreSQL),
+        or a connection of :meth:`transaction`, in a transaction its owner began.
+        Nothing is visible until the caller commits, and nothing is left if it rolls
+        back; nothing here commits, rolls back or closes it. A throttled host raises at
+        once. If ``publish`` raises, roll the transaction back.
         """
         return self.messages.publish(
             messages,
@@ -266,7 +273,17 @@ class MessageBox(RoutingAsCode):
             timeout=timeout,
             suspend=suspend,
             given=receipts,
+            connection=connection,
         )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A transaction on the store's own database for the caller's statements and
+        ``publish(..., connection=conn)``, committed when the block ends (rolled back
+        if it raises). On DuckDB, where one process holds the file, this is how
+        business rows and messages commit together; the connection is SQLAlchemy's."""
+        with self.messages.for_caller() as conn:  # the caller's, not the front's
+            yield conn
 
     def receipts(self, location: str, keys: Sequence[str]) -> dict[str, list[uuid.UUID]]:
         """Of ``keys``, those a receive location has recorded, with the message ids
@@ -462,43 +479,6 @@ class MessageBox(RoutingAsCode):
         """
         return self.operations.reroute(entry_ids)
 
-    def tracking(self) -> TrackingSettings:
-        """Whether message tracking is enabled, and its retention."""
-        return self.operations.tracking()
-
-    def configure_tracking(
-        self, enabled: bool, *, retention: timedelta | float | None = None
-    ) -> TrackingSettings:
-        """Enable or disable message tracking for every process using this store;
-        ``retention`` (a timedelta, or seconds) is how long events are kept (default:
-        unchanged, else 7 days). Other processes see the change within a few seconds."""
-        return self.operations.configure_tracking(enabled, retention)
-
-    def tracked(
-        self,
-        message_id: uuid.UUID | str | None = None,
-        *,
-        event: str | None = None,
-        host: str | None = None,
-        subscription: int | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 1000,
-    ) -> list[TrackedEvent]:
-        """Tracked events, oldest first: one message's history, or the newest ``limit``
-        events matching the filters. Empty while tracking has never been enabled."""
-        return self.operations.tracked(
-            message_id,
-            {
-                "event": event,
-                "host": host,
-                "subscription": subscription,
-                "since": since,
-                "until": until,
-                "limit": limit,
-            },
-        )
-
     def instances(self, host: str | None = None) -> list[InstanceInfo]:
         """Registered host instances, with their last heartbeat (of one host, if given: an
         unknown host raises :class:`~messagebox.errors.UnknownHost`)."""
@@ -508,45 +488,6 @@ class MessageBox(RoutingAsCode):
         """The database's time: every time the store writes or compares is read from it,
         whatever the clocks of the machines that publish and deliver."""
         return self.operations.now()
-
-    def audit(
-        self,
-        action: str,
-        *,
-        who: str,
-        role: str,
-        via: str,
-        target: str | None = None,
-        count: int | None = None,
-        detail: str | None = None,
-    ) -> None:
-        """Record an operator action in the audit log (:mod:`messagebox.audit`)."""
-        self.operations.audit(
-            action, who=who, role=role, via=via, target=target, count=count, detail=detail
-        )
-
-    def audit_log(self, limit: int = 200) -> list[AuditEntry]:
-        """The newest recorded operator actions, newest first."""
-        return self.operations.audit_log(limit)
-
-    def rates(self, minutes: int = 60) -> Rates:
-        """Per-minute counts of the last ``minutes`` minutes (published, routed,
-        delivered, failed, suspended…, by host or reason) and each host's sampled queue
-        depth, kept whether or not tracking is on (:mod:`messagebox.rollup`)."""
-        if not 1 <= minutes <= 24 * 60:
-            raise ValidationError(f"minutes must be from 1 to 1440, got {minutes!r}")
-        return self.operations.rates(minutes)
-
-    def heartbeat_ages(self) -> dict[str, float]:
-        """Seconds since each registered host instance's last heartbeat, by instance id
-        (by the database clock)."""
-        return self.operations.heartbeat_ages()
-
-    def throughput(self, windows: Sequence[float] = (60.0, 3600.0)) -> list[Throughput]:
-        """Tracked events (published, delivered, suspended…) per kind over each recent
-        window of seconds, by the database clock. Counted from message tracking: zero
-        while it is disabled, and only since it was enabled."""
-        return self.operations.throughput(windows)
 
     @property
     def backend(self) -> str:

@@ -297,6 +297,15 @@ def finish(
     return result
 
 
+def complete(
+    conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim]
+) -> Finished:
+    """Complete claimed entries (as :func:`finish` does) in the caller's transaction."""
+    result = Finished()
+    _complete(conn, dialect, owner, claims, result)
+    return result
+
+
 def _complete(
     conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim], result: Finished
 ) -> None:

@@ -9,10 +9,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 
 from messagebox import clock, receipts, recent, router, schema, spool, subscriptions
+from messagebox.dialects.base import Prelude
 from messagebox.errors import (
     AlreadyExists,
     Conflict,
@@ -54,6 +56,23 @@ def _policy(policy: RoutingPolicy | str) -> RoutingPolicy:
         raise ValidationError(
             f"routing policy {policy!r} is not one of " + ", ".join(p.value for p in RoutingPolicy)
         ) from None
+
+
+def _check_joined(found: Prelude, store: str | None) -> None:
+    """Refuse a caller's connection that sees another store, or whose transaction is
+    not read committed (routing must see the subscriptions committed as it runs, as
+    every publish does, and wait for a subscription change in flight)."""
+    if found.store is None or found.store != store:
+        raise ValidationError(
+            "connection= is connected to another messagebox store than this box's "
+            f"(its store id {found.store!r}, this box's {store!r}): same database and "
+            "schema (search_path) needed; nothing was published"
+        )
+    if found.isolation != "read committed":
+        raise ValidationError(
+            f"connection= is in a {found.isolation} transaction; publish needs read "
+            "committed (the default) to route by the subscriptions as they are now"
+        )
 
 
 def _batch(messages: object) -> list[Message]:
@@ -126,8 +145,10 @@ class Messages:
         timeout: float,
         suspend: Mapping[int, router.Suspension] | None,
         given: Sequence[Receipt],
+        connection: object = None,
     ) -> list[Routed]:
-        """Publish a batch in one transaction (see ``MessageBox.publish``)."""
+        """Publish a batch in one transaction (see ``MessageBox.publish``): its own, or
+        with ``connection`` the caller's."""
         batch = _batch(messages)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise ValidationError(f"timeout must be a number of seconds, not {timeout!r}")
@@ -142,6 +163,8 @@ class Messages:
                 raise ValidationError(f"suspend names message {i}; the batch has {len(batch)}")
         if not batch and not given:
             return []
+        if connection is not None:
+            return self._publish_joined(connection, batch, ids, routing, suspend, given)
         deadline = time.monotonic() + timeout
         conflicts = 0
         while True:
@@ -217,6 +240,53 @@ class Messages:
         """Publish a batch in one transaction of its own."""
         with self._store.transaction(fence=Fence.ROUTES) as conn:
             router.prelude(conn, self._store.dialect)
+            now = clock.now(conn)
+            if given:
+                receipts.record(conn, given, ids, now)
+            results, hosts = router.publish(
+                conn,
+                self._store.dialect,
+                batch,
+                ids,
+                policy=routing,
+                publisher=self.publisher,
+                now=now,
+                before_write=self._throttle.check,
+                suspensions=suspend,
+            )
+        self._throttle.added(hosts)
+        return results
+
+    @contextmanager
+    def for_caller(self) -> Iterator[sa.Connection]:
+        """A transaction of the caller's on this store (``MessageBox.transaction``),
+        holding the routing fence as a publish does, for ``publish(connection=)``."""
+        with self._store.transaction(fence=Fence.ROUTES, owned=True) as conn:
+            yield conn
+
+    def _publish_joined(
+        self,
+        connection: object,
+        batch: list[Message],
+        ids: list[uuid.UUID],
+        routing: RoutingPolicy,
+        suspend: Mapping[int, router.Suspension] | None,
+        given: Sequence[Receipt],
+    ) -> list[Routed]:
+        """Publish a batch in the caller's transaction: its first statement checks the
+        connection sees this store, in read committed (``router.prelude``); nothing is
+        written before. A throttled host raises at once (waiting would hold the caller's
+        transaction open, and a publish cannot be retried inside it)."""
+        with self._store.joined(connection) as conn:
+            try:
+                found = router.prelude(conn, self._store.dialect)
+            except sa.exc.DBAPIError as exc:  # no such function: another schema or database
+                raise ValidationError(
+                    "connection= does not see this box's store (same database and schema, "
+                    f"search_path, needed); nothing was published: {exc}"
+                ) from exc
+            if found is not None:
+                _check_joined(found, self._store.id)
             now = clock.now(conn)
             if given:
                 receipts.record(conn, given, ids, now)

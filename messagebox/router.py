@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from messagebox import clock, routing_index, schema, spool, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
 from messagebox.dialects import Dialect, StagedBatch, Target, Uuids
+from messagebox.dialects.base import Prelude
 from messagebox.errors import RoutingFailure
 from messagebox.ids import allocate
 from messagebox.ids import seed as seed_ids
@@ -34,9 +35,10 @@ from messagebox.writes import Suspension as Suspension  # re-exported: publish t
 from messagebox.writes import Writes
 
 
-def prelude(conn: sa.Connection, dialect: Dialect) -> None:
+def prelude(conn: sa.Connection, dialect: Dialect) -> Prelude | None:
     """Read what a publish needs before it routes in one round trip, where the dialect
-    can (PostgreSQL: the time, an id block and the routing versions)."""
+    can (PostgreSQL: the routing fence, the time, an id block and the routing
+    versions); what was read, or None."""
     index = routing_index.of(conn)
     asked = None if index is None else index.version
     got = dialect.prelude(conn, asked)
@@ -44,6 +46,7 @@ def prelude(conn: sa.Connection, dialect: Dialect) -> None:
         clock.seed(conn, got.now)
         seed_ids(conn, got.block)
         routing_index.prefetched(conn, asked, got.changes)
+    return got
 
 
 def stage(promoted: Sequence[Mapping[str, Value]]) -> StagedBatch:

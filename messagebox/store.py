@@ -8,8 +8,10 @@ at the boundary, with the original chained.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -39,6 +41,11 @@ log = logging.getLogger("messagebox.store")
 DEFAULT_URL = defaults.DEFAULT_URL
 
 ROUTERS = ("index", "sql")
+
+STORE_ID = "store_id"
+"""``mb_meta``'s key of the store's id."""
+_OWNER = "mb_owner"
+"""``conn.info`` key: the store whose ``box.transaction()`` the connection is."""
 """How a publish finds its subscriptions: ``index``, the in-memory routing index (the
 default), or ``sql``, the set-based routing statement in the database."""
 
@@ -96,6 +103,8 @@ class Store:
             else None
         )
         """This process's in-memory routing index (None: publishes route in SQL)."""
+        self.id: str | None = None
+        """The store's id (``mb_meta``), read when it opens."""
         self._blocks = ids.blocks_for(self.key) if one_process else None
         self.recent = recent.opened(self.key) if one_process else None
         """Messages this process published or read lately (:mod:`messagebox.recent`)."""
@@ -130,6 +139,7 @@ class Store:
                     )
                 elif version != schema.SCHEMA_VERSION:
                     self._upgrade(conn, version)
+                self.id = _identify(conn)
         except BaseException:
             self.engine.dispose()  # no pooled connection outlives a refused open
             raise
@@ -139,13 +149,18 @@ class Store:
         means "no", and the full open path reports it)."""
         try:
             with self.engine.connect() as conn:
-                version = conn.execute(
-                    sa.select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
-                ).scalar()
+                found = dict(
+                    conn.execute(
+                        sa.select(schema.meta.c.key, schema.meta.c.value).where(
+                            schema.meta.c.key.in_(["schema_version", STORE_ID])
+                        )
+                    ).all()
+                )
                 conn.rollback()
         except DRIVER_ERRORS:
             return False
-        return version == schema.SCHEMA_VERSION
+        self.id = found.get(STORE_ID)
+        return found.get("schema_version") == schema.SCHEMA_VERSION and self.id is not None
 
     def _upgrade(self, conn: sa.Connection, version: str) -> None:
         """Upgrade a database of an older schema version in place, step by step."""
@@ -169,7 +184,12 @@ class Store:
 
     @contextmanager
     def transaction(
-        self, *, serial: bool = False, autocommit: bool = False, fence: Fence | None = None
+        self,
+        *,
+        serial: bool = False,
+        autocommit: bool = False,
+        fence: Fence | None = None,
+        owned: bool = False,
     ) -> Iterator[sa.Connection]:
         """One transaction; committed on success, rolled back on any error.
 
@@ -178,7 +198,8 @@ class Store:
         around the work, each statement commits alone (no BEGIN and COMMIT round trips),
         for work that is one statement. ``fence``: the transaction routes (its first
         statement must be ``router.prelude``) or changes subscriptions, and holds the
-        routing fence so (:mod:`messagebox.fence`).
+        routing fence so (:mod:`messagebox.fence`). ``owned``: the caller's own work
+        runs in it too (``box.transaction()``), and :meth:`joined` takes it as it is.
         """
         with (
             self.dialect.hold_routing(fence) if fence is not None else nullcontext(),
@@ -188,38 +209,83 @@ class Store:
                 with self._begin(autocommit) as conn:
                     if fence is not None:
                         self.dialect.lock_routing(conn, fence)
-                    notify.take(conn)  # nothing left over from an earlier transaction
-                    tracking.begin(conn, self.tracking)
-                    routing_index.begin(conn, self.routing)
-                    ids.begin(conn, self._blocks)
-                    clock.begin(conn, same_machine=self.dialect.one_process)
-                    recent.begin(conn, self.recent)
+                    self._started(conn)
+                    if owned:
+                        conn.info[_OWNER] = self
                     try:
                         yield conn
                     except BaseException:
                         _forget(conn)
                         raise
-                    clock.end(conn)
-                    counts = tracking.committed(conn)  # read now: the commit follows
-                    wakes = notify.take(conn)
-                    changed = routing_index.take_changed(conn)
-                    kept, gone = recent.take(conn)
+                    finally:
+                        conn.info.pop(_OWNER, None)
+                    done = self._ending(conn)  # read now: the commit follows
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
-            if changed and self.dialect.one_process:  # before the routing fence is let go:
+            if done.changed and self.dialect.one_process:  # before the routing fence goes:
                 routing_index.committed_change(self.key)  # the next publish sees the change
-        if self.recent is not None and (kept or gone):
-            self.recent.put(kept)
-            self.recent.forget(gone)
-        if counts:
+        self._committed(done)
+
+    @contextmanager
+    def joined(self, external: object) -> Iterator[sa.Connection]:
+        """The transaction of a connection the caller owns (``publish(connection=)``),
+        as one of this store's: nothing here begins, commits, rolls back or closes it.
+        A connection of :meth:`transaction` with ``owned=True`` (``box.transaction()``)
+        is taken as it is; otherwise the dialect says which connections it can join
+        (PostgreSQL: SQLAlchemy's and psycopg's, in a transaction; DuckDB: none).
+        Where nothing can hear of the caller's commit, the wake-ups go with it as
+        ``NOTIFY`` (other processes, and this one's listeners) and the counts are
+        counted at once."""
+        if isinstance(external, sa.Connection) and external.info.get(_OWNER) is self:
+            yield external
+            return
+        try:
+            with self.dialect.adopt(external) as conn:
+                self._started(conn)
+                try:
+                    yield conn
+                except BaseException:
+                    _forget(conn)
+                    raise
+                done = self._ending(conn)
+        except MessageBoxError:
+            raise
+        except DRIVER_ERRORS as exc:
+            raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
+        self._committed(done._replace(wakes=set(), kept=[], gone=[]))
+
+    def _started(self, conn: sa.Connection) -> None:
+        """What a transaction of this store's keeps on its connection, made new."""
+        notify.take(conn)  # nothing left over from an earlier transaction
+        tracking.begin(conn, self.tracking)
+        routing_index.begin(conn, self.routing)
+        ids.begin(conn, self._blocks)
+        clock.begin(conn, same_machine=self.dialect.one_process)
+        recent.begin(conn, self.recent)
+
+    def _ending(self, conn: sa.Connection) -> _Done:
+        """What the transaction leaves to do once it commits, taken off its connection."""
+        clock.end(conn)
+        counts = tracking.committed(conn)
+        wakes = notify.take(conn)
+        changed = routing_index.take_changed(conn)
+        kept, gone = recent.take(conn)
+        return _Done(counts, wakes, changed, kept, gone)
+
+    def _committed(self, done: _Done) -> None:
+        """After a commit: the messages held in memory, counts, wake-ups."""
+        if self.recent is not None and (done.kept or done.gone):
+            self.recent.put(done.kept)
+            self.recent.forget(done.gone)
+        if done.counts:
             from messagebox import metrics  # on the first change: reading starts faster
 
-            metrics.apply(counts)  # committed: count it
-            self.tally.add(counts)
-        if wakes:
-            notify.signal(self.key, wakes)
+            metrics.apply(done.counts)  # committed: count it
+            self.tally.add(done.counts)
+        if done.wakes:
+            notify.signal(self.key, done.wakes)
         if self.tally.due():
             self.write_tally()
 
@@ -261,6 +327,27 @@ class Store:
         if self.recent is not None:
             self.recent = None
             recent.closed(self.key)
+
+
+class _Done(NamedTuple):
+    """What a transaction leaves to do once it commits."""
+
+    counts: Any
+    wakes: set[str]
+    changed: bool
+    kept: list[Any]
+    gone: list[Any]
+
+
+def _identify(conn: sa.Connection) -> str:
+    """The store's id (``mb_meta``), made on first open: what a connection the caller
+    owns must find to be taken as one of this store's (``publish(connection=)``)."""
+    m = schema.meta
+    found = conn.execute(sa.select(m.c.value).where(m.c.key == STORE_ID)).scalar()
+    if found is None:
+        found = str(uuid.uuid4())
+        conn.execute(m.insert().values(key=STORE_ID, value=found))
+    return str(found)
 
 
 def _forget(conn: sa.Connection) -> None:

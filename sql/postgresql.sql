@@ -20,8 +20,12 @@ SELECT * FROM mb_publish_prelude(%(v)s)
 -- PL/pgSQL, VOLATILE: its query takes a snapshot of its own after the lock is granted,
 -- so a publish that waited for a subscription change reads the versions it committed
 -- (one statement taking the lock and reading would read them as they were before).
-CREATE OR REPLACE FUNCTION mb_publish_prelude(p_v bigint)
-RETURNS TABLE (at timestamptz, block bigint, versions bigint[], subs bigint[])
+-- It also says which store the connection sees and the transaction's isolation, for a
+-- publish that joins a transaction its caller owns (publish(connection=)).
+DROP FUNCTION IF EXISTS mb_publish_prelude(bigint);
+CREATE FUNCTION mb_publish_prelude(p_v bigint)
+RETURNS TABLE (at timestamptz, block bigint, versions bigint[], subs bigint[], store text,
+               isolation text)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(724013, hashtext(current_schema()));
@@ -30,7 +34,9 @@ BEGIN
            ARRAY(SELECT c.version FROM mb_routing_change c WHERE c.version > p_v
                  ORDER BY c.version, c.sub),
            ARRAY(SELECT c.sub FROM mb_routing_change c WHERE c.version > p_v
-                 ORDER BY c.version, c.sub);
+                 ORDER BY c.version, c.sub),
+           (SELECT m.value FROM mb_meta m WHERE m.key = 'store_id'),
+           current_setting('transaction_isolation');
 END
 $$
 

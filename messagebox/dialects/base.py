@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, overload
 import sqlalchemy as sa
 
 from messagebox import arrays, notify, sql
-from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError
+from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError, ValidationError
 from messagebox.fence import Fence
 
 T = TypeVar("T")
@@ -137,6 +137,10 @@ class Prelude(NamedTuple):
     """A sequence value: the block of ids ``block * ID_BLOCK`` and on."""
     changes: list[tuple[int, int]]
     """(version, subscription) of the routing versions after the one asked about."""
+    store: str | None = None
+    """The id of the store the connection sees (``mb_meta``)."""
+    isolation: str = "read committed"
+    """The transaction's isolation level."""
 
 
 class Target(NamedTuple):
@@ -332,6 +336,15 @@ class Dialect:
 
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         """Serialise subscription changes across processes for the rest of the transaction."""
+
+    def adopt(self, external: object) -> AbstractContextManager[sa.Connection]:
+        """A connection the caller owns, in its open transaction, as a SQLAlchemy
+        connection to run this package's statements on (``publish(connection=)``);
+        :class:`ValidationError` where the dialect cannot take it."""
+        raise ValidationError(
+            f"connection=: a {self.name} store takes only the connections of its own "
+            "box.transaction() (one process holds the file: publish in that transaction)"
+        )
 
     def hold_routing(self, fence: Fence) -> AbstractContextManager[Any]:
         """Held around a whole transaction that routes or changes subscriptions, where

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from threading import Event
 from typing import Any, ClassVar
@@ -166,9 +167,13 @@ class PostgreSQLDialect(Dialect):
     prelude_sql: ClassVar[str] = sql.load("postgresql", "publish_prelude")
     fence_changes_sql: ClassVar[str] = sql.load("postgresql", "fence_changes")
 
+    _url: sa.URL | None = None
+    _lender: sa.Engine | None = None
+
     def create_engine(self, url: sa.URL) -> sa.Engine:
         if url.drivername in ("postgresql", "postgres"):
             url = url.set(drivername="postgresql+psycopg")
+        self._url = url
         engine = sa.create_engine(url)
 
         @sa.event.listens_for(engine, "checkin")
@@ -287,8 +292,9 @@ class PostgreSQLDialect(Dialect):
     def prelude(self, conn: sa.Connection, version: int | None) -> Prelude | None:
         asked = NO_VERSIONS if version is None else version
         row = conn.exec_driver_sql(self.prelude_sql, {"v": asked}).one()
-        now, block, versions, subs = row
-        return Prelude(clock.utc(now), int(block), list(zip(versions, subs, strict=True)))
+        now, block, versions, subs, store, isolation = row
+        changes = list(zip(versions, subs, strict=True))
+        return Prelude(clock.utc(now), int(block), changes, store, isolation)
 
     def insert_many(
         self,
@@ -381,6 +387,23 @@ class PostgreSQLDialect(Dialect):
             "removed, and claims slow down as they pile up (docs/howto-postgresql.md, "
             "Cleanup); turn it on, or VACUUM mb_queue, mb_ref_add and mb_ref_release often"
         ]
+
+    @contextmanager
+    def adopt(self, external: object) -> Iterator[sa.Connection]:
+        """A SQLAlchemy connection (or a ``Session``'s) on psycopg 3 as it is; a
+        psycopg 3 connection lent to an engine that leaves its transaction alone
+        (:mod:`messagebox.dialects.borrowed`). Each in a transaction its owner began."""
+        from messagebox.dialects import borrowed
+
+        found = borrowed.usable(external, self.name)
+        if isinstance(found, sa.Connection):
+            yield found
+            return
+        if self._lender is None:
+            assert self._url is not None, "adopt() before create_engine()"
+            self._lender = borrowed.lender(self._url)
+        with borrowed.lend(self._lender, found) as conn:
+            yield conn
 
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_subscriptions"))
