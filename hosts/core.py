@@ -18,9 +18,7 @@ from typing import Any, Protocol
 from messagebox import clock
 from messagebox.consumer import Outcomes, Recorded
 from messagebox.engine import MessageBox, StoreURL
-from messagebox.errors import (
-    MessageBoxError,
-)
+from messagebox.errors import BackendUnavailable, MessageBoxError
 from messagebox.hosts.dispatch import (
     Ahead,
     InstanceStats,
@@ -151,7 +149,7 @@ class InstanceCore:
         """When the timer loop looks next (seconds since the epoch; inf while it looks)."""
         self._started = False
         self._empty_since: float | None = None  # since no work, monotonic (idle_seconds)
-        self._silent_checked: tuple[float, bool] = (-math.inf, False)  # when, and what
+        self._elsewhere_checked: tuple[float, bool] = (-math.inf, False)  # when, and what
         self._last_cleanup = time.monotonic()
         self._last_depth = 0.0
         self.receivers: list[Receiver] = list(receivers)
@@ -181,6 +179,20 @@ class InstanceCore:
             started_at=stamp,
             heartbeat_at=stamp,
             state="running",
+        )
+
+    def _store_failed(self, what: str, exc: MessageBoxError, event: str) -> None:
+        """Log a failed store call: an error, unless the store was unreachable (its
+        ``store-lost`` line says so once, and ``store-back`` when it answers again):
+        then at debug level, rather than a line for each try until it is back."""
+        level = logging.DEBUG if isinstance(exc, BackendUnavailable) else logging.ERROR
+        log.log(
+            level,
+            "host instance %s: %s failed: %s",
+            self.id,
+            what,
+            exc,
+            extra=self._event(event, error=str(exc)),
         )
 
     def _refresh_subscriptions(self) -> None:
@@ -255,31 +267,30 @@ class InstanceCore:
     def idle_seconds(self) -> float:
         """How long the instance has had nothing to do: its claims came back empty and
         no batch is in hand (0.0 while it has work, and until its first empty claim),
-        and no entry of its host is held by an instance that has gone silent (its
-        heartbeat older than two beats: one that ended, whose leases are released to
-        this one after ``dead_after_seconds``). An entry waiting for its retry, or a
-        timer not yet due, is not work yet."""
+        and no other process holds entries of its host (one at work, or one that ended,
+        whose leases come to this one after ``dead_after_seconds``). An entry waiting
+        for its retry, or a timer not yet due, is not work yet."""
         since = self._empty_since
         if since is None or self._ahead:
             return 0.0
         with self._flight_lock:
             if self._in_flight or self._claiming:
                 return 0.0
-        if self._held_by_silent():
+        if self._held_elsewhere():
             return 0.0
         return max(0.0, time.monotonic() - since)
 
-    def _held_by_silent(self) -> bool:
-        """Whether instances gone silent hold entries of the host (asked of the store at
-        most once a second; a store that cannot say is taken to say yes)."""
+    def _held_elsewhere(self) -> bool:
+        """Whether another process holds entries of the host (asked of the store at most
+        once a second; a store that cannot say is taken to say yes)."""
         now = time.monotonic()
-        if now - self._silent_checked[0] >= 1.0:
+        if now - self._elsewhere_checked[0] >= 1.0:
             try:
-                held = self.queue.held_by_silent(2 * self.settings.heartbeat_seconds)
+                held = self.queue.held_elsewhere()
             except MessageBoxError:
                 held = True
-            self._silent_checked = (now, held)
-        return self._silent_checked[1]
+            self._elsewhere_checked = (now, held)
+        return self._elsewhere_checked[1]
 
     def _found_work(self) -> None:
         self._empty_since = None

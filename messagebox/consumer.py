@@ -143,6 +143,8 @@ class Consumer:
         self.owner = owner
         self.publisher = publisher or owner
         """What the messages services publish with their completions name as publisher."""
+        if store.outage is not None:
+            store.outage.used_by(owner, host)
 
     @property
     def claims_serialised(self) -> bool:
@@ -227,11 +229,13 @@ class Consumer:
                 conn, self._dialect, self.host, dead_after_seconds, me=self.owner
             )
 
-    def held_by_silent(self, alive_within: float) -> bool:
-        """Whether entries of the host are leased by an instance whose heartbeat is
-        older than ``alive_within`` seconds, or that is not registered."""
+    def held_elsewhere(self) -> bool:
+        """Whether entries of the host are leased by an instance that is not one of
+        this process's (another process at work, or one that ended)."""
+        with _LIVE_GUARD:
+            mine = sorted(_LIVE.get(self._store.key, set()))
         with self._store.transaction() as conn:
-            return registry.held_by_silent(conn, self._dialect, self.host, alive_within)
+            return registry.held_elsewhere(conn, self._dialect, self.host, mine)
 
     # --- the queue ---
 

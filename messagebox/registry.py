@@ -150,18 +150,17 @@ def _hosts(conn: sa.Connection) -> list[str]:
     return list(conn.execute(sa.select(schema.host.c.name)).scalars())
 
 
-def held_by_silent(conn: sa.Connection, dialect: Dialect, host: str, alive_within: float) -> bool:
-    """Whether a lease of ``host`` not yet expired is held by an instance whose heartbeat
-    is older than ``alive_within`` seconds (or that is not registered)."""
-    i, q = schema.instance, schema.queue
-    alive = sa.select(i.c.id).where(i.c.heartbeat_at >= dialect.now_plus(-alive_within))
+def held_elsewhere(conn: sa.Connection, dialect: Dialect, host: str, mine: Sequence[str]) -> bool:
+    """Whether a lease of ``host`` not yet expired is held by an instance not in
+    ``mine``."""
+    q = schema.queue
     found = conn.execute(
         sa.select(q.c.id)
         .where(
             q.c.host == host,
             q.c.lease_expires >= dialect.now_plus(0),
             q.c.lease_owner.is_not(None),
-            q.c.lease_owner.not_in(alive),
+            q.c.lease_owner.not_in(list(mine)),
         )
         .limit(1)
     ).first()

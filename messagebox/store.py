@@ -20,6 +20,7 @@ from messagebox import (
     defaults,
     ids,
     notify,
+    outage,
     recent,
     rollup,
     routing_index,
@@ -41,13 +42,13 @@ log = logging.getLogger("messagebox.store")
 DEFAULT_URL = defaults.DEFAULT_URL
 
 ROUTERS = ("index", "sql")
+"""How a publish finds its subscriptions: ``index``, the in-memory routing index (the
+default), or ``sql``, the set-based routing statement in the database."""
 
 STORE_ID = "store_id"
 """``mb_meta``'s key of the store's id."""
 _OWNER = "mb_owner"
 """``conn.info`` key: the store whose ``box.transaction()`` the connection is."""
-"""How a publish finds its subscriptions: ``index``, the in-memory routing index (the
-default), or ``sql``, the set-based routing statement in the database."""
 
 URL = sa.URL
 StoreURL = str | sa.URL
@@ -108,11 +109,14 @@ class Store:
         self._blocks = ids.blocks_for(self.key) if one_process else None
         self.recent = recent.opened(self.key) if one_process else None
         """Messages this process published or read lately (:mod:`messagebox.recent`)."""
+        self.outage: outage.Outage | None = None
+        """Whether the store answers, as this process sees it (logged), once open."""
         try:
             self._open(create, shown)
         except BaseException:
             self._forget_recent()
             raise
+        self.outage = outage.Outage(shown)
 
     def _open(self, create: bool, shown: str) -> None:
         """Check the schema, or create or upgrade it (see the class)."""
@@ -218,14 +222,20 @@ class Store:
                         _forget(conn)
                         raise
                     finally:
-                        conn.info.pop(_OWNER, None)
+                        if owned:
+                            _disown(conn)
                     done = self._ending(conn)  # read now: the commit follows
             except MessageBoxError:
                 raise
             except DRIVER_ERRORS as exc:
-                raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
+                error = self.dialect.translate(exc, getattr(exc, "statement", None))
+                if isinstance(error, BackendUnavailable) and self.outage is not None:
+                    self.outage.failed(error)
+                raise error from exc
             if done.changed and self.dialect.one_process:  # before the routing fence goes:
                 routing_index.committed_change(self.key)  # the next publish sees the change
+        if self.outage is not None:
+            self.outage.answered()
         self._committed(done)
 
     @contextmanager
@@ -311,6 +321,15 @@ class Store:
         with self.engine.connect() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
+    def names(self, url: str) -> bool:
+        """Whether ``url`` names this store's database (by the dialect's reading: on
+        PostgreSQL, a server in common, the same database and ``options``)."""
+        try:
+            other = sa.make_url(url)
+        except sa.exc.ArgumentError:
+            return False
+        return self.dialect.same_database(self.url, other)
+
     def tracking_off(self) -> bool:
         """Whether tracking is known to be off (its settings were read recently)."""
         settings = self.tracking.known()
@@ -348,6 +367,13 @@ def _identify(conn: sa.Connection) -> str:
         found = str(uuid.uuid4())
         conn.execute(m.insert().values(key=STORE_ID, value=found))
     return str(found)
+
+
+def _disown(conn: sa.Connection) -> None:
+    """The connection is no longer a ``box.transaction()``'s (one that lost its server
+    refuses even this, and is replaced)."""
+    with suppress(sa.exc.PendingRollbackError, sa.exc.ResourceClosedError):
+        conn.info.pop(_OWNER, None)
 
 
 def _forget(conn: sa.Connection) -> None:

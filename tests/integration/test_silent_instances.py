@@ -97,24 +97,24 @@ def test_on_duckdb_a_process_that_ended_has_its_leases_released_at_once(
         assert [x.id for x in box.instances()] == [instances[0].id]
 
 
-def test_until_idle_waits_for_entries_a_silent_instance_holds(pg_url: str) -> None:
-    """An instance that ended a moment ago still holds its entries for
-    ``dead_after_seconds``: an instance with nothing else to do is not idle until they
-    are released to it and handled."""
+def test_until_idle_waits_for_entries_another_process_holds(pg_url: str) -> None:
+    """An instance that ended a moment ago (its last heartbeat fresh) still holds its
+    entries for ``dead_after_seconds``: an instance with nothing else to do is not idle
+    until they are released to it and handled."""
     with MessageBox(pg_url) as box:
         setup_host(box, dead_after_seconds=3.0, heartbeat_seconds=0.2)
         box.publish(msgs(3))
         claim(box, "h", n=3, owner="ended", lease_seconds=3600)
         with box.store.transaction(serial=True) as conn:
             mb_registry.register(conn, _info("ended"))
-        _age(box, "ended", 1.0)  # silent (older than two beats), not yet dead
+        _age(box, "ended", 0.1)  # it beat a moment ago: nothing tells it ended yet
         seen: list[int] = []
         inst = HostInstance(box, "h", {"svc": lambda d: seen.append(d.attempt)})
         inst.start()
         try:
             wait_for(lambda: inst._empty_since is not None, what="a first empty claim")
             time.sleep(0.3)  # what an idle instance would count as idle time (not a wait)
-            assert inst.idle_seconds() == 0.0  # not idle: someone silent holds work
+            assert inst.idle_seconds() == 0.0  # not idle: another process holds work
             wait_for(lambda: len(seen) == 3, what="the released entries handled", timeout=30)
             wait_for(lambda: inst.idle_seconds() > 0.3, what="idle at last")
         finally:
