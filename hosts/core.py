@@ -326,15 +326,19 @@ class InstanceCore:
         lapsed (they are no longer extended: another delivery follows)."""
         self._finish_outcomes(self._outcomes(done, failed, unstarted))
 
-    def _finish_outcomes(self, outcomes: Outcomes) -> None:
+    def _finish_outcomes(self, outcomes: Outcomes, *, recheck: bool = False) -> None:
+        """Record outcomes, tried again a few times. ``recheck``: only those of entries
+        still leased for the delivery claimed (the store may have been lost since the
+        claim); after a failed try, always."""
         if not outcomes:
             return  # every step committed its own outcome (orchestrations)
         pause = 0.05
         for attempt in range(1, FINISH_TRIES + 1):
             try:
-                recorded = self.queue.record(outcomes)
+                recorded = self.queue.record(outcomes, recheck=recheck)
                 break
             except MessageBoxError as exc:
+                recheck = True
                 if attempt == FINISH_TRIES:
                     log.error(
                         "host instance %s: could not record %d outcomes (%s); retrying "

@@ -88,6 +88,7 @@ class Supervision(Handling):
             while not self._stopping.is_set():
                 with self._wake_cond:
                     seen = self._wakes
+                outages = self.queue.outages  # before this batch's claim
                 claims = self._ahead.take()  # claimed by another thread, permits and all
                 if claims is not None:
                     if carry:
@@ -123,6 +124,11 @@ class Supervision(Handling):
                     continue
                 idle = self.settings.poll_min_seconds  # in flight now: not idle
                 goes_on, carry = self._handle_batch(claims)
+                if carry and self.queue.outages != outages:
+                    # the store was lost meanwhile: after a failover that lost the last
+                    # commits, the claim may be void, and an entry's id another's now
+                    self._finish_outcomes(carry, recheck=True)
+                    carry = None
                 self._found_work()  # its outcomes are recorded with the next claim
                 self._pace.add(len(claims))
                 if claims[0].run:
@@ -169,12 +175,7 @@ class Supervision(Handling):
                 self._finish_outcomes(outcomes)
             if not isinstance(exc, MessageBoxError):
                 raise
-            log.error(
-                "host instance %s: claim failed: %s",
-                self.id,
-                exc,
-                extra=self._event("claim-failed", error=str(exc)),
-            )
+            self._store_failed("claim", exc, "claim-failed")
             self._wait(seen, self.settings.poll_max_seconds)
             return None
         self._permits.give(want + extra + longer - len(claims))
@@ -479,12 +480,7 @@ class Supervision(Handling):
             try:
                 self._beat()
             except MessageBoxError as exc:
-                log.error(
-                    "host instance %s: housekeeping failed: %s",
-                    self.id,
-                    exc,
-                    extra=self._event("housekeeping-failed", error=str(exc)),
-                )
+                self._store_failed("housekeeping", exc, "housekeeping-failed")
 
     def _beat(self) -> None:
         if not self.queue.heartbeat(self.settings.lease_seconds, self._flying(), self._info()):
@@ -555,12 +551,7 @@ class Supervision(Handling):
                 if due is not None:
                     wait = min(wait, max(due, self.settings.poll_min_seconds))
             except MessageBoxError as exc:
-                log.error(
-                    "host instance %s: firing timers failed: %s",
-                    self.id,
-                    exc,
-                    extra=self._event("timers-failed", error=str(exc)),
-                )
+                self._store_failed("firing timers", exc, "timers-failed")
             look_at = clock.local_now().timestamp() + wait
             self._timers_look_at = look_at
             if not self.queue.timer_set_before(look_at):  # none due sooner set meanwhile

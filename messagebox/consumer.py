@@ -147,6 +147,11 @@ class Consumer:
             store.outage.used_by(owner, host)
 
     @property
+    def outages(self) -> int:
+        """How many times the store was found lost since it opened (:mod:`messagebox.outage`)."""
+        return self._store.outage.count if self._store.outage is not None else 0
+
+    @property
     def claims_serialised(self) -> bool:
         """Whether claims are serialised in-process (DuckDB): one claim for several
         threads' batches then does the same work in fewer statements."""

@@ -54,6 +54,7 @@ from messagebox.watching import Watching
 if TYPE_CHECKING:
     from messagebox.browse import FoundMessage, QueueEntry, ServiceInstanceView
     from messagebox.cleanup import CleanupReport
+    from messagebox.consistency import Problem
     from messagebox.failures import FailureGroup
 
 
@@ -528,6 +529,12 @@ class MessageBox(RoutingAsCode, Watching):
         ``stop`` is asked before each one, and true ends the run there
         (``report.stopped``)."""
         return self.operations.cleanup(batch, progress, stop)
+
+    def check(self) -> list[Problem]:
+        """What is inconsistent between the spool, the queues and the reference logs
+        (:mod:`messagebox.consistency`): empty on a sound store. Reads every message's
+        rows; safe while others publish and deliver."""
+        return self.operations.check()
 
     def references(self, message_id: uuid.UUID | str) -> int:
         """The references a message holds now (added minus released)."""

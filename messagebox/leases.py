@@ -488,18 +488,21 @@ def give_back(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:
 
 def held(conn: sa.Connection, dialect: Dialect, owner: str, claims: Sequence[Claim]) -> set[int]:
     """The ids of ``claims`` whose delivery is still the one ``owner`` claimed (not
-    claimed again since, by it or another instance). Locked until the transaction ends
-    where there are row locks, so that no claim takes them meanwhile."""
+    claimed again since, by it or another instance): its attempt, of the same message.
+    (A failover that lost the last commits, replicating asynchronously, can give a
+    claimed entry's id to a new entry, which ``owner`` may have claimed too.) Locked
+    until the transaction ends where there are row locks, so that no claim takes them
+    meanwhile."""
     if not claims:
         return set()
     q = schema.queue
-    query = sa.select(q.c.id, q.c.attempts).where(
+    query = sa.select(q.c.id, q.c.attempts, q.c.msg).where(
         arrays.one_of(conn, q.c.id, sorted({c.id for c in claims})), q.c.lease_owner == owner
     )
     if dialect.has_row_locks:
         query = query.with_for_update()
-    attempts = {int(i): int(n) for i, n in conn.execute(query)}
-    return {c.id for c in claims if attempts.get(c.id) == c.attempts}
+    found = {int(i): (int(n), ids.as_uuid(m)) for i, n, m in conn.execute(query)}
+    return {c.id for c in claims if found.get(c.id) == (c.attempts, c.msg)}
 
 
 def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> int:

@@ -37,6 +37,7 @@ from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
 
 if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
+    from messagebox.consistency import Problem
 
 Action = Callable[[sa.Connection, Any, SuspendedQuery, int | None], list[int]]
 """A suspended-queue action (:func:`suspension.resume`, :func:`suspension.terminate`)."""
@@ -188,6 +189,12 @@ class Operations:
         from messagebox.cleanup import run
 
         return run(self._store, batch=batch, progress=progress, stop=stop)
+
+    def check(self) -> list[Problem]:
+        from messagebox import consistency
+
+        with self._store.transaction() as conn:
+            return consistency.check(conn)
 
     # --- suspended entries ---
 

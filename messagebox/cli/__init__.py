@@ -29,6 +29,7 @@
     suspended reroute [ID ...]             route routing failures again
     cleanup [--batch N]                    delete unreferenced messages, dead leases
     stats                                  counts of everything
+    check                                  the spool, queues and references agree
     tracking status | enable [--retention AGE] | disable
     tracking events [MESSAGE_ID] [--event E] [--host H] [--subscription REF] [--since AGE]
                                            a message's history, or the newest events

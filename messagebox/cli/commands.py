@@ -23,6 +23,7 @@ from messagebox.cli.messages import (
     suspended_show,
 )
 from messagebox.cli.operations import (
+    check,
     cleanup,
     init,
     metrics,
@@ -79,6 +80,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("suspended", "reroute"): suspended_reroute,
     ("cleanup", ""): cleanup,
     ("stats", ""): stats,
+    ("check", ""): check,
     ("tracking", ""): tracking_status,
     ("tracking", "status"): tracking_status,
     ("tracking", "enable"): tracking_enable,

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from messagebox.routing_file import RoutingConfig
 
 EXIT_CHANGES = 4
-"""``plan``: the file differs from what is live; ``lint``: there are findings."""
+"""``plan``: the file differs from what is live; ``lint``: there are findings;
+``check``: the store is inconsistent."""
 
 SPARK_ABOVE = 1_000_000
 """``plan`` routes a window of more messages than this on Spark, when it is installed."""

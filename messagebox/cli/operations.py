@@ -1,4 +1,4 @@
-"""The commands that look after the store: ``init``, ``cleanup``, ``stats``,
+"""The commands that look after the store: ``init``, ``cleanup``, ``stats``, ``check``,
 ``tracking status|enable|disable|events`` and ``metrics``."""
 
 from __future__ import annotations
@@ -38,6 +38,23 @@ def cleanup(args: argparse.Namespace, out: Terminal) -> None:
         f"in {report.seconds:.2f} s"
         + (" (skipped: another cleanup is running)" if report.skipped else "")
     )
+
+
+def check(args: argparse.Namespace, out: Terminal) -> None:
+    """The store's inconsistencies (:mod:`messagebox.consistency`); exits with
+    ``EXIT_CHANGES`` when there is one."""
+    from messagebox.cli.config import Changes
+
+    with open_box(args) as box:
+        problems = box.check()
+    if out.json:
+        out.emit(problems)
+    elif problems:
+        out.say("\n".join(str(p) for p in problems))
+    else:
+        out.say("consistent: references equal entries, parts and messages complete")
+    if problems:
+        raise Changes
 
 
 def stats(args: argparse.Namespace, out: Terminal) -> None:

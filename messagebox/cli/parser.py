@@ -287,6 +287,11 @@ def build() -> argparse.ArgumentParser:
     )
     cleanup.add_argument("--batch", type=_positive, default=10_000, help="messages per transaction")
     command(sub, "stats", "counts: messages, queue entries, suspended, subscriptions, hosts")
+    command(
+        sub,
+        "check",
+        "whether the spool, the queues and the reference logs agree (exit code 4 if not)",
+    )
 
     track = command(sub, "tracking", "message tracking: status, enable, disable, events")
     track_sub = track.add_subparsers(dest="action", metavar="ACTION")

@@ -6,7 +6,7 @@
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
 ``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``suspended``
 (``list``, ``show``, ``resume``, ``terminate``, ``reroute``), ``cleanup``, ``stats``,
-``tracking`` (``status``, ``enable``, ``disable``, ``events``), ``metrics``,
+``check``, ``tracking`` (``status``, ``enable``, ``disable``, ``events``), ``metrics``,
 ``export``, ``plan``, ``apply``, ``versions``, ``rollback``, ``lint``, ``spark route``
 and ``spark what-if``. Any other command (``host run``, ``console``, or one added to the
 command line and not here) is refused with exit code 2, naming it.
@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
 
 from messagebox.cli.inputs import Sent
 from messagebox.cli.remote import SPARK_FILES, command_action, command_name, duckdb_file
@@ -57,6 +56,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "suspended": "list show resume terminate reroute",
         "cleanup": "",
         "stats": "",
+        "check": "",
         "tracking": " status enable disable events",
         "metrics": "",
         "export": "",
@@ -91,23 +91,11 @@ def _names_this_store(url: str | None, box: MessageBox) -> bool:
     process's address (what the command line reached it by), or the store itself."""
     if not url or url.startswith(("http://", "https://")):
         return True
-    mine = box.store.url
-    here = duckdb_file(mine.render_as_string(hide_password=False))
+    here = duckdb_file(box.store.url.render_as_string(hide_password=False))
     if here is not None:
         there = duckdb_file(url)
         return there is not None and os.path.realpath(there) == os.path.realpath(here)
-    try:
-        asked = urlsplit(url)
-        port = asked.port
-    except ValueError:
-        return False
-    options = parse_qs(asked.query).get("options", [None])[0]
-    return (asked.hostname, port or 5432, asked.path.lstrip("/"), options) == (
-        mine.host,
-        mine.port or 5432,
-        mine.database,
-        mine.query.get("options"),
-    )
+    return box.store.names(url)
 
 
 def parse_request(body: Mapping[str, Any]) -> ServedRequest:

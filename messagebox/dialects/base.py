@@ -238,6 +238,10 @@ class Dialect:
         """What names this database within the process (the URL, without a password)."""
         return url.render_as_string(hide_password=True)
 
+    def same_database(self, url: sa.URL, other: sa.URL) -> bool:
+        """Whether two URLs name one database (the same :meth:`database_key`)."""
+        return self.database_key(url) == self.database_key(other)
+
     def database_exists(self, url: sa.URL) -> bool:
         """Whether the database itself exists, checked without creating it (a DuckDB
         file); a server's database is taken to exist (connecting tells)."""

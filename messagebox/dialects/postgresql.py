@@ -9,6 +9,7 @@ predicates are created and collected safely. JIT is off for every session.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.conninfo import make_conninfo
 
 from messagebox import arrays, clock, notify, schema, sql
 from messagebox.dialects._ddl import create_all
@@ -46,6 +48,85 @@ nothing to do (``idle_in_transaction_session_timeout``; docs/howto-postgresql.md
 PING_AFTER_IDLE_SECONDS = 1.0
 """A pooled connection idle for longer is tested before use (``pool_pre_ping`` tests
 every checkout: a round trip per transaction on the hot paths)."""
+
+SESSION_SQL = (
+    "SELECT set_config('jit', 'off', false),"
+    " set_config('plan_cache_mode', 'force_custom_plan', false),"
+    " set_config('idle_in_transaction_session_timeout',"
+    f" '{IDLE_IN_TRANSACTION_SECONDS}s', false),"
+    " pg_is_in_recovery()"
+)
+"""What each new connection sets for its session, in one round trip, and whether its
+server is a standby. No JIT: the routing statement is costed high on small staged
+batches, and JIT-compiling it took 2 s of a 2.3 s route. Custom plans: psycopg prepares
+repeated statements, and a generic plan for routing is 3x slower. A transaction of ours
+idle for ``IDLE_IN_TRANSACTION_SECONDS`` is a process frozen (SIGSTOP) or cut off
+mid-transaction: the server ends it, so that the rows it holds (its heartbeat, its
+leases) are not held for as long as its connection lives."""
+
+LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
+"""SQLSTATEs besides class 08 (connection exception) that mean the server went or is
+not there yet: shut down by an administrator, crashed, starting up."""
+
+
+class Standby(psycopg.OperationalError):
+    """A connection reached a standby in recovery: it was closed."""
+
+
+def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _lost(exc: BaseException, orig: BaseException) -> bool:
+    """Whether an error means the connection is gone or could not be made (rather
+    than a statement failing on a working one)."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(orig, psycopg.OperationalError):
+        return False
+    state = orig.sqlstate
+    return state is None or state.startswith("08") or state in LOST_STATES
+
+
+def _listening_again(host: str, seconds: float) -> None:
+    log.info(
+        "host %s: LISTEN connection back after %.1f s",
+        host,
+        seconds,
+        extra={"event": "listen-back", "host": host, "outage_seconds": round(seconds, 3)},
+    )
+
+
+def _connect_args(url: sa.URL) -> dict[str, Any]:
+    """What psycopg is given to connect by ``url`` (SQLAlchemy's reading of it)."""
+    url = url.set(drivername="postgresql+psycopg")
+    args, kwargs = url.get_dialect()().create_connect_args(url)
+    assert not args, args  # the psycopg dialect passes keywords only
+    return dict(kwargs)
+
+
+def _target(url: sa.URL) -> tuple[set[tuple[str, str]], object, object]:
+    """The servers ``url`` names, as (host, port) pairs, its database and ``options``."""
+    found = _connect_args(url)
+    hosts = str(found.get("host") or "").split(",")
+    ports = str(found.get("port") or "5432").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    return set(zip(hosts, ports, strict=False)), found.get("dbname"), found.get("options")
+
+
+@contextmanager
+def _driver(conn: sa.Connection) -> Iterator[Any]:
+    """The driver's connection under ``conn``. One that breaks under a statement is
+    invalidated at once, so that the pool replaces it rather than roll it back (which
+    fails, logged with a traceback)."""
+    raw: Any = conn.connection.driver_connection
+    try:
+        yield raw
+    except psycopg.Error as exc:
+        if raw.broken:
+            conn.invalidate(exc)
+        raise
+
 
 ONE_STATEMENT_ROWS = 2_000
 """Writes of at most this many rows in all go as one statement; more are copied (for a
@@ -169,49 +250,53 @@ class PostgreSQLDialect(Dialect):
 
     _url: sa.URL | None = None
     _lender: sa.Engine | None = None
+    _lost_at: float = -math.inf
+    """When (``time.monotonic()``) a connection of this store was last found lost or
+    could not be made: the pool replaces every connection made before then."""
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         if url.drivername in ("postgresql", "postgres"):
             url = url.set(drivername="postgresql+psycopg")
         self._url = url
         engine = sa.create_engine(url)
-
-        @sa.event.listens_for(engine, "checkin")
-        def _checked_in(_dbapi_connection: Any, record: Any) -> None:
-            record.info["idle_since"] = time.monotonic()
-
-        @sa.event.listens_for(engine, "checkout")
-        def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-            # A connection back from the pool within PING_AFTER_IDLE_SECONDS was working
-            # a moment ago: no round trip. One idle longer is tested first (the server
-            # may have restarted); a dead one is replaced by a fresh connection.
-            idle_since = record.info.get("idle_since")
-            if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
-                return
-            try:
-                with dbapi_connection.cursor() as cursor:
-                    cursor.execute("SELECT 1")
-                dbapi_connection.rollback()
-            except psycopg.Error as exc:
-                raise sa.exc.DisconnectionError(str(exc)) from exc
-
-        @sa.event.listens_for(engine, "connect")
-        def _session_settings(dbapi_connection: Any, _record: Any) -> None:
-            # The routing statement is costed high on small staged batches; JIT-compiling
-            # it took 2 s of a 2.3 s route. Statements here are short: no JIT.
-            with dbapi_connection.cursor() as cursor:
-                cursor.execute("SET jit = off")
-                # psycopg prepares repeated statements; a generic plan for routing is 3× slower.
-                cursor.execute("SET plan_cache_mode = force_custom_plan")
-                # A transaction of ours idle this long is a process frozen (SIGSTOP) or cut
-                # off mid-transaction: end it, so that the rows it holds (its heartbeat,
-                # its leases) are not held for as long as its connection lives.
-                cursor.execute(
-                    f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_SECONDS}s'"
-                )
-            dbapi_connection.commit()
-
+        sa.event.listen(engine, "connect", self._connected)
+        sa.event.listen(engine, "checkout", self._checked_out)
+        sa.event.listen(engine, "checkin", _checked_in)
         return engine
+
+    def _connected(self, dbapi_connection: Any, record: Any) -> None:
+        """Set up a new connection (:data:`SESSION_SQL`); one to a standby in recovery
+        is closed and refused, naming the server: it could not take a write."""
+        record.info["connected_at"] = time.monotonic()
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(SESSION_SQL)
+            row = cursor.fetchone()
+        dbapi_connection.commit()
+        if row is not None and row[-1]:
+            info = dbapi_connection.info
+            raise Standby(
+                f"the server at {info.host}:{info.port} is a standby in recovery (read-only): "
+                "name the primary, or every server with target_session_attrs=read-write "
+                "(docs/howto-postgresql.md, High availability)"
+            )
+
+    def _checked_out(self, dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        """Test a pooled connection before use where it may be dead. One made before
+        the store was last found lost (a failover, a restart: the pool's others are as
+        dead) is replaced without a try; one back within :data:`PING_AFTER_IDLE_SECONDS`
+        was working a moment ago: no round trip; one idle longer is tried first. The
+        pool replaces a connection for which this raises ``DisconnectionError``."""
+        if record.info.get("connected_at", math.inf) <= self._lost_at:
+            raise sa.exc.DisconnectionError("made before the store was last found lost")
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            dbapi_connection.rollback()
+        except psycopg.Error as exc:
+            raise sa.exc.DisconnectionError(str(exc)) from exc
 
     def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_schema"))
@@ -253,11 +338,11 @@ class PostgreSQLDialect(Dialect):
     def insert(
         self, conn: sa.Connection, table: sa.Table, columns: Mapping[str, Sequence[Any]]
     ) -> None:
-        raw: Any = conn.connection.driver_connection
         names = ", ".join(columns)
         types, values = _copy_columns(table, columns)
         if types is None:  # a value of another Python type: text, as the driver adapts it
             with (
+                _driver(conn) as raw,
                 raw.cursor() as cursor,
                 cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy,
             ):
@@ -265,6 +350,7 @@ class PostgreSQLDialect(Dialect):
                     copy.write_row(row)
             return
         with (
+            _driver(conn) as raw,
             raw.cursor() as cursor,
             cursor.copy(f"COPY {table.name} ({names}) FROM STDIN (FORMAT binary)") as copy,
         ):
@@ -276,8 +362,7 @@ class PostgreSQLDialect(Dialect):
         # on the driver's cursor: SQLAlchemy's result set-up cost more than the rows
         # (a fifth of a host instance's CPU at batch 100); psycopg prepares it. Binary
         # results: a timestamp or a UUID loads faster than its text
-        raw: Any = conn.connection.driver_connection
-        with raw.cursor() as cursor:
+        with _driver(conn) as raw, raw.cursor() as cursor:
             cursor.execute(statement, params, binary=True)
             return list(cursor.fetchall())
 
@@ -356,27 +441,53 @@ class PostgreSQLDialect(Dialect):
     def try_lock_cleanup(self, conn: sa.Connection) -> bool:
         return bool(conn.exec_driver_sql(sql.load(self.name, "lock_cleanup")).scalar())
 
+    def same_database(self, url: sa.URL, other: sa.URL) -> bool:
+        """A server (host and port) in common, the same database and ``options`` (a
+        schema): a URL naming the primary alone and one naming it and its standby
+        are the same store."""
+        if other.get_backend_name() != self.name:
+            return False
+        (servers, *rest), (others, *other_rest) = _target(url), _target(other)
+        return bool(servers & others) and rest == other_rest
+
     def listen_dsn(self, url: sa.URL) -> str:
-        """A libpq connection string for a LISTEN connection of its own."""
-        return url.set(drivername="postgresql").render_as_string(hide_password=False)
+        """A libpq connection string for a LISTEN connection of its own: what the
+        engine's connections are given (SQLAlchemy's reading of the URL), so that a URL
+        naming several servers (``?host=a:5432&host=b:5432&target_session_attrs=...``)
+        is ``host=a,b port=5432,5432 target_session_attrs=...`` here too."""
+        return make_conninfo(**_connect_args(url))
 
     def listen(self, url: sa.URL, host: str, wake: Callable[[], None], stop: Event) -> None:
-        """LISTEN on a connection of its own (reconnecting after a second on failure);
-        ``wake`` also runs on each (re)connect, for what was published meanwhile."""
+        """LISTEN on a connection of its own, reconnecting every second after a
+        failure; the loss is logged once, and once more when it listens again, with how
+        long it did not. ``wake`` also runs on each (re)connect, for what was published
+        meanwhile."""
         dsn = self.listen_dsn(url)
+        lost: float | None = None
         while not stop.is_set():
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("LISTEN messagebox")
                     row = conn.execute("SELECT current_schema()").fetchone()
                     target = f"{row[0] if row else 'public'}/{host}"
+                    if lost is not None:
+                        _listening_again(host, time.monotonic() - lost)
+                        lost = None
                     wake()
                     while not stop.is_set():
                         for note in conn.notifies(timeout=0.5):
                             if note.payload == target:
                                 wake()
             except psycopg.Error as exc:
-                log.error("host %s: LISTEN connection failed: %s", host, exc)
+                if lost is None:
+                    lost = time.monotonic()
+                    error = " ".join(str(exc).split())
+                    log.warning(
+                        "host %s: LISTEN connection lost (%s); polling until it is back",
+                        host,
+                        error,
+                        extra={"event": "listen-lost", "host": host, "error": error},
+                    )
                 stop.wait(1.0)
 
     def warnings(self, conn: sa.Connection) -> list[str]:
@@ -415,9 +526,18 @@ class PostgreSQLDialect(Dialect):
             conn.exec_driver_sql(self.fence_changes_sql)
 
     def translate(self, exc: BaseException, statement: str | None = None) -> MessageBoxError:
-        if isinstance(exc, sa.exc.OperationalError) and statement is None:
-            return BackendUnavailable(f"cannot reach PostgreSQL: {str(exc.orig).strip()}")
+        """A lost connection, or one that could not be made, is
+        :class:`BackendUnavailable` (and the pool replaces its other connections);
+        unique violations, deadlocks and serialization failures are the errors of
+        their kind; the rest :class:`StorageError`."""
         orig = getattr(exc, "orig", None) or exc
+        connecting = isinstance(exc, sa.exc.OperationalError) and statement is None
+        if isinstance(orig, Standby) or connecting or _lost(exc, orig):
+            self._lost_at = time.monotonic()
+            text = " ".join(str(orig).split())
+            if isinstance(orig, Standby):
+                return BackendUnavailable(f"postgresql: {text}")
+            return BackendUnavailable(f"cannot reach PostgreSQL: {text}")
         if isinstance(orig, psycopg.errors.UniqueViolation):
             return AlreadyExists(f"postgresql: {str(orig).strip().splitlines()[0]}")
         if isinstance(orig, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure):
