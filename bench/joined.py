@@ -106,7 +106,7 @@ def main() -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
-    print(f"target: joined at least {TARGET} of own (the same row and messages)")
+    print(f"target: joined at least {TARGET} of own (the same messages)")
 
 
 if __name__ == "__main__":
