@@ -8,6 +8,7 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -240,22 +241,35 @@ class Messages:
         """Publish a batch in one transaction of its own."""
         with self._store.transaction(fence=Fence.ROUTES) as conn:
             router.prelude(conn, self._store.dialect)
-            now = clock.now(conn)
-            if given:
-                receipts.record(conn, given, ids, now)
-            results, hosts = router.publish(
-                conn,
-                self._store.dialect,
-                batch,
-                ids,
-                policy=routing,
-                publisher=self.publisher,
-                now=now,
-                before_write=self._throttle.check,
-                suspensions=suspend,
-            )
+            results, hosts = self._routed(conn, batch, ids, routing, suspend, given)
         self._throttle.added(hosts)
         return results
+
+    def _routed(
+        self,
+        conn: sa.Connection,
+        batch: list[Message],
+        ids: list[uuid.UUID],
+        routing: RoutingPolicy,
+        suspend: Mapping[int, router.Suspension] | None,
+        given: Sequence[Receipt],
+    ) -> tuple[list[Routed], Counter[str]]:
+        """Record the receipts, route and store the batch in ``conn``'s transaction,
+        after its prelude."""
+        now = clock.now(conn)
+        if given:
+            receipts.record(conn, given, ids, now)
+        return router.publish(
+            conn,
+            self._store.dialect,
+            batch,
+            ids,
+            policy=routing,
+            publisher=self.publisher,
+            now=now,
+            before_write=self._throttle.check,
+            suspensions=suspend,
+        )
 
     @contextmanager
     def for_caller(self) -> Iterator[sa.Connection]:
@@ -287,20 +301,7 @@ class Messages:
                 ) from exc
             if found is not None:
                 _check_joined(found, self._store.id)
-            now = clock.now(conn)
-            if given:
-                receipts.record(conn, given, ids, now)
-            results, hosts = router.publish(
-                conn,
-                self._store.dialect,
-                batch,
-                ids,
-                policy=routing,
-                publisher=self.publisher,
-                now=now,
-                before_write=self._throttle.check,
-                suspensions=suspend,
-            )
+            results, hosts = self._routed(conn, batch, ids, routing, suspend, given)
         self._throttle.added(hosts)
         return results
 
