@@ -23,6 +23,7 @@ from pydantic import (
 from messagebox.errors import ValidationError
 from messagebox.predicates import Filter, FilterExplanation
 from messagebox.properties import Value
+from messagebox.suggest import did_you_mean
 
 
 class Kind(StrEnum):
@@ -270,7 +271,8 @@ def setting_values(items: Iterable[str]) -> dict[str, Any]:
 def _settings_problem(error: Any) -> str:
     name = ".".join(str(x) for x in error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"{name!r} is not a setting (they are: {', '.join(HostSettings.model_fields)})"
+        hint = did_you_mean(name, HostSettings.model_fields)
+        return f"{name!r} is not a setting{hint} (they are: {', '.join(HostSettings.model_fields)})"
     message = str(error["msg"]).removeprefix("Value error, ")
     if not name:  # a rule across settings
         return message

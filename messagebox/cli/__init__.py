@@ -94,6 +94,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from messagebox.cli.box import url_problem
 from messagebox.cli.parser import build
 from messagebox.cli.running import (
     EXIT_ERROR,
@@ -116,8 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = shown_argv(arguments)
     if args.command == "host":
         return _host_run(args)
+    problem = url_problem(args.url) if args.url is not None else None
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
     args.url = args.explicit_url or DEFAULT_URL
+    if problem is None and args.explicit_url:
+        problem = url_problem(args.url)
+    if problem is not None:
+        print(f"messagebox: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if not _confirmed(args):
         print("messagebox: nothing was terminated", file=sys.stderr)
         return EXIT_ERROR

@@ -20,6 +20,21 @@ EPILOG = (
 )
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version (read only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import sys
+
+        from messagebox import version
+
+        sys.stdout.write(f"messagebox {version()}\n")
+        parser.exit()
+
+
 class _Formatter(argparse.HelpFormatter):
     """Wraps each line of a description or epilog on its own (keeps line breaks)."""
 
@@ -51,6 +66,7 @@ def build() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     parser.add_argument(
         "--url",
         help=f"database URL (default: $MESSAGEBOX_URL, else the host app's, else {DEFAULT_URL})",
