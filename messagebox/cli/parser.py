@@ -374,7 +374,8 @@ def build() -> argparse.ArgumentParser:
         "--read-token-file",
         metavar="PATH",
         help="the read token's file (else MESSAGEBOX_CONSOLE_READ_TOKEN): readers log in "
-        "with it; with one, every page of the console needs a login",
+        "with it; with one, every page of the console needs a login (/metrics: the token "
+        "as a bearer token)",
     )
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
     run.add_argument(
@@ -433,7 +434,8 @@ def build() -> argparse.ArgumentParser:
         "--read-token-file",
         metavar="PATH",
         help="a file whose first line is the read token (else MESSAGEBOX_CONSOLE_READ_TOKEN): "
-        "readers log in with it; with one, every page needs a login",
+        "readers log in with it; with one, every page needs a login (/metrics: the token as "
+        "a bearer token)",
     )
     console.add_argument(
         "--allowed-host",
