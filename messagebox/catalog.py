@@ -288,15 +288,20 @@ class Catalog:
             return typecheck.traps(conn, filters)
 
     def lint(self, subs: Sequence[Subscription]) -> list[routing_lint.Finding]:
-        """Findings about these subscriptions (:func:`routing_lint.subscription_findings`)."""
+        """Findings about these subscriptions (:func:`routing_lint.subscription_findings`),
+        and the property names they test that none of the newest stored messages carries."""
         with self._store.transaction() as conn:
             stored = subscriptions.service_filters(
                 conn, [s.service for s in subs], skip=[s.id for s in subs]
             )
+            read, known = typecheck.carried(conn)
         every = sorted([*stored, *((s.id, s.name, s.service, s.filter) for s in subs)])
-        return routing_lint.subscription_findings(
+        found = routing_lint.subscription_findings(
             [(s.name, s.service, s.filter) for s in subs], [(n, sv, f) for _, n, sv, f in every]
         )
+        if read:
+            found += routing_lint.property_findings([(s.name, s.filter) for s in subs], known)
+        return found
 
     def _warn(self, made: Sequence[Subscription]) -> None:
         """Log the typing traps (a filter that never matches the stored messages for the

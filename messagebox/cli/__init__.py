@@ -1,6 +1,7 @@
 """The ``messagebox`` command.
 
     messagebox [--url URL] [--json] [--progress | --no-progress] COMMAND ...
+    messagebox --version
 
     init                                   create (or upgrade) the schema
     publish [FILE ...] [-p NAME[:TYPE]=VALUE ...] [-w ...] [--properties-json JSON|@FILE]
@@ -37,10 +38,12 @@
     export [--schema]                      the live hosts and subscriptions as a routing file
     plan FILE [--window AGE] [--no-traffic] [--spark]
                                            the diff with what is live, which messages move
-    apply FILE [--dry-run]                 the file made live in one transaction (a version)
+    apply FILE [--dry-run] [--force] [--allow-empty]
+                                           the file made live in one transaction (a version),
+                                           unless lint finds errors (--force: even so)
     versions [N] [--limit N]               applied versions; N: that version's file
     rollback N                             apply version N's file again
-    lint [FILE] [--window AGE]             never-matching, redundant, duplicate, dead
+    lint [FILE] [--window AGE]             never-matching, redundant, duplicate, misspelt, dead
     host run module:app [module:app ...] [--threads N] [--duration S] [--until-idle S]
             [--log-format text|json] [--metrics-port PORT] [--metrics-bind ADDR]
             [--console [ADDR:]PORT|off] [--token-file PATH]
