@@ -371,6 +371,9 @@ class InstanceInfo:
 
 REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
 """Suspended reasons of entries with no destination: rerouted, never resumed."""
+RESUMABLE = (DELIVERY_FAILURE, SERVICE_UNENLISTED, CRASHED_HOST)
+"""Suspended reasons of entries that can be resumed (a receive failure is resubmitted,
+an entry of a completed instance only terminated)."""
 
 SUSPENDED_REASONS = (
     ROUTING_FAILURE,

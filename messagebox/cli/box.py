@@ -28,6 +28,7 @@ AUDITED = frozenset(
         ("suspended", "resume"),
         ("suspended", "terminate"),
         ("suspended", "reroute"),
+        ("suspended", "resubmit"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),

@@ -9,6 +9,7 @@ import textwrap
 from typing import Any
 
 from messagebox.cli.config_args import config_parser
+from messagebox.cli.resubmit import resubmit_parser
 from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
@@ -257,7 +258,9 @@ def build() -> argparse.ArgumentParser:
     instances = command(sub, "instances", "running host instances and their heartbeats")
     instances.add_argument("--host", help="only this host's")
 
-    suspended = command(sub, "suspended", "list, show, resume, terminate suspended entries")
+    suspended = command(
+        sub, "suspended", "list, show, resume, terminate, reroute, resubmit suspended entries"
+    )
     sus_sub = suspended.add_subparsers(dest="action", required=True, metavar="ACTION")
     sus_list = command(sus_sub, "list", "suspended entries, oldest first")
     _suspended_filters(sus_list)
@@ -297,6 +300,7 @@ def build() -> argparse.ArgumentParser:
         sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
     )
     reroute.add_argument("ids", nargs="*", type=_entry_id, metavar="ID", help="default: all")
+    resubmit_parser(sus_sub, command, _entry_id, _property_options)
 
     cleanup = command(
         sub, "cleanup", "delete unreferenced messages, release dead instances' leases"
