@@ -28,6 +28,8 @@
     suspended resume ID ... | --all-matching FILTERS
     suspended terminate ID ... | --all-matching FILTERS
     suspended reroute [ID ...]             route routing failures again
+    suspended resubmit ID [--body FILE] [-p ...] [--app MODULE:APP]
+                                           publish a receive failure's input again
     cleanup [--batch N]                    delete unreferenced messages, dead leases
     stats                                  counts of everything
     check                                  the spool, queues and references agree
@@ -86,8 +88,10 @@ change: an unknown id changes nothing), or ``--all-matching`` with at least one 
 Exit codes:
     0  success
     1  a messagebox error: refused input, a storage or backend error (the message says which)
-    2  bad usage: unknown options, malformed values, properties, filters, JSON or files
+    2  bad usage: unknown options, malformed values, properties, filters, JSON, files,
+       store URLs or host settings (--set)
     3  not found: an unknown message, subscription, host or suspended entry
+    4  `plan`, `apply --dry-run`: a change; `lint`: a finding; `check`: a problem
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
     "exit codes: 0 success; 1 a messagebox error (the message names the culprit); 2 bad "
-    "usage (options, values, properties, filters, JSON, files); 3 not found (an unknown "
-    "message, subscription, host or suspended entry); 4 `plan`, `apply --dry-run`: there "
-    "is a change, `lint`: there is a finding.\n"
+    "usage (options, values, properties, filters, JSON, files, store URLs, --set "
+    "settings); 3 not found (an unknown message, subscription, host or suspended entry); "
+    "4 `plan`, `apply --dry-run`: there is a change, `lint`: there is a finding.\n"
     "environment: MESSAGEBOX_URL, the database URL when --url is not given."
 )
 
