@@ -124,14 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = shown_argv(arguments)
     if args.command == "host":
         return _host_run(args)
-    problem = url_problem(args.url) if args.url is not None else None
+    if args.url is not None and not args.url.strip():  # (an empty MESSAGEBOX_URL is unset)
+        return _bad_url(args.url)
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
     args.url = args.explicit_url or DEFAULT_URL
-    if problem is None and args.explicit_url:
-        problem = url_problem(args.url)
-    if problem is not None:
-        print(f"messagebox: error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
     if not _confirmed(args):
         print("messagebox: nothing was terminated", file=sys.stderr)
         return EXIT_ERROR
@@ -144,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if served is not None:  # a running process holds the store: it runs the command
         return remote.forward(served, arguments, args)
+    if url_problem(args.url) is not None:
+        return _bad_url(args.url)
     if args.command == "spark":
         from messagebox.pipelines.spark_cli import run as spark
 
@@ -163,6 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
     return run(args, Terminal(json_output=args.json, progress=args.progress))
+
+
+def _bad_url(url: str) -> int:
+    print(f"messagebox: error: {url_problem(url)}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _confirmed(args: argparse.Namespace) -> bool:
