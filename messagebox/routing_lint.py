@@ -212,8 +212,9 @@ def property_findings(subs: Sequence[tuple[str, Filter]], known: Collection[str]
     carry) is, with the nearest known name; a name the filter tests as absent
     (``not_exists``) and the engine's own (:data:`ENGINE_NAMESPACES`) are not reported."""
     found: list[Finding] = []
+    have = set(known)
     for name, filt in subs:
-        for prop in sorted(filt.properties - set(known)):
+        for prop in sorted(filt.properties - have):
             if prop.startswith(ENGINE_NAMESPACES) or any(
                 p.property == prop and p.op is Op.NOT_EXISTS
                 for g in filt.groups
@@ -224,7 +225,7 @@ def property_findings(subs: Sequence[tuple[str, Filter]], known: Collection[str]
                 Finding(
                     name,
                     UNKNOWN_PROPERTY,
-                    f"no stored message carries {prop!r}{did_you_mean(prop, known)}",
+                    f"no stored message carries {prop!r}{did_you_mean(prop, have)}",
                 )
             )
     return found
