@@ -1,7 +1,9 @@
 """The HTTP adapter: receive POSTed messages, send by POST.
 
 **Receive** — ``http://0.0.0.0:8080/orders`` (port 0 picks a free port; see
-:attr:`HttpReceive.address`).
+:attr:`HttpReceive.address`). Locations on one address (``:8181/orders`` and
+``:8181/payments``) share one server in the process, each at its path with its own
+pipeline, ``max_bytes`` and receipts; two at one path of one address are refused.
 
 A ``POST`` to the path with a ``Content-Length`` is run through the receive pipeline
 and published before the answer is sent:
@@ -10,7 +12,8 @@ and published before the answer is sent:
 - ``422`` ``{"error", "code", "suspended": [id]}``: the pipeline refused it; it is
   suspended with its original bytes;
 - ``413`` larger than the location's ``max_bytes``; ``411`` no ``Content-Length``;
-  ``404`` another path; ``405`` another method: nothing stored;
+  ``404`` a path no location of the address serves; ``405`` another method: nothing
+  stored;
 - ``503`` (with ``Retry-After``): throttled or the database failed; nothing stored,
   send it again.
 
@@ -52,10 +55,70 @@ log = logging.getLogger("messagebox.adapters.http")
 MAX_KEY = 200
 
 
+def _route(path: str) -> str:
+    """The path a location serves, as requests are matched to it."""
+    return path.rstrip("/") or "/"
+
+
 class _Server(ThreadingHTTPServer):
+    """One listening address, serving the receive locations bound to it by path."""
+
     daemon_threads = True
     allow_reuse_address = True
-    adapter: HttpReceive
+
+    def __init__(self, bind: tuple[str, int]) -> None:
+        super().__init__(bind, _Handler)
+        self.routes: dict[str, HttpReceive] = {}
+        self.thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"http-receive:{bind[0]}:{self.server_address[1]}",
+            daemon=True,
+        )
+
+
+_SERVERS: dict[tuple[str, int], _Server] = {}
+"""The servers of this process by address (not those of port 0: each its own)."""
+_SERVERS_LOCK = threading.Lock()
+
+
+def _attach(adapter: HttpReceive) -> _Server:
+    """Serve ``adapter`` at its path on its address's server, started if need be."""
+    route = _route(adapter.path)
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(adapter.bind)
+        if server is None:
+            try:
+                server = _Server(adapter.bind)
+            except OSError as exc:
+                raise ValidationError(
+                    f"{adapter.url}: cannot listen on {adapter.bind}: {exc}"
+                ) from exc
+            server.thread.start()
+            if adapter.bind[1] != 0:
+                _SERVERS[adapter.bind] = server
+        other = server.routes.get(route)
+        if other is not None:
+            raise ValidationError(
+                f"{adapter.url}: {route} on {adapter.bind[0]}:{adapter.bind[1]} is served "
+                f"already (by {other.url}); give each location a path of its own"
+            )
+        server.routes[route] = adapter
+    return server
+
+
+def _detach(adapter: HttpReceive, server: _Server, timeout: float) -> None:
+    """Stop serving ``adapter``; the server stops with the last location it serves."""
+    with _SERVERS_LOCK:
+        if server.routes.get(_route(adapter.path)) is adapter:
+            del server.routes[_route(adapter.path)]
+        if server.routes:
+            return
+        if _SERVERS.get(adapter.bind) is server:
+            del _SERVERS[adapter.bind]
+    server.shutdown()
+    server.server_close()
+    server.thread.join(timeout)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -89,8 +152,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self) -> None:
-        adapter = self.server.adapter
-        if urlsplit(self.path).path.rstrip("/") != adapter.path.rstrip("/"):
+        adapter = self.server.routes.get(_route(urlsplit(self.path).path))
+        if adapter is None:
             self._answer(404, {"error": f"no receive location at {self.path}"}, close=True)
             return
         length = self.headers.get("Content-Length")
@@ -158,37 +221,23 @@ class HttpReceive(ReceiveAdapter):
         self.bind = (parts.hostname, 80 if parts.port is None else parts.port)  # 0: any free port
         self.path = parts.path or "/"
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._address = url
 
     @property
     def address(self) -> str:
         """The URL it listens on (with the real port once started)."""
-        if self._server is None:
-            return self.url
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}{self.path}"
+        return self._address
 
     def start(self, box: MessageBox, owner: str, sink: Sink) -> None:
         self.sink = sink
-        try:
-            self._server = _Server(self.bind, _Handler)
-        except OSError as exc:
-            raise ValidationError(f"{self.url}: cannot listen on {self.bind}: {exc}") from exc
-        self._server.adapter = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name=f"http-receive:{self.url}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._server = _attach(self)
+        host, port = self._server.server_address[:2]
+        self._address = f"http://{host!s}:{port}{self.path}"
 
     def stop(self, timeout: float) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout)
+            _detach(self, self._server, timeout)
+            self._server = None
 
 
 class HttpSend(SendAdapter):

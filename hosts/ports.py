@@ -20,7 +20,8 @@ from __future__ import annotations
 import io
 import logging
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
@@ -130,6 +131,8 @@ class ReceiveLocation:
     def start(self, box: MessageBox, owner: str) -> None:
         self._box = box
         self.adapter.start(box, owner, self)
+        with _RUNNING_LOCK:
+            _RUNNING.append(self)
         log.info(
             "receive location %s listening on %s",
             self.key,
@@ -138,7 +141,27 @@ class ReceiveLocation:
         )
 
     def stop(self, timeout: float) -> None:
+        with _RUNNING_LOCK:
+            if self in _RUNNING:
+                _RUNNING.remove(self)
         self.adapter.stop(timeout)
+
+    def resubmission(self, body: bytes, properties: Mapping[str, object]) -> list[Message]:
+        """The messages this location's pipeline makes of a resubmitted input (``body``,
+        with ``properties`` as its transport's): ``MessageBox.resubmit``. A refusal
+        raises :class:`~messagebox.errors.PipelineError` (nothing is stored)."""
+        inbound = Inbound.of_bytes(body, properties=dict(properties), name="a resubmitted input")
+        with ExitStack() as stack:
+            made = self._prepare(inbound, stack)
+        for _, failure in made:
+            if failure is not None:
+                code = str((failure.report or {}).get("code") or "refused")
+                raise PipelineError(
+                    f"refuses the resubmitted input again: {failure.error}; nothing was changed",
+                    code=code,
+                    component=self.key,
+                )
+        return [message for message, _ in made]
 
     # --- Sink: called by the adapter ---
 
@@ -341,6 +364,26 @@ class ReceiveLocation:
 
     def __repr__(self) -> str:
         return f"ReceiveLocation({self.key!r}, {self.url!r})"
+
+
+_RUNNING: list[ReceiveLocation] = []
+"""The receive locations started in this process (:func:`running_location`)."""
+_RUNNING_LOCK = threading.Lock()
+
+
+def running_location(box: MessageBox, port: str, name: str) -> ReceiveLocation | None:
+    """Receive location ``port/name`` if one is running in this process on ``box``'s
+    store (a command served by a ``host run`` process finds its locations so)."""
+    with _RUNNING_LOCK:
+        for loc in _RUNNING:
+            if (
+                loc.port.name == port
+                and loc.name == name
+                and loc._box is not None
+                and loc._box.store.key == box.store.key
+            ):
+                return loc
+    return None
 
 
 class ReceivePort:

@@ -24,7 +24,11 @@ from messagebox.errors import (
     ValidationError,
 )
 
+DISTRIBUTION = "messagebox-router"
+"""The distribution that installs this package (``__version__`` is its version)."""
+
 if TYPE_CHECKING:
+    __version__: str
     from messagebox.engine import MessageBox
     from messagebox.message import Message, MessageSummary, StoredMessage
     from messagebox.models import (
@@ -82,7 +86,22 @@ if not TYPE_CHECKING:  # type checkers see the imports above, so a misspelt name
             import importlib
 
             return getattr(importlib.import_module(_LAZY[name]), name)
+        if name == "__version__":  # read once, when asked: the metadata costs 20 ms
+            global __version__
+            __version__ = version()
+            return __version__
         raise AttributeError(f"module 'messagebox' has no attribute {name!r}")
+
+
+def version() -> str:
+    """The installed distribution's version (``0+unknown`` when it is not installed:
+    the source tree run as it is)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 __all__ = [
@@ -120,4 +139,5 @@ __all__ = [
     "UnknownSubscription",
     "UnknownSuspendedEntry",
     "ValidationError",
+    "__version__",
 ]

@@ -50,20 +50,30 @@ class RoutingAsCode:
         lose which messages and which would become or stop being routing failures
         (``plan.traffic``). ``router`` routes the window elsewhere (Spark:
         ``messagebox.pipelines.whatif.spark_router(spark)``); ``progress(n)`` hears how
-        many messages were read so far. Changes nothing."""
+        many messages were read so far. ``plan.lint`` is what :meth:`apply` would find:
+        its errors refuse the apply, its warnings are said. Changes nothing."""
         wanted, _ = as_config(config)
         return self.configs.plan(wanted, window, router, progress)
 
     def apply(
-        self, config: Source, *, who: str | None = None, allow_empty: bool = False
+        self,
+        config: Source,
+        *,
+        who: str | None = None,
+        allow_empty: bool = False,
+        force: bool = False,
     ) -> Applied:
         """Make ``config`` the live configuration in one transaction (a publish routes
         by the old subscriptions or the new ones, never a mix) and record it as a new
-        version (unless nothing changed). Bad input changes nothing. A file that
-        declares nothing, or no subscription while some are live, is refused unless
-        ``allow_empty``."""
+        version (unless nothing changed). Bad input changes nothing. Lint runs first: an
+        error (a group or filter that can never match, a property no stored message
+        carries) in a subscription it adds or whose filter it changes refuses it unless
+        ``force``; the warnings are in ``applied.lint``. A file that declares nothing,
+        or no subscription while some are live, is refused unless ``allow_empty``."""
         wanted, text = as_config(config)
-        return self.configs.apply(wanted, text, who or local_user(), allow_empty=allow_empty)
+        return self.configs.apply(
+            wanted, text, who or local_user(), allow_empty=allow_empty, force=force
+        )
 
     def versions(self, limit: int = 100) -> list[ConfigVersion]:
         """The newest applied versions, newest first."""
@@ -82,9 +92,10 @@ class RoutingAsCode:
 
     def lint_subscriptions(self, *refs: int | str) -> list[Finding]:
         """Findings about live subscriptions (by id or name): groups of their filters
-        that never match or that another group covers, and the other subscriptions of
-        their services that match the same messages. ``subscribe`` and ``set_filter``
-        log these (logger ``messagebox.lint``)."""
+        that never match or that another group covers, the other subscriptions of
+        their services that match the same messages, and property names none of the
+        newest stored messages carries. ``subscribe`` and ``set_filter`` log these
+        (logger ``messagebox.lint``)."""
         return self.catalog.lint([self.catalog.subscription(r) for r in refs])
 
     def window_count(self, window: timedelta | float) -> int:
@@ -99,8 +110,9 @@ class RoutingAsCode:
         progress: Callable[[int], None] | None = None,
     ) -> list[Finding]:
         """Findings about ``config``'s subscriptions (the live ones by default): groups
-        that never match, redundant groups, duplicates; with ``window``, also the
-        subscriptions that matched none of the messages stored in it and property names
-        none of them carries."""
+        that never match, redundant groups, duplicates, property names none of the
+        newest stored messages carries (with the nearest one they do); with ``window``,
+        also the subscriptions that matched none of the messages stored in it (and the
+        property names they carry count as known)."""
         wanted = None if config is None else as_config(config)[0]
         return self.configs.lint(wanted, window, progress)

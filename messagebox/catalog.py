@@ -31,6 +31,7 @@ from messagebox.models import (
 from messagebox.predicates import Filter, to_filter
 from messagebox.properties import canonical_name, check_text
 from messagebox.store import Store
+from messagebox.suggest import did_you_mean
 
 log = logging.getLogger("messagebox.typecheck")
 lint_log = logging.getLogger("messagebox.lint")
@@ -101,7 +102,12 @@ def check_host(conn: sa.Connection, host: str | None) -> None:
         raise UnknownHost(f"no host named {host!r}") from None
     h = schema.host
     if conn.execute(sa.select(h.c.name).where(h.c.name == host)).first() is None:
-        raise UnknownHost(f"no host named {host!r}")
+        raise unknown_host(host, conn.execute(sa.select(h.c.name)).scalars())
+
+
+def unknown_host(name: str, known: Iterable[str]) -> UnknownHost:
+    """No host ``name``, with the nearest of the ``known`` hosts' names."""
+    return UnknownHost(f"no host named {name!r}{did_you_mean(name, known)}")
 
 
 def _correlation(index: int, service: str, names: object) -> tuple[str, ...]:
@@ -217,9 +223,10 @@ class Catalog:
 
     def configure_host(self, name: str, options: Mapping[str, Any]) -> Host:
         with self._store.transaction(serial=True) as conn:
-            found = {h.name: h for h in subscriptions.list_hosts(conn)}.get(name)
+            hosts = {h.name: h for h in subscriptions.list_hosts(conn)}
+            found = hosts.get(name)
             if found is None:
-                raise UnknownHost(f"no host named {name!r}")
+                raise unknown_host(name, hosts)
             merged = {**found.settings.model_dump(), **options}
             config = HostSettings.checked(f"host {name!r}", merged)
             subscriptions.update_host(conn, name, config)
@@ -229,8 +236,9 @@ class Catalog:
         with self._store.transaction(serial=True) as conn:
             # the subscription lock: a subscribe naming this host cannot commit meanwhile
             self._store.dialect.lock_subscriptions(conn)
-            if name not in {h.name for h in subscriptions.list_hosts(conn)}:
-                raise UnknownHost(f"no host named {name!r}")
+            hosts = {h.name for h in subscriptions.list_hosts(conn)}
+            if name not in hosts:
+                raise unknown_host(name, hosts)
             subs = subscriptions.list_subscriptions(conn, host=name)
             if subs:
                 raise Conflict(
@@ -260,10 +268,11 @@ class Catalog:
             return subscriptions.list_hosts(conn)
 
     def host(self, name: str) -> Host:
-        for h in self.hosts():
+        hosts = self.hosts()
+        for h in hosts:
             if h.name == name:
                 return h
-        raise UnknownHost(f"no host named {name!r}")
+        raise unknown_host(name, (h.name for h in hosts))
 
     def subscribe_many(self, specs: Iterable[Mapping[str, Any]]) -> list[Subscription]:
         checked = [check_spec(i, spec) for i, spec in enumerate(specs)]
@@ -279,15 +288,20 @@ class Catalog:
             return typecheck.traps(conn, filters)
 
     def lint(self, subs: Sequence[Subscription]) -> list[routing_lint.Finding]:
-        """Findings about these subscriptions (:func:`routing_lint.subscription_findings`)."""
+        """Findings about these subscriptions (:func:`routing_lint.subscription_findings`),
+        and the property names they test that none of the newest stored messages carries."""
         with self._store.transaction() as conn:
             stored = subscriptions.service_filters(
                 conn, [s.service for s in subs], skip=[s.id for s in subs]
             )
+            read, known = typecheck.carried(conn)
         every = sorted([*stored, *((s.id, s.name, s.service, s.filter) for s in subs)])
-        return routing_lint.subscription_findings(
+        found = routing_lint.subscription_findings(
             [(s.name, s.service, s.filter) for s in subs], [(n, sv, f) for _, n, sv, f in every]
         )
+        if read:
+            found += routing_lint.property_findings([(s.name, s.filter) for s in subs], known)
+        return found
 
     def _warn(self, made: Sequence[Subscription]) -> None:
         """Log the typing traps (a filter that never matches the stored messages for the

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from messagebox import clock, routing_apply, routing_lint, routing_plan, subscriptions
+from messagebox import clock, routing_apply, routing_lint, routing_plan, subscriptions, typecheck
 from messagebox.errors import ValidationError
 from messagebox.fence import Fence
+from messagebox.predicates import Filter
 from messagebox.routing_apply import ConfigDiff, ConfigVersion
 from messagebox.routing_file import RoutingConfig, RoutingFileError, dump, load, read
+from messagebox.routing_lint import Verdict
 from messagebox.routing_plan import Page, Router, TrafficEffect
 from messagebox.store import Store
 
@@ -31,6 +33,8 @@ class Plan:
     traffic: TrafficEffect | None
     blockers: tuple[str, ...] = ()
     """Why applying it now would be refused (a host it removes is not empty)."""
+    lint: Verdict = field(default_factory=Verdict)
+    """What lint finds: errors refuse the apply (unless forced), warnings are said."""
 
     @property
     def changed(self) -> bool:
@@ -38,12 +42,17 @@ class Plan:
 
     def describe(self) -> list[str]:
         lines = self.diff.describe() + [f"! {b}" for b in self.blockers]
+        lines += [f"! lint error: {f}" for f in self.lint.errors]
+        if self.lint.errors:
+            lines.append(f"! apply refuses a file with lint errors unless {FORCE}")
+        lines += [f"lint warning: {f}" for f in self.lint.warnings]
         return lines + (self.traffic.describe() if self.traffic else [])
 
     def as_json(self) -> dict[str, Any]:
         return {
             "changed": self.changed,
             "blockers": list(self.blockers),
+            "lint": self.lint.as_json(),
             "changes": self.diff.as_json(),
             "traffic": self.traffic.as_json() if self.traffic else None,
         }
@@ -55,6 +64,8 @@ class Applied:
 
     diff: ConfigDiff
     version: int | None
+    lint: Verdict = field(default_factory=Verdict)
+    """What lint found: the warnings, and the errors an apply was forced past."""
 
 
 def as_config(source: RoutingConfig | str | Path) -> tuple[RoutingConfig, str]:
@@ -84,6 +95,39 @@ def as_config(source: RoutingConfig | str | Path) -> tuple[RoutingConfig, str]:
 
 ALLOW_EMPTY = "--allow-empty (Python: allow_empty=True)"
 """What applies a configuration :func:`emptiness` finds a reason to refuse."""
+FORCE = "--force (Python: force=True)"
+"""What applies a configuration with lint errors."""
+
+
+def _subs(config: RoutingConfig) -> list[tuple[str, str, Filter]]:
+    return [(d.name, d.service, d.filter) for d in config.subscriptions.values()]
+
+
+def verdict(live: RoutingConfig, wanted: RoutingConfig, carried: tuple[int, set[str]]) -> Verdict:
+    """What lint finds in ``wanted`` about to replace ``live``, ``carried`` being what
+    the newest stored messages say of property names (how many were read, the names):
+    its errors are about the subscriptions it adds or whose filters it changes."""
+    subs = _subs(wanted)
+    found = routing_lint.config_findings(subs)
+    read, known = carried
+    if read:
+        found += routing_lint.property_findings([(n, f) for n, _, f in subs], known)
+    new = {
+        name
+        for name, decl in wanted.subscriptions.items()
+        if name not in live.subscriptions or not live.subscriptions[name].same_filter(decl)
+    }
+    return routing_lint.verdict(found, new)
+
+
+def refusal(lint: Verdict) -> str:
+    """Why an apply with lint errors is refused, and how to apply it anyway."""
+    shown = "".join(f"\n  {f}" for f in lint.errors)
+    return (
+        f"the routing file has {len(lint.errors)} lint error(s); nothing was applied:{shown}"
+        f"\nFix them, or apply it with {FORCE} if that is what you mean (a property "
+        "publishers do not send yet, say)"
+    )
 
 
 def emptiness(wanted: RoutingConfig, live: list[str]) -> str | None:
@@ -133,11 +177,13 @@ class Configs:
             current = routing_apply.live_config(conn, live)
             change = routing_apply.diff(current, wanted)
             blockers = tuple(routing_apply.blockers(conn, change))
+            carried = typecheck.carried(conn)
+        lint = verdict(current, wanted, carried)
         empty = emptiness(wanted, list(current.subscriptions))
         if empty is not None:
             blockers += (f"{empty}: apply refuses it without {ALLOW_EMPTY}",)
         if window is None:
-            return Plan(change, None, blockers)
+            return Plan(change, None, blockers, lint)
         seconds = _window(window)
         effect = TrafficEffect(window_seconds=seconds)
         if router is not None:
@@ -149,7 +195,7 @@ class Configs:
             effect.add(message_id, a, b)
         with self._store.transaction() as conn:
             effect.not_stored = routing_plan.not_stored(conn, self._since(conn, seconds))
-        return Plan(change, effect, blockers)
+        return Plan(change, effect, blockers, lint)
 
     def _since(self, conn: Any, seconds: float) -> Any:
         return clock.now(conn) - timedelta(seconds=seconds)
@@ -191,16 +237,23 @@ class Configs:
         who: str,
         rollback_of: int | None = None,
         allow_empty: bool = False,
+        force: bool = False,
     ) -> Applied:
-        """Apply ``wanted``; unless ``allow_empty`` or a rollback, refuse it when
-        :func:`emptiness` finds a reason."""
+        """Apply ``wanted``; unless a rollback, refuse it when :func:`verdict` finds
+        errors (unless ``force``) or :func:`emptiness` a reason (unless ``allow_empty``)."""
+        lint = Verdict()
+        if rollback_of is None:
+            with self._store.transaction() as conn:
+                lint = verdict(routing_apply.live_config(conn), wanted, typecheck.carried(conn))
+            if lint.errors and not force:
+                raise ValidationError(refusal(lint))
         with self._store.transaction(serial=True, fence=Fence.CHANGES) as conn:
             if not allow_empty and rollback_of is None:
                 self._refuse_empty(conn, wanted)
             change, version = routing_apply.apply(
                 conn, self._store.dialect, wanted, content=content, who=who, rollback_of=rollback_of
             )
-        return Applied(change, version)
+        return Applied(change, version, lint)
 
     def _refuse_empty(self, conn: Any, wanted: RoutingConfig) -> None:
         live = [] if wanted.subscriptions else list(routing_apply.live_config(conn).subscriptions)
@@ -225,14 +278,18 @@ class Configs:
         window: timedelta | float | None,
         progress: Callable[[int], None] | None = None,
     ) -> list[routing_lint.Finding]:
+        """Every finding about ``config`` (the live one by default); property names
+        against the newest stored messages and, with ``window``, the window's."""
         if config is None:
             config = self.export()
-        subs = [(d.name, d.service, d.filter) for d in config.subscriptions.values()]
+        subs = _subs(config)
         found = routing_lint.config_findings(subs)
+        with self._store.transaction() as conn:
+            read, known = typecheck.carried(conn)
+        pairs = [(n, f) for n, _, f in subs]
+        traffic = routing_lint.Traffic()
         if window is not None:
-            seconds = _window(window)
-            _, more = routing_lint.traffic_findings(
-                [(n, f) for n, _, f in subs], self._pages(seconds, None, progress)
-            )
-            found += more
-        return found
+            traffic = routing_lint.read_traffic(pairs, self._pages(_window(window), None, progress))
+        if read or traffic.messages:
+            found += routing_lint.property_findings(pairs, known | traffic.carried)
+        return found + routing_lint.dead_findings(pairs, traffic)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from messagebox import router
+from messagebox import resubmission, router
 from messagebox.as_code import RoutingAsCode
 from messagebox.catalog import Catalog
 from messagebox.configs import Configs
@@ -46,6 +46,7 @@ from messagebox.models import (
 from messagebox.operations import Operations, suspended_query
 from messagebox.properties import Value
 from messagebox.publishing import Messages
+from messagebox.resubmission import Resubmits
 from messagebox.store import URL, Store
 from messagebox.store import StoreURL as StoreURL  # hosts name it
 from messagebox.suspension import SuspendedQuery
@@ -470,6 +471,27 @@ class MessageBox(RoutingAsCode, Watching):
         ``batch`` and ``progress`` work as for :meth:`resume`."""
         query = suspended_query(entry_ids, reason, host, service, subscription, before)
         return self.operations.terminate(query, batch, progress)
+
+    def resubmit(
+        self,
+        entry_id: int,
+        *,
+        body: bytes | None = None,
+        properties: Mapping[str, object] | None = None,
+        location: Resubmits | None = None,
+    ) -> list[Routed]:
+        """Publish a suspended receive failure's input again, once its cause is fixed:
+        its stored bytes, or ``body``; through ``location``'s pipeline (a
+        ``ReceiveLocation``, refused again: nothing changes), else as it is, with the
+        properties it was stored with; ``properties`` over them either way, the error
+        report's (``ErrorReport.*``) left out (:mod:`messagebox.resubmission`). The
+        suspended entry is terminated in the transaction that publishes it."""
+        entry = self.operations.suspended_entry(entry_id)
+        resubmission.check(entry)
+        stored = self.messages.read_message(entry.message_id)
+        batch = resubmission.messages(stored, body, properties or {}, location)
+        policy = RoutingPolicy.SUSPEND if location is None else location.policy
+        return self.messages.resubmit(entry_id, stored.id, batch, policy)
 
     def reroute(self, *entry_ids: int) -> dict[int, tuple[int, ...]]:
         """Route suspended routing failures, and entries whose subscription was removed,

@@ -23,6 +23,7 @@ from pydantic import (
 from messagebox.errors import ValidationError
 from messagebox.predicates import Filter, FilterExplanation
 from messagebox.properties import Value
+from messagebox.suggest import did_you_mean
 
 
 class Kind(StrEnum):
@@ -270,7 +271,8 @@ def setting_values(items: Iterable[str]) -> dict[str, Any]:
 def _settings_problem(error: Any) -> str:
     name = ".".join(str(x) for x in error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"{name!r} is not a setting (they are: {', '.join(HostSettings.model_fields)})"
+        hint = did_you_mean(name, HostSettings.model_fields)
+        return f"{name!r} is not a setting{hint} (they are: {', '.join(HostSettings.model_fields)})"
     message = str(error["msg"]).removeprefix("Value error, ")
     if not name:  # a rule across settings
         return message
@@ -369,6 +371,9 @@ class InstanceInfo:
 
 REROUTABLE = (ROUTING_FAILURE, SUBSCRIPTION_REMOVED)
 """Suspended reasons of entries with no destination: rerouted, never resumed."""
+RESUMABLE = (DELIVERY_FAILURE, SERVICE_UNENLISTED, CRASHED_HOST)
+"""Suspended reasons of entries that can be resumed (a receive failure is resubmitted,
+an entry of a completed instance only terminated)."""
 
 SUSPENDED_REASONS = (
     ROUTING_FAILURE,

@@ -14,7 +14,16 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from messagebox import clock, receipts, recent, router, schema, spool, subscriptions
+from messagebox import (
+    clock,
+    receipts,
+    recent,
+    router,
+    schema,
+    spool,
+    subscriptions,
+    suspension,
+)
 from messagebox.dialects.base import Prelude
 from messagebox.errors import (
     AlreadyExists,
@@ -270,6 +279,25 @@ class Messages:
             before_write=self._throttle.check,
             suspensions=suspend,
         )
+
+    def resubmit(
+        self,
+        entry_id: int,
+        message_id: uuid.UUID,
+        messages: Sequence[Message],
+        policy: RoutingPolicy | str,
+    ) -> list[Routed]:
+        """Publish ``messages`` (trusted: a receive location's, or what one stored) and
+        terminate suspended receive failure ``entry_id`` of ``message_id`` in one
+        transaction (:func:`suspension.withdraw`)."""
+        batch = _batch(messages)
+        ids = _message_ids(batch, True)
+        with self._store.transaction(serial=True, fence=Fence.ROUTES) as conn:
+            router.prelude(conn, self._store.dialect)
+            suspension.withdraw(conn, self._store.dialect, entry_id, message_id)
+            results, hosts = self._routed(conn, batch, ids, _policy(policy), None, ())
+        self._throttle.added(hosts)
+        return results
 
     @contextmanager
     def for_caller(self) -> Iterator[sa.Connection]:

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from messagebox.errors import MessageBoxError, ValidationError
 from messagebox.models import Host, HostSettings, Kind, OnFailure, State, Subscription
 from messagebox.predicates import Filter, format_filter, parse_filter
+from messagebox.suggest import did_you_mean
 
 SCHEMA_HINT = (
     "# messagebox routing file (docs/howto-routing-as-code.md). Its JSON Schema, for\n"
@@ -265,11 +266,22 @@ def load(text: str, source: str = "<routing file>") -> RoutingConfig:
         loc = tuple(error["loc"])
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = f"unknown key {str(loc[-1])!r}"
+            message = f"unknown key {str(loc[-1])!r}{did_you_mean(str(loc[-1]), _keys_at(loc))}"
         elif error["type"] == "missing":
             message = f"{loc[-1]!r} is required"
         raise RoutingFileError(f"{where.at(loc)}: {message}") from None
     return _resolve(parsed, where)
+
+
+def _keys_at(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the file may have where ``loc`` (an unknown key's place) is."""
+    tables: dict[Any, type[BaseModel]] = {
+        "hosts": HostSettings,
+        "services": ServiceDecl,
+        "subscriptions": SubscriptionDecl,
+    }
+    model = _File if len(loc) == 1 else tables.get(loc[0]) if len(loc) == 3 else None
+    return list(model.model_fields) if model is not None else []
 
 
 def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
@@ -302,9 +314,10 @@ def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
                 "is declared twice"
             )
         if decl.host not in parsed.hosts:
+            hint = did_you_mean(decl.host, parsed.hosts)
             raise RoutingFileError(
-                f"{where.at(('subscriptions', i, 'host'))}: no host named {decl.host!r} "
-                f"(declare it as [hosts.{_printable(decl.host)}])"
+                f"{where.at(('subscriptions', i, 'host'))}: no host named {decl.host!r}"
+                + (hint or f" (declare it as [hosts.{_printable(decl.host)}])")
             )
         try:
             filt = parse_filter(decl.filter)

@@ -1,15 +1,15 @@
 """Findings about subscriptions: groups that can never match, groups another group of
 the same filter already covers, subscriptions of one service that match the same
-messages, and, against a window of stored traffic, subscriptions that matched nothing
-and property names no stored message carries (typos). The logic is
-:mod:`messagebox.predicates.lint` (exact); this module words the findings.
+messages, property names no stored message carries (typos), and, against a window of
+stored traffic, subscriptions that matched nothing. The logic is
+:mod:`messagebox.predicates.lint` (exact); this module words the findings, and sorts
+them into what refuses an apply and what it only warns about (:func:`verdict`).
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from messagebox.predicates import Filter, Group, Predicate, format_filter
@@ -18,6 +18,7 @@ from messagebox.predicates.lint import equivalent, implies, satisfiable, witness
 from messagebox.predicates.model import Op, predicate_holds
 from messagebox.predicates.text import format_predicate
 from messagebox.properties import Family, Value, family
+from messagebox.suggest import did_you_mean
 
 NEVER = "never-matches"
 UNSATISFIABLE = "unsatisfiable-group"
@@ -25,6 +26,10 @@ REDUNDANT = "redundant-group"
 DUPLICATE = "duplicate"
 DEAD = "dead"
 UNKNOWN_PROPERTY = "unknown-property"
+
+ERRORS = frozenset({UNSATISFIABLE, NEVER, UNKNOWN_PROPERTY})
+"""Kinds of finding that make ``apply`` refuse a subscription it adds or whose filter it
+changes (unless forced); the others are warnings."""
 
 _FAMILY = {
     Family.STR: "text",
@@ -197,48 +202,74 @@ def duplicates(
     return found
 
 
-def traffic_findings(
-    subs: Sequence[tuple[str, Filter]], pages: Iterable[Sequence[tuple[Any, Mapping[str, Value]]]]
-) -> tuple[int, list[Finding]]:
-    """Over stored messages: the subscriptions that match none, and the property names
-    filters test that no message carries (with the nearest name messages do carry).
-    Returns how many messages were read, and the findings (none when no message)."""
-    index: FilterIndex[str] = FilterIndex()
-    index.update(subs)
-    matched: set[str] = set()
-    seen: set[str] = set()
-    n = 0
-    for page in pages:
-        for _, props in page:
-            n += 1
-            seen.update(props)
-            matched |= index.match(props)
-    if not n:
-        return 0, []
+ENGINE_NAMESPACES = ("messagebox.", "ErrorReport.")
+"""Properties the engine and receive ports promote (``messagebox.ReceivePortName``,
+``ErrorReport.FailureCode``…): known before any stored message carries them."""
+
+
+def property_findings(subs: Sequence[tuple[str, Filter]], known: Collection[str]) -> list[Finding]:
+    """The property names filters test that none of ``known`` (the names stored messages
+    carry) is, with the nearest known name; a name the filter tests as absent
+    (``not_exists``) and the engine's own (:data:`ENGINE_NAMESPACES`) are not reported."""
     found: list[Finding] = []
+    have = set(known)
     for name, filt in subs:
-        for prop in sorted(filt.properties - seen):
-            close = difflib.get_close_matches(prop, seen, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            if any(
+        for prop in sorted(filt.properties - have):
+            if prop.startswith(ENGINE_NAMESPACES) or any(
                 p.property == prop and p.op is Op.NOT_EXISTS
                 for g in filt.groups
                 for p in g.predicates
             ):
-                continue  # testing that it is absent is the point
-            found.append(
-                Finding(name, UNKNOWN_PROPERTY, f"no stored message carries {prop!r}{hint}")
-            )
-        if name not in matched:
+                continue  # the engine's own, or testing that it is absent is the point
             found.append(
                 Finding(
                     name,
-                    DEAD,
-                    f"matched none of the {n:,} stored message(s) of the window: "
-                    + format_filter(filt),
+                    UNKNOWN_PROPERTY,
+                    f"no stored message carries {prop!r}{did_you_mean(prop, have)}",
                 )
             )
-    return n, found
+    return found
+
+
+@dataclass
+class Traffic:
+    """What a read of stored messages found: how many, the property names they carry,
+    and the subscriptions that matched one of them."""
+
+    messages: int = 0
+    carried: set[str] = field(default_factory=set)
+    matched: set[str] = field(default_factory=set)
+
+
+def read_traffic(
+    subs: Sequence[tuple[str, Filter]], pages: Iterable[Sequence[tuple[Any, Mapping[str, Value]]]]
+) -> Traffic:
+    """Route stored messages (pages of (id, promoted properties)) against ``subs``."""
+    index: FilterIndex[str] = FilterIndex()
+    index.update(subs)
+    seen = Traffic()
+    for page in pages:
+        for _, props in page:
+            seen.messages += 1
+            seen.carried.update(props)
+            seen.matched |= index.match(props)
+    return seen
+
+
+def dead_findings(subs: Sequence[tuple[str, Filter]], traffic: Traffic) -> list[Finding]:
+    """The subscriptions that matched none of the messages read (none when none was)."""
+    if not traffic.messages:
+        return []
+    return [
+        Finding(
+            name,
+            DEAD,
+            f"matched none of the {traffic.messages:,} stored message(s) of the window: "
+            + format_filter(filt),
+        )
+        for name, filt in subs
+        if name not in traffic.matched
+    ]
 
 
 def subscription_findings(
@@ -265,3 +296,29 @@ def config_findings(subs: Sequence[tuple[str, str, Filter]]) -> list[Finding]:
     checked = {name: _Checked(filt) for name, _, filt in subs}
     found = [f for name, _, filt in subs for f in filter_findings(name, filt, checked[name])]
     return found + duplicates(subs, checked)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Lint findings about a configuration to apply: ``errors`` refuse it (unless
+    forced), ``warnings`` are said."""
+
+    errors: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "errors": [f.as_json() for f in self.errors],
+            "warnings": [f.as_json() for f in self.warnings],
+        }
+
+
+def verdict(findings: Iterable[Finding], new: Collection[str]) -> Verdict:
+    """Findings sorted into errors and warnings: an error is one of the :data:`ERRORS`
+    kinds about a subscription of ``new`` (added, or its filter changed); what is live
+    already and unchanged is warned about, not refused again."""
+    errors: list[Finding] = []
+    warnings: list[Finding] = []
+    for f in findings:
+        (errors if f.kind in ERRORS and f.subscription in new else warnings).append(f)
+    return Verdict(tuple(errors), tuple(warnings))

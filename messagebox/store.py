@@ -27,7 +27,7 @@ from messagebox import (
     schema,
     tracking,
 )
-from messagebox.dialects import Dialect, dialect_for
+from messagebox.dialects import Dialect, dialect_for, parse_url
 from messagebox.errors import (
     BackendUnavailable,
     MessageBoxError,
@@ -81,10 +81,7 @@ class Store:
     ) -> None:
         if router not in ROUTERS:
             raise ValidationError(f"router {router!r} is not one of {', '.join(ROUTERS)}")
-        try:
-            self.url = sa.make_url(url or DEFAULT_URL)
-        except sa.exc.ArgumentError as exc:
-            raise BackendUnavailable(f"not a database URL: {url!r}") from exc
+        self.url = parse_url(url or DEFAULT_URL)
         self.dialect: Dialect = dialect_for(self.url)
         _driver_errors_of(self.dialect)
         shown = self.url.render_as_string(hide_password=True)

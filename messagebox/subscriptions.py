@@ -29,6 +29,7 @@ from messagebox.models import (
 )
 from messagebox.predicates import Filter
 from messagebox.predicates.sql import anchor_rank, typed_rows
+from messagebox.suggest import did_you_mean
 
 _CHUNK = 1000
 
@@ -166,9 +167,10 @@ def _check_hosts(conn: sa.Connection, specs: Sequence[SubscriptionSpec]) -> None
     known = set(_lookup(conn, schema.host.c.name, schema.host.c.created_at, sorted(hosts)))
     for spec in specs:
         if spec.host not in known:
+            hint = did_you_mean(spec.host, conn.execute(sa.select(schema.host.c.name)).scalars())
             raise UnknownHost(
-                f"subscription of service {spec.service!r}: no host named {spec.host!r} "
-                "(create it with create_host)"
+                f"subscription of service {spec.service!r}: no host named {spec.host!r}"
+                + (hint or " (create it with create_host)")
             )
 
 

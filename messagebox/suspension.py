@@ -15,9 +15,10 @@ import sqlalchemy as sa
 
 from messagebox import schema, tracking
 from messagebox.dialects import Dialect
-from messagebox.errors import UnknownSuspendedEntry
+from messagebox.errors import Conflict, UnknownSuspendedEntry
 from messagebox.models import (
     INSTANCE_COMPLETED,
+    RECEIVE_FAILURE,
     SERVICE_UNENLISTED,
     SUBSCRIPTION_REMOVED,
     InstanceState,
@@ -326,3 +327,16 @@ def terminate(
     tracking.record_rows(conn, dialect, tracking.TERMINATED, rows)
     _unsuspend_instances(conn, (r.instance_id for r in rows))  # the instance goes on without it
     return sorted(r.id for r in rows)
+
+
+def withdraw(conn: sa.Connection, dialect: Dialect, entry_id: int, message_id: uuid.UUID) -> None:
+    """Terminate receive failure ``entry_id`` (its input is being published again in
+    this transaction); refused unless it is still suspended, as a receive failure of
+    ``message_id``."""
+    s = schema.suspended
+    row = conn.execute(sa.select(s.c.reason, s.c.msg).where(s.c.id == entry_id)).first()
+    if row is None:
+        raise UnknownSuspendedEntry(f"no suspended entry {entry_id}")
+    if row.reason != RECEIVE_FAILURE or row.msg != message_id:
+        raise Conflict(f"suspended entry {entry_id} changed meanwhile; nothing was published")
+    terminate(conn, dialect, SuspendedQuery(ids=(entry_id,)))

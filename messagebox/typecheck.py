@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
+import orjson
 import sqlalchemy as sa
 
 from messagebox import schema
@@ -62,6 +63,24 @@ def stored_families(
                 _OF_TAG.get(tag) or family(decode_value(promoted[name]))
             )
     return n, seen
+
+
+KNOWN_SAMPLE = 10_000
+"""How many of the newest stored messages say which property names publishers send
+(:func:`carried`)."""
+
+
+def carried(conn: sa.Connection, sample: int = KNOWN_SAMPLE) -> tuple[int, set[str]]:
+    """How many of the newest ``sample`` stored messages were read, and the names of the
+    properties they promote."""
+    s = schema.spool
+    rows = conn.execute(sa.select(s.c.context).order_by(s.c.id.desc()).limit(sample)).scalars()
+    names: set[str] = set()
+    n = 0
+    for text in rows:
+        n += 1
+        names.update(orjson.loads(text)["promoted"])
+    return n, names
 
 
 def traps(conn: sa.Connection, filters: Iterable[tuple[str, Filter]]) -> list[str]:

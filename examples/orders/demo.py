@@ -18,7 +18,11 @@
    fulfilment against the generated payments) and ends with a summary table: routed
    per port, suspended, throughput.
 
-    python examples/orders/demo.py [URL] [--orders N] [--workdir DIR] [--no-fsync]
+    python examples/orders/demo.py [URL] [--orders N] [--workdir DIR] [--keep] [--no-fsync]
+
+It works in ``--workdir DIR`` (kept), else in a new folder of the system's temporary
+folder (``$TMPDIR``, else ``/tmp``), named on its first lines and removed at the end,
+unless the run fails or ``--keep`` is given: a day of orders leaves about 60 MB there.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import json
 import logging
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -210,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="folder for in/, out/ and the database")
     ap.add_argument("--no-fsync", action="store_true", help="do not fsync outbound files")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after (s)")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the temporary working folder (no --workdir)"
+    )
     args = ap.parse_args(argv)
     console = Console()
     logging.basicConfig(
@@ -217,12 +225,27 @@ def main(argv: list[str] | None = None) -> int:
         format="%(message)s",
         handlers=[RichHandler(console=console, show_path=False, show_time=False)],
     )
-    root = args.workdir or Path(tempfile.mkdtemp(prefix="messagebox-orders-"))
-    root.mkdir(parents=True, exist_ok=True)
-    url = args.url or f"duckdb:///{root / 'orders.duckdb'}"
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        return run(args, args.workdir, console, "")
+    root = Path(tempfile.mkdtemp(prefix="messagebox-orders-"))
+    code = 1
+    try:
+        code = run(args, root, console, " (temporary: removed at the end, unless the run fails)")
+    finally:
+        if code or args.keep:
+            console.print(f"working folder kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return code
 
+
+def run(args: argparse.Namespace, root: Path, console: Console, temporary: str) -> int:
+    """Route a generated day of orders through the demo's integration, in ``root`` (the
+    inbound and outbound folders, and the database unless ``args.url``)."""
+    url = args.url or f"duckdb:///{root / 'orders.duckdb'}"
     app = routing.build(root, fsync=not args.no_fsync)
-    console.print(f"[bold]messagebox order routing[/] — {url}\nworking folder: {root}\n")
+    console.print(f"[bold]messagebox order routing[/] — {url}\nworking folder: {root}{temporary}\n")
     instance = app.instance(url)
     box = instance.box
     ports = Table(title="Send ports", title_justify="left")

@@ -1,6 +1,7 @@
 """The ``messagebox`` command.
 
     messagebox [--url URL] [--json] [--progress | --no-progress] COMMAND ...
+    messagebox --version
 
     init                                   create (or upgrade) the schema
     publish [FILE ...] [-p NAME[:TYPE]=VALUE ...] [-w ...] [--properties-json JSON|@FILE]
@@ -27,6 +28,8 @@
     suspended resume ID ... | --all-matching FILTERS
     suspended terminate ID ... | --all-matching FILTERS
     suspended reroute [ID ...]             route routing failures again
+    suspended resubmit ID [--body FILE] [-p ...] [--app MODULE:APP]
+                                           publish a receive failure's input again
     cleanup [--batch N]                    delete unreferenced messages, dead leases
     stats                                  counts of everything
     check                                  the spool, queues and references agree
@@ -37,10 +40,12 @@
     export [--schema]                      the live hosts and subscriptions as a routing file
     plan FILE [--window AGE] [--no-traffic] [--spark]
                                            the diff with what is live, which messages move
-    apply FILE [--dry-run]                 the file made live in one transaction (a version)
+    apply FILE [--dry-run] [--force] [--allow-empty]
+                                           the file made live in one transaction (a version),
+                                           unless lint finds errors (--force: even so)
     versions [N] [--limit N]               applied versions; N: that version's file
     rollback N                             apply version N's file again
-    lint [FILE] [--window AGE]             never-matching, redundant, duplicate, dead
+    lint [FILE] [--window AGE]             never-matching, redundant, duplicate, misspelt, dead
     host run module:app [module:app ...] [--threads N] [--duration S] [--until-idle S]
             [--log-format text|json] [--metrics-port PORT] [--metrics-bind ADDR]
             [--console [ADDR:]PORT|off] [--token-file PATH]
@@ -83,8 +88,10 @@ change: an unknown id changes nothing), or ``--all-matching`` with at least one 
 Exit codes:
     0  success
     1  a messagebox error: refused input, a storage or backend error (the message says which)
-    2  bad usage: unknown options, malformed values, properties, filters, JSON or files
+    2  bad usage: unknown options, malformed values, properties, filters, JSON, files,
+       store URLs or host settings (--set)
     3  not found: an unknown message, subscription, host or suspended entry
+    4  `plan`, `apply --dry-run`: a change; `lint`: a finding; `check`: a problem
 """
 
 from __future__ import annotations
@@ -94,6 +101,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from messagebox.cli.box import url_problem
 from messagebox.cli.parser import build
 from messagebox.cli.running import (
     EXIT_ERROR,
@@ -116,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = shown_argv(arguments)
     if args.command == "host":
         return _host_run(args)
+    if args.url is not None and not args.url.strip():  # (an empty MESSAGEBOX_URL is unset)
+        return _bad_url(args.url)
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
     args.url = args.explicit_url or DEFAULT_URL
     if not _confirmed(args):
@@ -130,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if served is not None:  # a running process holds the store: it runs the command
         return remote.forward(served, arguments, args)
+    if url_problem(args.url) is not None:
+        return _bad_url(args.url)
     if args.command == "spark":
         from messagebox.pipelines.spark_cli import run as spark
 
@@ -149,6 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
     return run(args, Terminal(json_output=args.json, progress=args.progress))
+
+
+def _bad_url(url: str) -> int:
+    print(f"messagebox: error: {url_problem(url)}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _confirmed(args: argparse.Namespace) -> bool:

@@ -28,12 +28,34 @@ AUDITED = frozenset(
         ("suspended", "resume"),
         ("suspended", "terminate"),
         ("suspended", "reroute"),
+        ("suspended", "resubmit"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),
     }
 )
 """Commands that change the store (publishing aside): each run that succeeds is audited."""
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` names no store a command can use (None: it can): empty, not a URL,
+    an unknown backend, a DuckDB URL with a host (``duckdb://file.duckdb``). An
+    ``http(s)://`` URL names a process serving a store."""
+    if not url.strip():
+        return (
+            "--url is empty: give a database URL (duckdb:///relative.duckdb, "
+            "duckdb:////absolute/path.duckdb, postgresql+psycopg://user@host/db)"
+        )
+    if url.startswith(("http://", "https://")):
+        return None
+    from messagebox.dialects import parse_url
+    from messagebox.errors import ValidationError
+
+    try:
+        parse_url(url)
+    except ValidationError as exc:
+        return str(exc)
+    return None
 
 
 @contextmanager

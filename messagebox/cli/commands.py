@@ -33,6 +33,7 @@ from messagebox.cli.operations import (
     tracking_events,
     tracking_status,
 )
+from messagebox.cli.resubmit import suspended_resubmit
 from messagebox.cli.routing import route_explain
 from messagebox.cli.subscriptions import (
     hosts_add,
@@ -78,6 +79,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("suspended", "resume"): suspended_act,
     ("suspended", "terminate"): suspended_act,
     ("suspended", "reroute"): suspended_reroute,
+    ("suspended", "resubmit"): suspended_resubmit,
     ("cleanup", ""): cleanup,
     ("stats", ""): stats,
     ("check", ""): check,

@@ -1,6 +1,7 @@
 """Routing as code on the command line: ``export``, ``plan``, ``apply``, ``versions``,
-``rollback`` and ``lint`` (docs/howto-routing-as-code.md). ``plan`` and ``lint`` exit
-with :data:`EXIT_CHANGES` when there is a change or a finding."""
+``rollback`` and ``lint`` (docs/howto-routing-as-code.md). ``plan`` (and ``apply
+--dry-run``) and ``lint`` exit with :data:`EXIT_CHANGES` when there is a change or a
+finding."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ if TYPE_CHECKING:
     from messagebox.routing_file import RoutingConfig
 
 EXIT_CHANGES = 4
-"""``plan``: the file differs from what is live; ``lint``: there are findings;
-``check``: the store is inconsistent."""
+"""``plan``, ``apply --dry-run``: the file differs from what is live; ``lint``: there
+are findings; ``check``: the store is inconsistent."""
 
 SPARK_ABOVE = 1_000_000
 """``plan`` routes a window of more messages than this on Spark, when it is installed."""
@@ -94,28 +95,39 @@ def plan(args: argparse.Namespace, out: Terminal) -> None:
 
 
 def apply(args: argparse.Namespace, out: Terminal) -> None:
-    """Apply a routing file in one transaction (``--dry-run``: only the plan)."""
+    """Apply a routing file in one transaction, refused when lint finds errors unless
+    ``--force`` (``--dry-run``: only the plan, and its exit code)."""
     config, text = _config(args)
     with open_box(args) as box:
         if args.dry_run:
             result = box.plan(config, window=None)
-            lines, data = result.describe(), result.as_json()
+            lines, data, changed = result.describe(), result.as_json(), result.changed
         else:
             who = getattr(args, "served_for", None)
-            applied = box.apply(text, who=who, allow_empty=args.allow_empty)
+            applied = box.apply(text, who=who, allow_empty=args.allow_empty, force=args.force)
             said = (
                 f"applied as version {applied.version}"
                 if applied.version
                 else "nothing to apply: no version recorded"
             )
-            lines = [*applied.diff.describe(), said]
-            data = {"version": applied.version, "changes": applied.diff.as_json()}
+            lines, changed = [*applied.diff.describe(), said], False
+            data = {
+                "version": applied.version,
+                "changes": applied.diff.as_json(),
+                "lint": applied.lint.as_json(),
+            }
             args.audit_count = len(applied.diff.subscriptions) + len(applied.diff.hosts)
+            for finding in applied.lint.errors:
+                out.note(f"warning: applied with --force: {finding}")
+            for finding in applied.lint.warnings:
+                out.note(f"warning: {finding}")
     if out.json:
         out.emit(data)
     else:
         for line in lines:
             out.say(line)
+    if changed:
+        raise Changes
 
 
 def versions(args: argparse.Namespace, out: Terminal) -> None:

@@ -51,6 +51,7 @@ def console_address(text: str) -> tuple[str, int] | None:
 def run(args: argparse.Namespace) -> int:
     """Run the instances; the exit code."""
     from messagebox import logs
+    from messagebox.cli.box import url_problem
     from messagebox.cli.remote import duckdb_file
     from messagebox.hosts.app import load_app
 
@@ -67,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
         if len(set(hosts)) != len(hosts):
             raise MessageBoxError(f"host run: two apps of one host ({', '.join(hosts)})")
         url = args.url or os.environ.get("MESSAGEBOX_URL") or _app_url(apps) or DEFAULT_URL
+        problem = url_problem(str(url))
+        if problem is not None:
+            print(f"messagebox host run: error: {problem}", file=sys.stderr)
+            return 2
         database = duckdb_file(str(url))
         if args.console is None and database is not None:
             console = ("127.0.0.1", 0)

@@ -219,11 +219,15 @@ def ago(text: str, option: str, now: datetime) -> datetime:
 def known_host(box: MessageBox, name: str | None) -> str | None:
     """``--host`` checked: an unknown host is an error (exit 3), not an empty answer."""
     from messagebox.errors import UnknownHost
+    from messagebox.suggest import did_you_mean
 
-    if name is not None and name not in {h.name for h in box.hosts()}:
+    if name is None:
+        return None
+    hosts = {h.name for h in box.hosts()}
+    if name not in hosts:
         raise UnknownHost(
-            f"--host: no host named {name!r} (`messagebox hosts list` shows them, "
-            "`messagebox hosts add` creates one)"
+            f"--host: no host named {name!r}{did_you_mean(name, hosts)} (`messagebox hosts "
+            "list` shows them, `messagebox hosts add` creates one)"
         )
     return name
 

@@ -9,15 +9,31 @@ import textwrap
 from typing import Any
 
 from messagebox.cli.config_args import config_parser
+from messagebox.cli.resubmit import resubmit_parser
 from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
     "exit codes: 0 success; 1 a messagebox error (the message names the culprit); 2 bad "
-    "usage (options, values, properties, filters, JSON, files); 3 not found (an unknown "
-    "message, subscription, host or suspended entry); 4 `plan`: there is a change, "
-    "`lint`: there is a finding.\n"
+    "usage (options, values, properties, filters, JSON, files, store URLs, --set "
+    "settings); 3 not found (an unknown message, subscription, host or suspended entry); "
+    "4 `plan`, `apply --dry-run`: there is a change, `lint`: there is a finding.\n"
     "environment: MESSAGEBOX_URL, the database URL when --url is not given."
 )
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version (read only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import sys
+
+        from messagebox import version
+
+        sys.stdout.write(f"messagebox {version()}\n")
+        parser.exit()
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -51,6 +67,7 @@ def build() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     parser.add_argument(
         "--url",
         help=f"database URL (default: $MESSAGEBOX_URL, else the host app's, else {DEFAULT_URL})",
@@ -241,7 +258,9 @@ def build() -> argparse.ArgumentParser:
     instances = command(sub, "instances", "running host instances and their heartbeats")
     instances.add_argument("--host", help="only this host's")
 
-    suspended = command(sub, "suspended", "list, show, resume, terminate suspended entries")
+    suspended = command(
+        sub, "suspended", "list, show, resume, terminate, reroute, resubmit suspended entries"
+    )
     sus_sub = suspended.add_subparsers(dest="action", required=True, metavar="ACTION")
     sus_list = command(sus_sub, "list", "suspended entries, oldest first")
     _suspended_filters(sus_list)
@@ -281,6 +300,7 @@ def build() -> argparse.ArgumentParser:
         sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
     )
     reroute.add_argument("ids", nargs="*", type=_entry_id, metavar="ID", help="default: all")
+    resubmit_parser(sus_sub, command, _entry_id, _property_options)
 
     cleanup = command(
         sub, "cleanup", "delete unreferenced messages, release dead instances' leases"
@@ -358,7 +378,8 @@ def build() -> argparse.ArgumentParser:
         "--read-token-file",
         metavar="PATH",
         help="the read token's file (else MESSAGEBOX_CONSOLE_READ_TOKEN): readers log in "
-        "with it; with one, every page of the console needs a login",
+        "with it; with one, every page of the console needs a login (/metrics: the token "
+        "as a bearer token)",
     )
     run.add_argument("--threads", type=int, help="dequeue threads (default: host setting)")
     run.add_argument(
@@ -417,7 +438,8 @@ def build() -> argparse.ArgumentParser:
         "--read-token-file",
         metavar="PATH",
         help="a file whose first line is the read token (else MESSAGEBOX_CONSOLE_READ_TOKEN): "
-        "readers log in with it; with one, every page needs a login",
+        "readers log in with it; with one, every page needs a login (/metrics: the token as "
+        "a bearer token)",
     )
     console.add_argument(
         "--allowed-host",

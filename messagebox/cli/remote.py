@@ -299,7 +299,8 @@ FILE_OPTIONS = ("filter", "properties_json")
 
 def _named_files(args: argparse.Namespace) -> list[str]:
     """The files a command reads: ``@FILE`` values of :data:`FILE_OPTIONS`,
-    ``publish``'s files, a routing file and a ``spark`` command's JSON file."""
+    ``publish``'s files, a routing file, ``suspended resubmit --body`` and a ``spark``
+    command's JSON file."""
     names = [
         v[1:]
         for key in FILE_OPTIONS
@@ -309,6 +310,8 @@ def _named_files(args: argparse.Namespace) -> list[str]:
         names.extend(f for f in args.files if f != "-")
     if args.command in ("plan", "apply", "lint") and getattr(args, "file", None):
         names.append(args.file)
+    if args.command == "suspended" and getattr(args, "body", None):
+        names.append(args.body)
     if args.command == "spark":
         names.extend(
             v

@@ -197,12 +197,25 @@ def _settings(items: list[str]) -> dict[str, Any]:
         raise inputs.UsageError(f"--set: {exc}") from None
 
 
+def _checked(name: str, settings: dict[str, Any]) -> None:
+    """Settings given on the command line, checked here: a bad one is bad usage (exit 2),
+    apart from a store that refuses them."""
+    from messagebox.errors import ValidationError
+    from messagebox.models import HostSettings
+
+    try:
+        HostSettings.checked(f"host {name!r}", settings)
+    except ValidationError as exc:
+        raise inputs.UsageError(f"--set: {exc}") from None
+
+
 def hosts_set(args: argparse.Namespace, out: Terminal) -> None:
     """Change some of a host's settings; running instances keep theirs until restarted."""
     changes = _settings(args.set)
     if not changes:
         raise inputs.UsageError("give at least one --set SETTING=VALUE")
     with open_box(args) as box:
+        _checked(args.name, {**box.host(args.name).settings.model_dump(), **changes})
         host = box.configure_host(args.name, **changes)
     if out.json:
         out.emit({"name": host.name, "settings": host.settings.model_dump()})
@@ -218,6 +231,7 @@ def hosts_set(args: argparse.Namespace, out: Terminal) -> None:
 def hosts_add(args: argparse.Namespace, out: Terminal) -> None:
     """Create a host; each ``--set KEY=VALUE`` is read as JSON, else as a string."""
     settings = _settings(args.set)
+    _checked(args.name, settings)
     with open_box(args) as box:
         host = box.create_host(args.name, **settings)
     if out.json:

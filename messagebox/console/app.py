@@ -32,7 +32,7 @@ from messagebox.console.clients import ClientAddress, TrustedProxies
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.console.paths import ServedPaths
 from messagebox.errors import MessageBoxError
-from messagebox.models import REROUTABLE
+from messagebox.models import REROUTABLE, RESUMABLE
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
@@ -117,6 +117,7 @@ def templates() -> Jinja2Templates:
     )
     env.globals["nav"] = NAV
     env.globals["reroutable"] = REROUTABLE
+    env.globals["resumable"] = RESUMABLE
     env.globals["path"] = _path
     env.globals["query_with"] = _query_with
     env.filters.update(pages.FILTERS)

@@ -34,7 +34,7 @@ from urllib.parse import quote
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messagebox.console.lockout import Lockout, Policy
@@ -307,9 +307,13 @@ async def logout(request: Request) -> Response:
 class LoginRequired:
     """ASGI middleware: with a read token configured, every page but the login form, the
     static files and the API (which checks its own token) needs a session or a bearer
-    token; a browser is sent to log in."""
+    token; a browser is sent to log in. ``/metrics`` is a scrape, not a page: it is
+    answered 401 (``WWW-Authenticate: Bearer``) without a token and 403 with a wrong
+    one, never sent to the login form (Prometheus sends the read token with
+    ``authorization: {credentials: …}``)."""
 
     OPEN = ("/login", "/static/", "/api/")
+    SCRAPES = ("/metrics",)
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -327,13 +331,26 @@ class LoginRequired:
             await self.app(scope, receive, send)
             return
         try:
-            known = caller(request).role is not None
-        except HTTPException:
-            known = False
-        if not known:
-            query = scope.get("query_string", b"").decode()
-            target = quote(path + (f"?{query}" if query else ""), safe="/")
-            response = RedirectResponse(f"{root}/login?next={target}", status_code=303)
-            await response(scope, receive, send)
+            refused = None if caller(request).role is not None else _SCRAPE_REFUSED
+        except HTTPException as exc:  # a wrong bearer token; an address locked out
+            refused = exc
+        if refused is None:
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        if path in tuple(root + p for p in self.SCRAPES):
+            answer = PlainTextResponse(
+                f"{refused.detail}\n", refused.status_code, headers=refused.headers
+            )
+            await answer(scope, receive, send)
+            return
+        query = scope.get("query_string", b"").decode()
+        target = quote(path + (f"?{query}" if query else ""), safe="/")
+        response = RedirectResponse(f"{root}/login?next={target}", status_code=303)
+        await response(scope, receive, send)
+
+
+_SCRAPE_REFUSED = HTTPException(
+    401,
+    "this console has a read token: send it as a bearer token (Authorization: Bearer …)",
+    headers={"WWW-Authenticate": 'Bearer realm="messagebox"'},
+)

@@ -56,7 +56,6 @@ PREVIEW_BYTES = 4096
 """A part's preview shows at most this many bytes of it."""
 HEX_PREVIEW_BYTES = 256
 """A binary part's preview shows this many bytes in hex."""
-CHART_MINUTES = 60
 CHART_EVENTS = ("published", "routed", "delivered", "failed", "suspended")
 REFRESH_SECONDS = 10
 """The overview reloads itself this often (``?refresh=off`` stops it); the failures and
@@ -86,6 +85,11 @@ def _iso(value: datetime) -> str:
     return value.isoformat(timespec="seconds")
 
 
+def _iso_ms(value: datetime) -> str:
+    """To the millisecond: tracked events of one message often share a second."""
+    return value.isoformat(timespec="milliseconds")
+
+
 def _last_line(text: str | None, most: int = 100) -> str:
     """A traceback's last line (what failed), shortened."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
@@ -106,6 +110,7 @@ FILTERS: dict[str, Any] = {
     "age": age,
     "size": size,
     "iso": _iso,
+    "iso_ms": _iso_ms,
     "filter_text": format_filter,
     "value": format_value,
     "type_name": _type_name,
@@ -232,29 +237,16 @@ def overview(request: Request) -> Response:
         (i, ages.get(i.id), ages.get(i.id, 0.0) > dead_after.get(i.host, float("inf")))
         for i in box.instances()
     ]
-    rates = box.rates(CHART_MINUTES)
+    window = _chart_window(request)
     return c.render(
         request,
         "overview.html",
         title="Overview",
         refresh=refresh_seconds(request),
         live=True,
-        charts=[
-            charts.line_chart(
-                "chart-rates",
-                f"Messages per minute, last {CHART_MINUTES} minutes",
-                rates.minutes,
-                {e: rates.totals(e) for e in CHART_EVENTS},
-                "per min",
-            ),
-            charts.line_chart(
-                "chart-depth",
-                "Queue depth by host (sampled)",
-                rates.minutes,
-                dict(sorted(rates.depths.items())),
-                "entries",
-            ),
-        ],
+        window=window,
+        windows=charts.WINDOWS.values(),
+        charts=charts.overview(box.rates(window.minutes), window, CHART_EVENTS),
         stats=box.stats(),
         hosts=hosts,
         instances=instances,
@@ -263,6 +255,14 @@ def overview(request: Request) -> Response:
         throughput=box.throughput(),
         notice=(request.query_params.get("changed") or "")[:300] or None,
     )
+
+
+def _chart_window(request: Request) -> charts.Window:
+    """The charts' window, ``?window=1h`` (the default), ``6h`` or ``24h``."""
+    name = request.query_params.get("window") or "1h"
+    if name not in charts.WINDOWS:
+        raise HTTPException(400, f"window {name[:20]!r} is not one of {', '.join(charts.WINDOWS)}")
+    return charts.WINDOWS[name]
 
 
 def subscriptions(request: Request) -> Response:

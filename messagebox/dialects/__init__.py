@@ -20,7 +20,7 @@ from messagebox.dialects.base import (
     Target,
     Uuids,
 )
-from messagebox.errors import BackendUnavailable
+from messagebox.errors import ValidationError
 
 __all__ = [
     "Dialect",
@@ -31,20 +31,48 @@ __all__ = [
     "Target",
     "Uuids",
     "dialect_for",
+    "parse_url",
 ]
 
 
+def parse_url(url: str | sa.URL) -> sa.URL:
+    """A store's URL, parsed and checked: one that is not a URL, names a backend other
+    than DuckDB and PostgreSQL, or that its backend would misread, is refused
+    (:class:`~messagebox.errors.ValidationError`) saying how to write it."""
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ValidationError(
+            f"not a database URL: {str(url)!r} (duckdb:///relative.duckdb, "
+            "duckdb:////absolute/path.duckdb or postgresql+psycopg://user@host/db)"
+        ) from exc
+    _dialect_class(parsed).check_url(parsed)
+    return parsed
+
+
 def dialect_for(url: sa.URL) -> Dialect:
-    """The dialect for a URL's backend (``duckdb`` or ``postgresql``)."""
+    """The dialect for a URL's backend (``duckdb`` or ``postgresql``), once
+    :func:`parse_url` accepts it."""
+    dialect = _dialect_class(url)
+    dialect.check_url(url)
+    return dialect()
+
+
+def _dialect_class(url: sa.URL) -> type[Dialect]:
     backend = url.get_backend_name()
     if backend == "duckdb":
         from messagebox.dialects.duckdb import DuckDBDialect
 
-        return DuckDBDialect()
+        return DuckDBDialect
     if backend == "postgresql":
         from messagebox.dialects.postgresql import PostgreSQLDialect
 
-        return PostgreSQLDialect()
-    raise BackendUnavailable(
+        return PostgreSQLDialect
+    if backend == "postgres":
+        raise ValidationError(
+            f"{url.drivername}:// is not a scheme SQLAlchemy reads: write "
+            "postgresql+psycopg://user@host/db"
+        )
+    raise ValidationError(
         f"unsupported backend {backend!r}: use duckdb:///path or postgresql+psycopg://…"
     )

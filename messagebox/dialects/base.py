@@ -231,6 +231,11 @@ class Dialect:
         with suppress(KeyError):
             self.complete_claim_sql = sql.load(self.name, "complete_claim")
 
+    @classmethod
+    def check_url(cls, url: sa.URL) -> None:
+        """Refuse a URL this backend would misread (ValidationError, saying how to write
+        it); before anything is opened."""
+
     def create_engine(self, url: sa.URL) -> sa.Engine:
         raise NotImplementedError
 

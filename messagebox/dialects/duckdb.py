@@ -34,7 +34,13 @@ from messagebox.dialects.base import (
     Uuids,
     route_rows,
 )
-from messagebox.errors import AlreadyExists, BackendUnavailable, Conflict, MessageBoxError
+from messagebox.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    Conflict,
+    MessageBoxError,
+    ValidationError,
+)
 from messagebox.fence import Fence, ReadWriteLock
 from messagebox.ids import uuid_bytes
 
@@ -229,6 +235,18 @@ class DuckDBDialect(Dialect):
         self.lease_sql = sql.load(self.name, "lease")
         self.run_cut_sql = sql.load(self.name, "run_cut")
         self.blocked_heads_sql = sql.load(self.name, "blocked_heads")
+
+    @classmethod
+    def check_url(cls, url: sa.URL) -> None:
+        """A file's URL has three slashes and no host (``duckdb://file.duckdb`` reads
+        ``file.duckdb`` as a host, which DuckDB's driver cannot take)."""
+        if url.host or url.port or url.username or url.password:
+            given = url.render_as_string(hide_password=True)
+            raise ValidationError(
+                f"{given} names a host; a DuckDB URL names a file: duckdb:///relative.duckdb "
+                "(three slashes: relative to the working directory) or "
+                "duckdb:////absolute/path.duckdb (four)"
+            )
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
         database = url.database or ""

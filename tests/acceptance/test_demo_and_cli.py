@@ -78,6 +78,18 @@ def test_the_demo_routes_a_day_of_orders_to_the_predicted_ports_on_a_busy_machin
     assert written["confirmations"] == written["warehouse"] > written["cancellations"]
 
 
+def test_the_demo_works_in_a_temporary_folder_and_removes_it(tmp_path: Path) -> None:
+    # Given no --workdir: the demo works in the system's temporary folder
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    # When it runs a small day there
+    result = run("examples/orders/demo.py", "--orders", "200", env={"TMPDIR": str(temporary)})
+    # Then it said where, and left nothing behind
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"working folder: {temporary}/messagebox-orders-" in result.stdout.replace("\n", "")
+    assert list(temporary.iterdir()) == []
+
+
 def test_cli_route_explain_and_its_exit_codes(tmp_path: Path):
     url = f"duckdb:///{tmp_path / 'cli.duckdb'}"
     from messagebox import MessageBox

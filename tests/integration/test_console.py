@@ -490,3 +490,32 @@ def test_the_metrics_endpoint_is_a_prometheus_scrape(shop: MessageBox) -> None:
     assert samples[("messagebox_suspended_entries", (("reason", SERVICE_UNENLISTED),))] == 1
     assert samples[("messagebox_host_instances", (("host", "shipping"),))] == 0
     assert ("messagebox_published_total", ()) in samples
+
+
+def test_with_a_read_token_the_metrics_want_it_as_a_bearer_token(shop: MessageBox) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # Given a console with a read token (every page needs a login)
+    scraper = TestClient(
+        create_app(shop, token=TOKEN, read_token="reader-secret"),
+        base_url="http://127.0.0.1:8080",
+        follow_redirects=False,
+    )
+    # When Prometheus scrapes without credentials, or with a wrong token
+    bare = scraper.get("/metrics")
+    wrong = scraper.get("/metrics", headers={"Authorization": "Bearer nope"})
+    # Then it is told so (401 asking for a bearer token, 403), never sent to the login form
+    assert bare.status_code == 401
+    assert bare.headers["www-authenticate"].startswith("Bearer")
+    assert "read token" in bare.text
+    assert wrong.status_code == 403
+    assert "location" not in bare.headers
+    assert "location" not in wrong.headers
+    # And with the read token (authorization: credentials) or the console's, it scrapes
+    for secret in ("reader-secret", TOKEN):
+        answer = scraper.get("/metrics", headers={"Authorization": f"Bearer {secret}".encode()})
+        assert answer.status_code == 200
+        names = {f.name for f in text_string_to_metric_families(answer.text)}
+        assert "messagebox_queue_depth" in names
+    # while a page still sends a browser to log in
+    assert scraper.get("/queues").status_code == 303

@@ -1,0 +1,124 @@
+"""HTTP receive locations on one address share its server, on both backends: each is
+served at its own path with its own pipeline, ``max_bytes`` and receipts; one path
+twice is refused; the address is free again once the last of them stops."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+
+import httpx
+import pytest
+
+from messagebox import MessageBox
+from messagebox.adapters.http import HttpReceive
+from messagebox.errors import ValidationError
+from messagebox.hosts import HostApp
+from messagebox.pipelines import JsonReceive, XmlReceive
+from tests.conftest import free_port
+from tests.integration.test_ports import (
+    FAST,
+    JSON_ORDER,
+    JSON_ORDER_PROPS,
+    XML_ORDER_PROPS,
+    running,
+    xml_order,
+)
+
+
+def _two_on_one_port(port: int) -> HostApp:
+    app = HostApp("h", **FAST)
+    web = app.receive_port("web")
+    web.location(
+        "orders", f"http://127.0.0.1:{port}/orders", pipeline=XmlReceive([XML_ORDER_PROPS])
+    )
+    web.location(
+        "payments",
+        f"http://127.0.0.1:{port}/payments/",
+        pipeline=JsonReceive([JSON_ORDER_PROPS], message_type=JSON_ORDER),
+        max_bytes=100,
+    )
+    return app
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_two_locations_share_a_port_each_with_its_own_settings(
+    backend_url: str, box: MessageBox
+) -> None:
+    # Given two receive locations on one port: XML orders, and JSON payments of at most
+    # 100 bytes
+    port = free_port()
+    app = _two_on_one_port(port)
+    base = f"http://127.0.0.1:{port}"
+    payment = json.dumps({"id": 7, "region": "EU", "total": 5.0}).encode()
+    with running(app, backend_url), httpx.Client(timeout=10) as client:
+        # When each gets what it takes
+        order = client.post(f"{base}/orders", content=xml_order(1, "EU"))
+        paid = client.post(f"{base}/payments", content=payment)
+        # Then each published it through its own pipeline, as itself
+        assert (order.status_code, paid.status_code) == (202, 202), (order.text, paid.text)
+        [order_id] = order.json()["message_ids"]
+        [payment_id] = paid.json()["message_ids"]
+        assert box.read_message(order_id).promoted["messagebox.ReceiveLocationName"] == "orders"
+        stored = box.read_message(payment_id).promoted
+        assert stored["messagebox.ReceiveLocationName"] == "payments"
+        assert stored["orders.Id"] == 7
+        # And each keeps its own limit and its own receipts
+        big = xml_order(2, "EU", "1" * 200)
+        assert client.post(f"{base}/orders", content=big).status_code == 202
+        assert client.post(f"{base}/payments", content=big).status_code == 413
+        key = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+        first = client.post(f"{base}/orders", content=xml_order(3, "EU"), headers=key)
+        other = client.post(f"{base}/payments", content=payment, headers=key)
+        assert first.json()["duplicate"] is False
+        assert other.json()["duplicate"] is False  # another location: not a retry
+        # And a path neither serves is not found
+        assert client.post(f"{base}/refunds", content=payment).status_code == 404
+    # When both stopped, the port is free again
+    assert _bindable(port)
+
+
+def test_one_path_twice_on_one_address_is_refused(backend_url: str) -> None:
+    port = free_port()
+    app = HostApp("h", **FAST)
+    web = app.receive_port("web")
+    web.location("a", f"http://127.0.0.1:{port}/orders")
+    web.location("b", f"http://127.0.0.1:{port}/orders/")
+    with pytest.raises(ValidationError, match="is served already"), running(app, backend_url):
+        pass
+    assert _bindable(port)
+
+
+def test_the_server_stays_while_another_location_uses_it() -> None:
+    port = free_port()
+
+    class Sink:
+        max_bytes = 10
+
+        def submit(self, inputs: list[object]) -> list[object]:
+            raise AssertionError("not called")
+
+    first = HttpReceive(f"http://127.0.0.1:{port}/a")
+    second = HttpReceive(f"http://127.0.0.1:{port}/b")
+    first.start(None, "t", Sink())  # type: ignore[arg-type]
+    second.start(None, "t", Sink())  # type: ignore[arg-type]
+    try:
+        first.stop(5)
+        assert not _bindable(port)  # still serving /b
+        answer = httpx.get(f"http://127.0.0.1:{port}/b", timeout=10)
+        assert answer.status_code == 405  # /b answers (a GET is refused)
+        gone = httpx.post(f"http://127.0.0.1:{port}/a", content=b"x", timeout=10)
+        assert gone.status_code == 404
+    finally:
+        second.stop(5)
+    assert _bindable(port)
