@@ -52,8 +52,7 @@ SITES: list[tuple[str, list[str]]] = [
     (
         "TimeoutError: no answer for order {order} after {amount} s ({uuid})",
         [
-            '  File "{root}/shop/services.py", line 48, in {function}\n'
-            "    carrier.book(order)\n",
+            '  File "{root}/shop/services.py", line 48, in {function}\n    carrier.book(order)\n',
             '  File "{root}/shop/carrier.py", line {n}, in book\n'
             "    response = httpx.post(URL, json=order.json(), timeout=30)\n"
             "               ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
