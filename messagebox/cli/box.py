@@ -28,6 +28,8 @@ AUDITED = frozenset(
         ("suspended", "resume"),
         ("suspended", "terminate"),
         ("suspended", "reroute"),
+        ("failures", "resume"),
+        ("failures", "terminate"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),
