@@ -65,15 +65,17 @@ class FailureGroup:
     """Suspended entries that failed alike, the newest first."""
 
     id: str
+    """A hash of what the entries share: the same in every process."""
     reason: str
     service: str | None
     exception: str | None
     message: str
     """The newest entry's message, masked (:func:`mask`)."""
     where: tuple[Frame, ...] = ()
-    """Where it was raised: the handler's innermost frames, innermost last (empty for
-    an error without a traceback)."""
+    """Where it was raised: the handler's innermost frames (file, function, statement),
+    innermost last; empty for an error without a traceback."""
     entry_ids: list[int] = field(default_factory=list)
+    """Its entries, the newest first."""
     hosts: set[str] = field(default_factory=set)
     first: datetime | None = None
     last: datetime | None = None
