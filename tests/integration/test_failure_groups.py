@@ -38,8 +38,9 @@ def charge(order: str) -> None:
 
 
 def ship(d: Delivery) -> None:
-    order = str(d.properties["o.Id"])
-    (reserve if d.properties["o.N"] % 2 else charge)(order)
+    order, n = str(d.properties["o.Id"]), d.properties["o.N"]
+    assert isinstance(n, int)
+    (reserve if n % 2 else charge)(order)
 
 
 @pytest.fixture
