@@ -8,9 +8,10 @@ says why). The message is the group's example, not its key: ``unsupported curren
 'JPY' for order A064109`` and ``… 'GBP' for order B7`` raised by one statement are one
 failure, and a ``KeyError`` raised in two places is two.
 
-An error without a traceback (a handler that timed out, a removed subscription, a
-routing failure) is grouped by its message instead, with what varies from message to
-message masked (:func:`mask`): UUIDs, hex numbers, numbers, quoted values with no space
+An error without a traceback (a ``PermanentFailure``, a handler that timed out, a
+removed subscription, a routing failure) is grouped by its message instead, with what
+varies from message to message masked (:func:`mask`): UUIDs, ``0x`` numbers, numbers,
+quoted values with no space
 in them, and every token that mixes letters and digits (``A064109``, ``B7``); words are
 kept, quoted phrases too (``'tax table has no entry for APAC'``). In the key every
 masked part is one and the same, so ``order 17`` and ``order B7`` fall together.

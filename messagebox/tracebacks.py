@@ -170,7 +170,7 @@ def _relative(path: str, kind: str, root: str) -> str:
         return _INSTALLED.split(path)[-1]
     if kind == "stdlib":
         return _STDLIB.split(path)[-1]
-    return posixpath.relpath(path, root) if root else path
+    return posixpath.relpath(path, root) if root and not path.startswith("<") else path
 
 
 def _ours(path: str) -> bool:
