@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined lint format clean
+.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures lint format clean
 
 $(STAMP): pyproject.toml setup.py predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 # `make bench ARGS=--quick` for a short run of each
-bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined
+bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures
 
 bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
@@ -52,6 +52,9 @@ bench-ordered: $(STAMP)
 
 bench-joined: $(STAMP)
 	$(PY) -m bench.joined $(ARGS)
+
+bench-failures: $(STAMP)
+	$(PY) -m bench.failures $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -9,7 +9,8 @@ MessageBoxError
 │   ├── UnknownHost
 │   ├── UnknownSubscription
 │   ├── UnknownMessage
-│   └── UnknownSuspendedEntry
+│   ├── UnknownSuspendedEntry
+│   └── UnknownFailureGroup         no failure group has the id (among the entries scanned)
 ├── AlreadyExists                   a host or subscription name is taken
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
@@ -66,6 +67,10 @@ class UnknownMessage(NotFound):
 
 class UnknownSuspendedEntry(NotFound):
     """No such suspended entry."""
+
+
+class UnknownFailureGroup(NotFound):
+    """No such failure group."""
 
 
 class AlreadyExists(MessageBoxError):

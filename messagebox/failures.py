@@ -1,10 +1,23 @@
 """Failure groups: suspended entries that failed the same way, as ServicePulse groups
 failed messages, so that an operator handles a hundred alike failures as one.
 
-An entry's group is its reason, its subscription's service, the exception type and the
-error's message (the last line of a traceback) with what varies from message to message
-masked: UUIDs, hex strings, numbers and quoted values. The group id is a hash of that key,
-stable across processes and restarts.
+An entry's group is its reason, its subscription's service, the exception's type and
+**where it was raised**: the innermost frames of the handler's own code, each its file
+(relative), function and statement, without line numbers (:mod:`messagebox.tracebacks`
+says why). The message is the group's example, not its key: ``unsupported currency
+'JPY' for order A064109`` and ``… 'GBP' for order B7`` raised by one statement are one
+failure, and a ``KeyError`` raised in two places is two.
+
+An error without a traceback (a ``PermanentFailure``, a handler that timed out, a
+removed subscription, a routing failure) is grouped by its message instead, with what
+varies from message to message masked (:func:`mask`): UUIDs, ``0x`` numbers, numbers,
+quoted values with no space
+in them, and every token that mixes letters and digits (``A064109``, ``B7``); words are
+kept, quoted phrases too (``'tax table has no entry for APAC'``). In the key every
+masked part is one and the same, so ``order 17`` and ``order B7`` fall together.
+
+A group's id is a hash of its key: the same in every process, across restarts, as long
+as the code raising it is unchanged.
 """
 
 from __future__ import annotations
@@ -15,19 +28,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-MAX_MESSAGE = 300
+from messagebox.tracebacks import Frame, read
 
-_UUID = re.compile(
-    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+SCAN = 100_000
+"""Failure groups are made of the newest this many suspended entries."""
+
+_MASK = re.compile(
+    r"(?P<id>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)"
+    r"|(?P<value>'[^'\s]*'|\"[^\"\s]*\")"
+    r"|(?P<hex>\b0[xX][0-9a-fA-F]+\b)"
+    r"|(?P<n>(?<!\w)-?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b)"
+    r"|(?P<token>\b(?=\w*\d)(?=\w*[^\W\d_])\w+)"
 )
-_HEX = re.compile(
-    r"\b(?:0x)?[0-9a-fA-F]*[0-9][0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|\b0x[0-9a-fA-F]+\b"
-)
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_EXCEPTION = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Timeout|Exit|Interrupt|Warning|Refused)?):\s*(.*)$"
-)
+_PLACEHOLDER = {"id": "<id>", "value": "<value>", "hex": "<hex>", "n": "<n>", "token": "<id>"}
+
+
+def mask(message: str) -> str:
+    """``message`` with what varies from one failure to the next masked: UUIDs and
+    tokens mixing letters and digits (``<id>``), quoted values without a space
+    (``<value>``), ``0x`` numbers (``<hex>``), numbers (``<n>``); words kept."""
+    return _MASK.sub(lambda m: _PLACEHOLDER[m.lastgroup or "id"], message)
 
 
 class FailureRow(NamedTuple):
@@ -43,57 +63,66 @@ class FailureRow(NamedTuple):
 
 @dataclass
 class FailureGroup:
-    """Suspended entries that failed alike."""
+    """Suspended entries that failed alike, the newest first."""
 
     id: str
+    """A hash of what the entries share: the same in every process."""
     reason: str
     service: str | None
     exception: str | None
     message: str
+    """The newest entry's message, masked (:func:`mask`)."""
+    where: tuple[Frame, ...] = ()
+    """Where it was raised: the handler's innermost frames (file, function, statement),
+    innermost last; empty for an error without a traceback."""
     entry_ids: list[int] = field(default_factory=list)
+    """Its entries, the newest first."""
     hosts: set[str] = field(default_factory=set)
     first: datetime | None = None
     last: datetime | None = None
     example: str | None = None
-    """One entry's error as it was (its last line)."""
+    """The newest entry's exception line, as it was."""
+    example_entry: int | None = None
+    """The newest entry's id."""
 
     @property
     def count(self) -> int:
         return len(self.entry_ids)
 
 
-def last_line(error: str | None) -> str:
-    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def normalise(line: str) -> tuple[str | None, str]:
-    """(exception type, message with its varying parts masked) of an error's last line."""
-    found = _EXCEPTION.match(line)
-    exception, message = (found.group(1), found.group(2)) if found else (None, line)
-    message = _UUID.sub("<id>", message)
-    message = _QUOTED.sub("<value>", message)
-    message = _HEX.sub("<hex>", message)
-    message = _NUMBER.sub("<n>", message)
-    return exception, message[:MAX_MESSAGE]
-
-
-def group_id(reason: str, service: str | None, exception: str | None, message: str) -> str:
-    key = "\x1f".join((reason, service or "", exception or "", message))
+def group_id(reason: str, service: str | None, exception: str | None, place: str) -> str:
+    """The id of a group: a hash of its key (``place``: where, or the masked message)."""
+    key = "\x1f".join((reason, service or "", exception or "", place))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+def _key(place: tuple[Frame, ...] | str) -> str:
+    """Where an error was raised (its frames), or its masked message, as text."""
+    if isinstance(place, str):
+        return "message\x1d" + place
+    return "\x1e".join("\x1d".join(f) for f in place)
+
+
 def groups(rows: list[FailureRow]) -> list[FailureGroup]:
-    """The groups of ``rows``, largest first (then the most recent)."""
-    found: dict[str, FailureGroup] = {}
+    """The groups of ``rows`` (newest first), largest first, then the most recent."""
+    found: dict[tuple[str, str | None, str | None, object], FailureGroup] = {}
+    masked: dict[str, str] = {}  # many errors without a traceback are one text
     for r in rows:
-        line = last_line(r.error)
-        exception, message = normalise(line)
-        gid = group_id(r.reason, r.service, exception, message)
-        g = found.get(gid)
+        error = read(r.error)
+        place = error.where or masked.get(error.message)
+        if place is None:
+            place = masked[error.message] = _MASK.sub("\x00", error.message)
+        g = found.get((r.reason, r.service, error.exception, place))
         if g is None:
-            g = found[gid] = FailureGroup(
-                gid, r.reason, r.service, exception, message, example=line
+            g = found[(r.reason, r.service, error.exception, place)] = FailureGroup(
+                group_id(r.reason, r.service, error.exception, _key(place)),
+                r.reason,
+                r.service,
+                error.exception,
+                mask(error.message),
+                error.where,
+                example=": ".join(p for p in (error.exception, error.message) if p),
+                example_entry=r.id,
             )
         g.entry_ids.append(r.id)
         if r.host:

@@ -14,11 +14,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 
 from messagebox import audit as audits
-from messagebox import browse, clock, registry, rollup, router, schema, suspension, tracking
+from messagebox import (
+    browse,
+    clock,
+    failures,
+    registry,
+    rollup,
+    router,
+    schema,
+    suspension,
+    tracking,
+)
 from messagebox import stats as box_stats
 from messagebox.catalog import check_host
-from messagebox.errors import UnknownSuspendedEntry, ValidationError
-from messagebox.failures import FailureRow
+from messagebox.errors import UnknownFailureGroup, UnknownSuspendedEntry, ValidationError
+from messagebox.failures import FailureGroup, FailureRow
 from messagebox.fence import Fence
 from messagebox.models import (
     REROUTABLE,
@@ -50,13 +60,15 @@ def suspended_query(
     service: str | None,
     subscription: int | None,
     before: datetime | None,
+    error: str | None = None,
+    group: str | None = None,
 ) -> SuspendedQuery:
     """The suspended entries named by ids or by filters (not both, not neither)."""
-    filters = (reason, host, service, subscription, before)
+    filters = (reason, host, service, subscription, before, error, group)
     if not entry_ids and all(f is None for f in filters):
         raise ValidationError(
             "name the suspended entries: give ids, or at least one filter "
-            "(reason, host, service, subscription, before)"
+            "(reason, host, service, subscription, before, error, group)"
         )
     if entry_ids and any(f is not None for f in filters):
         raise ValidationError("give either suspended entry ids or filters, not both")
@@ -70,6 +82,8 @@ def suspended_query(
         service=service,
         subscription=subscription,
         before=before,
+        error=error,
+        group=group,
     )
 
 
@@ -205,15 +219,16 @@ class Operations:
         order = (
             (s.c.suspended_at.desc(), s.c.id.desc()) if newest_first else (s.c.suspended_at, s.c.id)
         )
-        select = (
-            _with_spool(sa.select(s))
-            .where(*query.where())
-            .order_by(*order)
-            .limit(limit)
-            .offset(offset)
-        )
+        query = self._resolved(query)
         with self._store.transaction() as conn:
             check_host(conn, query.host)
+            select = (
+                _with_spool(sa.select(s))
+                .where(*query.where(conn))
+                .order_by(*order)
+                .limit(limit)
+                .offset(offset)
+            )
             return [_suspended_entry(r) for r in conn.execute(select)]
 
     def audit(self, action: str, **fields: Any) -> None:
@@ -249,11 +264,12 @@ class Operations:
 
     def count_suspended(self, query: SuspendedQuery) -> int:
         s = schema.suspended
+        query = self._resolved(query)
         with self._store.transaction() as conn:
             check_host(conn, query.host)
             return int(
                 conn.execute(
-                    sa.select(sa.func.count()).select_from(s).where(*query.where())
+                    sa.select(sa.func.count()).select_from(s).where(*query.where(conn))
                 ).scalar_one()
             )
 
@@ -267,7 +283,29 @@ class Operations:
             .limit(scan)
         )
         with self._store.transaction() as conn:
-            return [FailureRow(*r) for r in conn.execute(select)]
+            rows = conn.execute(select).all()  # at once: 100,000 fetches of a row cost more
+        return [FailureRow(*r) for r in rows]
+
+    def failure_groups(self, scan: int) -> list[FailureGroup]:
+        """The failure groups of the ``scan`` newest suspended entries."""
+        return failures.groups(self.failure_rows(scan))
+
+    def failure_group(self, group_id: str, scan: int) -> FailureGroup:
+        """One failure group, by id, among the ``scan`` newest suspended entries."""
+        for g in self.failure_groups(scan):
+            if g.id == group_id:
+                return g
+        raise UnknownFailureGroup(
+            f"no failure group {group_id} among the newest {scan:,} suspended entries "
+            "(its entries may have been resumed or terminated)"
+        )
+
+    def _resolved(self, query: SuspendedQuery) -> SuspendedQuery:
+        """``query`` with its failure group (if any) as the ids of its entries now."""
+        if query.group is None:
+            return query
+        found = self.failure_group(query.group, failures.SCAN)
+        return replace(query, group=None, among=tuple(found.entry_ids))
 
     def suspended_entry(self, entry_id: int) -> SuspendedEntry:
         s = schema.suspended
@@ -290,14 +328,14 @@ class Operations:
     def _matching(self, query: SuspendedQuery, resumable: bool) -> tuple[int, int, int]:
         """How many entries match, and their lowest and highest ids."""
         s = schema.suspended
-        count = sa.select(sa.func.count(), sa.func.min(s.c.id), sa.func.max(s.c.id))
-        count = count.where(*query.where())
-        if resumable:  # what suspension.resume takes in bulk
-            count = count.where(
-                s.c.resumable == sa.true(),
-                s.c.sub.in_(sa.select(schema.subscription.c.id)),
-            )
         with self._store.transaction() as conn:
+            count = sa.select(sa.func.count(), sa.func.min(s.c.id), sa.func.max(s.c.id))
+            count = count.where(*query.where(conn))
+            if resumable:  # what suspension.resume takes in bulk
+                count = count.where(
+                    s.c.resumable == sa.true(),
+                    s.c.sub.in_(sa.select(schema.subscription.c.id)),
+                )
             counted, low, high = conn.execute(count).one()
         return (int(counted), int(low), int(high)) if counted else (0, 0, 0)
 
@@ -316,6 +354,7 @@ class Operations:
         suspended again meanwhile (a resumed entry failing again) is not taken twice."""
         if batch is not None and (type(batch) is not int or batch < 1):
             raise ValidationError(f"batch must be a positive int, not {batch!r}")
+        query = self._resolved(query)
         chunked = batch is not None and query.ids is None
         total = last = highest = 0
         if chunked:

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema, tracking
+from messagebox import arrays, schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.errors import Conflict, UnknownSuspendedEntry
 from messagebox.models import (
@@ -188,7 +188,11 @@ _REASON_TEXT = {
 
 @dataclass(frozen=True)
 class SuspendedQuery:
-    """Which suspended entries an operation applies to; every given field must match."""
+    """Which suspended entries an operation applies to; every given field must match.
+
+    ``ids`` names entries one by one (each must exist); ``among`` is a failure group's
+    entries, a filter like the others. ``group`` names a failure group, which
+    :class:`~messagebox.operations.Operations` turns into ``among`` before a query."""
 
     ids: tuple[int, ...] | None = None
     reason: str | None = None
@@ -197,13 +201,21 @@ class SuspendedQuery:
     subscription: int | None = None
     message_id: uuid.UUID | None = None
     before: datetime | None = None
+    error: str | None = None
+    """Text the error contains, in any case."""
+    group: str | None = None
+    among: tuple[int, ...] | None = None
     id_range: tuple[int, int] | None = None  # (above, through): one batch of a bulk run
 
-    def where(self) -> list[sa.ColumnElement[bool]]:
+    def where(self, conn: sa.Connection) -> list[sa.ColumnElement[bool]]:
         s = schema.suspended
         clauses: list[sa.ColumnElement[bool]] = []
+        if self.group is not None:
+            raise ValueError("a failure group is resolved to its entries before a query")
         if self.ids is not None:
             clauses.append(s.c.id.in_(list(self.ids)))
+        if self.among is not None:
+            clauses.append(arrays.one_of(conn, s.c.id, self.among) if self.among else sa.false())
         if self.id_range is not None:
             clauses.append(s.c.id > self.id_range[0])
             clauses.append(s.c.id <= self.id_range[1])
@@ -217,6 +229,9 @@ class SuspendedQuery:
             clauses.append(s.c.msg == self.message_id)
         if self.before is not None:
             clauses.append(s.c.suspended_at < self.before)
+        if self.error is not None:
+            found = sa.func.strpos(sa.func.lower(s.c.error), sa.func.lower(self.error))
+            clauses.append(found > 0)
         if self.service is not None:
             sub = schema.subscription
             clauses.append(s.c.sub.in_(sa.select(sub.c.id).where(sub.c.service == self.service)))
@@ -254,7 +269,7 @@ def resume(
             sub.c.state,
         )
         .join(sub, sub.c.id == s.c.sub, isouter=True)
-        .where(*query.where())
+        .where(*query.where(conn))
         .order_by(s.c.id)
     )
     if query.ids is None:  # bulk: only what can be resumed, so that a limit counts those
@@ -316,7 +331,7 @@ def terminate(
     that many, lowest ids first."""
     s = schema.suspended
     _check_ids(conn, query.ids)
-    where = query.where()
+    where = query.where(conn)
     if limit is not None:
         first = sa.select(s.c.id).where(*where).order_by(s.c.id).limit(limit)
         where = [s.c.id.in_(first)]

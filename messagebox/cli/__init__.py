@@ -24,9 +24,13 @@
     instances [--host H]                   running host instances and their heartbeats
     suspended list [FILTERS] [--limit N]   FILTERS: --reason R --host H --service S
                                            --subscription REF --older-than 2h
+                                           --error TEXT --group ID
     suspended show ID                      the entry, its error, its message's context
-    suspended resume ID ... | --all-matching FILTERS
-    suspended terminate ID ... | --all-matching FILTERS
+    suspended resume ID ... | --all-matching FILTERS [--yes]
+    suspended terminate ID ... | --all-matching FILTERS [--yes]
+    failures list                          suspended entries grouped by how they failed
+    failures show ID [--limit N]           a failure group and its newest entries
+    failures resume | terminate ID [--yes] every entry of a failure group
     suspended reroute [ID ...]             route routing failures again
     suspended resubmit ID [--body FILE] [-p ...] [--app MODULE:APP]
                                            publish a receive failure's input again
@@ -83,14 +87,16 @@ and progress go to standard error; progress only when it is a terminal, or with
 
 Bulk changes are explicit: ``suspended resume|terminate`` take entry ids (all or none
 change: an unknown id changes nothing), or ``--all-matching`` with at least one filter
-(then in batches of 1000, with progress). Each prints how many entries it changed.
+(then in batches of 1000, with progress); ``failures resume|terminate`` a failure group.
+Each prints how many entries it changed. A bulk change asks to confirm at a terminal
+and, without one, needs ``--yes`` (:mod:`messagebox.cli.confirm`).
 
 Exit codes:
     0  success
     1  a messagebox error: refused input, a storage or backend error (the message says which)
     2  bad usage: unknown options, malformed values, properties, filters, JSON, files,
-       store URLs or host settings (--set)
-    3  not found: an unknown message, subscription, host or suspended entry
+       store URLs or host settings (--set); a bulk change with no terminal and no --yes
+    3  not found: an unknown message, subscription, host, suspended entry or failure group
     4  `plan`, `apply --dry-run`: a change; `lint`: a finding; `check`: a problem
 """
 
@@ -128,10 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bad_url(args.url)
     args.explicit_url = args.url or os.environ.get("MESSAGEBOX_URL")
     args.url = args.explicit_url or DEFAULT_URL
-    if not _confirmed(args):
-        print("messagebox: nothing was terminated", file=sys.stderr)
+    from messagebox.cli import confirm, remote
+
+    answered = confirm.ask(args)
+    if answered is False:
+        print(f"messagebox: nothing was {args.action}d", file=sys.stderr)
         return EXIT_ERROR
-    from messagebox.cli import remote
+    if answered:  # confirmed here: a serving process runs it without asking again
+        arguments.append("--yes")
 
     try:
         served = remote.endpoint_for(args.url)
@@ -166,28 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _bad_url(url: str) -> int:
     print(f"messagebox: error: {url_problem(url)}", file=sys.stderr)
     return EXIT_USAGE
-
-
-def _confirmed(args: argparse.Namespace) -> bool:
-    """Ask at a terminal before ``suspended terminate --all-matching`` (not with
-    ``--yes`` or ``--dry-run``, nor when standard input is not a terminal: a script)."""
-    if not (
-        args.command == "suspended"
-        and getattr(args, "action", None) == "terminate"
-        and args.all_matching
-        and not args.dry_run
-        and not args.yes
-        and sys.stdin.isatty()
-    ):
-        return True
-    print(
-        "This deletes every suspended entry matching the filters, with no way back "
-        "(--dry-run lists them). Terminate them? [y/N] ",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
-    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _host_run(args: argparse.Namespace) -> int:

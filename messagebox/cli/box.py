@@ -29,6 +29,8 @@ AUDITED = frozenset(
         ("suspended", "terminate"),
         ("suspended", "reroute"),
         ("suspended", "resubmit"),
+        ("failures", "resume"),
+        ("failures", "terminate"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),

@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Callable
 
 from messagebox.cli.config import apply, export, lint, plan, rollback, versions
+from messagebox.cli.failures import failures_act, failures_list, failures_show
 from messagebox.cli.messages import (
     instances,
     message_show,
@@ -80,6 +81,11 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("suspended", "terminate"): suspended_act,
     ("suspended", "reroute"): suspended_reroute,
     ("suspended", "resubmit"): suspended_resubmit,
+    ("failures", ""): failures_list,
+    ("failures", "list"): failures_list,
+    ("failures", "show"): failures_show,
+    ("failures", "resume"): failures_act,
+    ("failures", "terminate"): failures_act,
     ("cleanup", ""): cleanup,
     ("stats", ""): stats,
     ("check", ""): check,

@@ -258,4 +258,12 @@ def suspended_query(box: MessageBox, args: argparse.Namespace) -> dict[str, Any]
         query["subscription"] = sub if isinstance(sub, int) else box.subscription(sub).id
     if args.older_than is not None:
         query["before"] = ago(args.older_than, "--older-than", box.now())
+    if args.error is not None:
+        if not args.error:
+            raise UsageError("--error: give the text the errors contain")
+        query["error"] = args.error
+    if args.group is not None:
+        if not re.fullmatch(r"[0-9a-f]{16}", args.group):
+            raise UsageError(f"--group {args.group!r}: a failure group id is 16 hex digits")
+        query["group"] = args.group
     return query

@@ -8,7 +8,7 @@ import json
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
-from messagebox.cli import inputs
+from messagebox.cli import confirm, inputs
 from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal, age, jsonable, last_line, size
 from messagebox.models import REROUTABLE
@@ -23,6 +23,7 @@ BULK_BATCH = 1000
 
 DRY_RUN_LIMIT = 100_000
 """At most this many entries are listed by ``--dry-run``."""
+FILTERS = "--reason, --host, --service, --subscription, --older-than, --error, --group"
 
 
 def publish(args: argparse.Namespace, out: Terminal) -> None:
@@ -209,7 +210,7 @@ def _message_json(m: MessageSummary) -> dict[str, Any]:
     }
 
 
-def _entry_json(e: SuspendedEntry, names: dict[int, Any]) -> dict[str, Any]:
+def entry_json(e: SuspendedEntry, names: dict[int, Any]) -> dict[str, Any]:
     """A suspended entry as JSON, with its subscription's name and service."""
     sub = names.get(e.subscription) if e.subscription is not None else None
     return {
@@ -235,7 +236,7 @@ def suspended_list(args: argparse.Namespace, out: Terminal) -> None:
         entries = box.suspended(**query, limit=args.limit)
         subs = {s.id: s for s in box.subscriptions()}
     if out.json:
-        out.emit([_entry_json(e, subs) for e in entries])
+        out.emit([entry_json(e, subs) for e in entries])
         return
     out.table(
         ["id", "reason", "resumable", "host", "subscription", "attempts", "suspended", "error"],
@@ -273,7 +274,7 @@ def suspended_show(args: argparse.Namespace, out: Terminal) -> None:
     if out.json:
         out.emit(
             {
-                "entry": _entry_json(entry, subs),
+                "entry": entry_json(entry, subs),
                 "message": None if message is None else _message_json(message),
             }
         )
@@ -323,21 +324,19 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
 
     action = args.action
     filters = [args.reason, args.host, args.service, args.subscription, args.older_than]
-    given = any(f is not None for f in filters)
+    given = any(f is not None for f in [*filters, args.error, args.group])
     if args.ids and (args.all_matching or given):
         raise inputs.UsageError("give entry ids, or --all-matching with filters, not both")
     if not args.ids and not args.all_matching:
         raise inputs.UsageError(
             "name the entries: give their ids, or --all-matching with at least one filter "
-            "(--reason, --host, --service, --subscription, --older-than)"
+            f"({FILTERS})"
             if not given
             else "filters select entries only with --all-matching (an explicit bulk change)"
         )
     if args.all_matching and not given:
-        raise inputs.UsageError(
-            "--all-matching needs at least one filter (--reason, --host, --service, "
-            "--subscription, --older-than)"
-        )
+        raise inputs.UsageError(f"--all-matching needs at least one filter ({FILTERS})")
+    confirm.require_yes(args)
     with open_box(args) as box:
         run = box.resume if action == "resume" else box.terminate
         if args.ids and action == "resume":

@@ -9,14 +9,16 @@ import textwrap
 from typing import Any
 
 from messagebox.cli.config_args import config_parser
+from messagebox.cli.failures import failures_parser
 from messagebox.cli.resubmit import resubmit_parser
 from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
     "exit codes: 0 success; 1 a messagebox error (the message names the culprit); 2 bad "
     "usage (options, values, properties, filters, JSON, files, store URLs, --set "
-    "settings); 3 not found (an unknown message, subscription, host or suspended entry); "
-    "4 `plan`, `apply --dry-run`: there is a change, `lint`: there is a finding.\n"
+    "settings, a bulk change with no terminal and no --yes); 3 not found (an unknown "
+    "message, subscription, host, suspended entry or failure group); 4 `plan`, `apply "
+    "--dry-run`: there is a change, `lint`: there is a finding.\n"
     "environment: MESSAGEBOX_URL, the database URL when --url is not given."
 )
 
@@ -289,12 +291,11 @@ def build() -> argparse.ArgumentParser:
             action="store_true",
             help=f"only list the entries it would {action}, changing nothing",
         )
-        if action == "terminate":
-            act.add_argument(
-                "--yes",
-                action="store_true",
-                help="with --all-matching at a terminal: do not ask to confirm",
-            )
+        act.add_argument(
+            "--yes",
+            action="store_true",
+            help="with --all-matching: do not ask to confirm (needed without a terminal)",
+        )
         _suspended_filters(act)
     reroute = command(
         sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
@@ -302,6 +303,7 @@ def build() -> argparse.ArgumentParser:
     reroute.add_argument("ids", nargs="*", type=_entry_id, metavar="ID", help="default: all")
     resubmit_parser(sus_sub, command, _entry_id, _property_options)
 
+    failures_parser(sub, command, _positive)
     cleanup = command(
         sub, "cleanup", "delete unreferenced messages, release dead instances' leases"
     )
@@ -488,6 +490,8 @@ def _suspended_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--older-than", metavar="AGE", help="suspended longer ago than AGE: 90s, 15m, 2h, 7d, 1h30m"
     )
+    parser.add_argument("--error", metavar="TEXT", help="whose error contains TEXT (any case)")
+    parser.add_argument("--group", metavar="ID", help="of this failure group (`failures list`)")
 
 
 def _positive(text: str) -> int:

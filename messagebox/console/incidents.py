@@ -1,6 +1,7 @@
-"""The console's incident pages: failure groups, bulk actions on suspended entries (a
-selection, a group, or every entry matching a filter; resume, terminate or reroute)
-with a count and a confirmation, and the audit log.
+"""The console's incident pages: the suspended entries (filtered by reason, host, error
+text and failure group), failure groups and each group's page with its entries, bulk
+actions on suspended entries (a selection, a group, or every entry matching a filter;
+resume, terminate or reroute) with a count and a confirmation, and the audit log.
 
 A bulk action is two posts: the first shows what it would change (how many entries, of
 which reasons) and asks to confirm; the second, with ``confirm``, does it on the entries
@@ -10,8 +11,10 @@ operator (:func:`messagebox.console.auth.operator`).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -19,8 +22,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from messagebox.console import auth
+from messagebox.console import auth, pages
 from messagebox.console.pages import refresh_seconds
+from messagebox.errors import UnknownFailureGroup
+from messagebox.failures import SCAN
 from messagebox.models import REROUTABLE, SUSPENDED_REASONS
 
 if TYPE_CHECKING:
@@ -33,6 +38,23 @@ PAST = {"resume": "resumed", "terminate": "terminated", "reroute": "rerouted"}
 MAX_SELECTION = 100_000
 AUDIT_ROWS = 200
 ID_CHUNK = 1000
+BATCH = 1000
+"""Entries per transaction of a bulk resume or terminate by filter."""
+MAX_ERROR_TEXT = 200
+_GROUP_ID = re.compile(r"[0-9a-f]{16}")
+
+
+class Filters(TypedDict, total=False):
+    """The suspended list's filters, as :meth:`~messagebox.MessageBox.suspended` takes
+    them."""
+
+    reason: str
+    host: str
+    error: str
+    group: str
+
+
+FILTER_NAMES = ("reason", "host", "error", "group")
 
 
 def _console(request: Request) -> Console:
@@ -43,17 +65,122 @@ def _console(request: Request) -> Console:
 def failures(request: Request) -> Response:
     """Suspended entries grouped by how they failed, largest group first."""
     c = _console(request)
-    groups = c.box.failure_groups()
+    groups = c.box.failure_groups(SCAN)
     return c.render(
         request,
         "failures.html",
         title="Failure groups",
         groups=groups,
-        reroutable=REROUTABLE,
+        scanned=sum(g.count for g in groups),
+        scan=SCAN,
         notice=_notice(request),
         refresh=refresh_seconds(request, default=False),
         live=True,
     )
+
+
+def failure_group(request: Request) -> Response:
+    """One failure group: what its entries have in common, its actions, its entries (a
+    page at a time, newest first)."""
+    c = _console(request)
+    group_id = _group(request.path_params["group_id"])
+    page = _page(request)
+    try:
+        group = c.box.failure_group(group_id, SCAN)
+    except UnknownFailureGroup:
+        if _notice(request) is None:  # not just emptied by an action here
+            raise
+        group = None
+    ids = group.entry_ids if group else []
+    shown = ids[(page - 1) * pages.LIST_LIMIT : page * pages.LIST_LIMIT]
+    return c.render(
+        request,
+        "failure_group.html",
+        title=f"Failure group {group_id}",
+        group=group,
+        entries=c.box.suspended(ids=shown, limit=len(shown), newest_first=True) if shown else [],
+        names={s.id: s for s in c.box.subscriptions()},
+        page=page,
+        pages=max(1, -(-len(ids) // pages.LIST_LIMIT)),
+        notice=_notice(request),
+    )
+
+
+def suspended(request: Request) -> Response:
+    """Suspended entries, newest first (``order=oldest``: oldest first), a page of
+    :data:`~messagebox.console.pages.LIST_LIMIT` at a time, optionally of one reason,
+    host or failure group, or whose error contains a text."""
+    c = _console(request)
+    filters = _filters(c.box, request.query_params)
+    newest = request.query_params.get("order", "newest") != "oldest"
+    page = _page(request)
+    entries = c.box.suspended(
+        **filters,
+        limit=pages.LIST_LIMIT,
+        offset=(page - 1) * pages.LIST_LIMIT,
+        newest_first=newest,
+    )
+    total = c.box.count_suspended(**filters)
+    done = request.query_params.get("done")
+    entry = request.query_params.get("entry", "")
+    return c.render(
+        request,
+        "suspended.html",
+        title="Suspended",
+        entries=entries,
+        names={s.id: s for s in c.box.subscriptions()},
+        reasons=SUSPENDED_REASONS,
+        hosts=[h.name for h in c.box.hosts()],
+        reason=filters.get("reason"),
+        host=filters.get("host"),
+        error=filters.get("error"),
+        group=filters.get("group"),
+        limit=pages.LIST_LIMIT,
+        notice=f"Entry {entry} {done}."
+        if done in ("resumed", "terminated") and entry.isascii() and entry.isdigit()
+        else _notice(request),
+        page=page,
+        pages=max(1, -(-total // pages.LIST_LIMIT)),
+        total=total,
+        order="newest" if newest else "oldest",
+        reroutable=REROUTABLE,
+        refresh=refresh_seconds(request, default=False),
+        live=True,
+    )
+
+
+def _filters(box: MessageBox, given: Any) -> Filters:
+    """The suspended-list filters of a query string or a form, checked: a reason that is
+    none (400), an unknown host (404), a malformed group id (400)."""
+    found = Filters()
+    for key in FILTER_NAMES:
+        value = given.get(key)
+        if isinstance(value, str) and value.strip():
+            found[key] = value.strip()  # type: ignore[literal-required]
+    if "reason" in found and found["reason"] not in SUSPENDED_REASONS:
+        raise HTTPException(
+            400, f"unknown reason {found['reason']!r}; one of: {', '.join(SUSPENDED_REASONS)}"
+        )
+    if "host" in found:
+        box.host(found["host"])  # an unknown host is a 404, not an empty list
+    if "group" in found:
+        found["group"] = _group(found["group"])
+    if len(found.get("error", "")) > MAX_ERROR_TEXT:
+        raise HTTPException(400, f"the error text is longer than {MAX_ERROR_TEXT} characters")
+    return found
+
+
+def _group(text: str) -> str:
+    if not _GROUP_ID.fullmatch(text):
+        raise HTTPException(400, f"{text!r} is not a failure group id (16 hex digits)")
+    return text
+
+
+def _page(request: Request) -> int:
+    text = request.query_params.get("page", "1")
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 10**6:
+        raise HTTPException(400, f"page {text!r} is not a page number")
+    return int(text)
 
 
 def audit_log(request: Request) -> Response:
@@ -73,20 +200,13 @@ def _notice(request: Request) -> str | None:
 
 class _Selection:
     """The entries a bulk form names: ``id`` values, a failure ``group``, or ``all``
-    entries matching ``reason`` and ``host``."""
+    entries matching ``reason``, ``host``, ``error`` and ``group``."""
 
-    def __init__(self, form: FormData) -> None:
+    def __init__(self, box: MessageBox, form: FormData) -> None:
         self.ids = [_int(v) for v in form.getlist("id") if isinstance(v, str)]
-        group = form.get("group")
-        self.group = group if isinstance(group, str) and group else None
-        self.all = form.get("all") == "1"
-        reason, host = form.get("reason"), form.get("host")
-        self.reason = reason if isinstance(reason, str) and reason else None
-        self.host = host if isinstance(host, str) and host else None
-        if self.reason is not None and self.reason not in SUSPENDED_REASONS:
-            raise HTTPException(400, f"unknown reason {self.reason!r}")
-        chosen = sum((bool(self.ids), self.group is not None, self.all))
-        if chosen != 1:
+        self.filters = _filters(box, form)
+        self.all = form.get("all") == "1" or (set(self.filters) == {"group"} and not self.ids)
+        if bool(self.ids) == self.all or (self.ids and self.filters):
             raise HTTPException(
                 400,
                 "choose the entries: tick some, or pick a failure group, or all matching the "
@@ -96,35 +216,36 @@ class _Selection:
     def hidden(self) -> list[tuple[str, str]]:
         """The form fields that name this selection again."""
         fields = [("id", str(i)) for i in self.ids]
-        if self.group:
-            fields.append(("group", self.group))
         if self.all:
             fields.append(("all", "1"))
-            fields += [(k, v) for k, v in (("reason", self.reason), ("host", self.host)) if v]
-        return fields
+        return fields + [(k, str(v)) for k, v in self.filters.items()]
 
     def describe(self) -> str:
         if self.ids:
             return f"{len(self.ids)} selected"
-        if self.group:
-            return f"failure group {self.group}"
+        if set(self.filters) == {"group"}:
+            return f"failure group {self.filters['group']}"
         shown = ", ".join(
-            f"{k} {v}" for k, v in (("reason", self.reason), ("host", self.host)) if v
+            f"{k} {v!r}" if k == "error" else f"{k} {v}" for k, v in self.filters.items()
         )
         return f"all matching {shown or 'no filter'}"
 
     def entries(self, box: MessageBox) -> list[SuspendedEntry]:
         """The suspended entries selected now."""
         if self.all:
-            return box.suspended(reason=self.reason, host=self.host, limit=MAX_SELECTION)
-        ids = self.ids
-        if self.group:
-            found = [g for g in box.failure_groups() if g.id == self.group]
-            ids = found[0].entry_ids if found else []
+            return box.suspended(**self.filters, limit=MAX_SELECTION)
         entries: list[SuspendedEntry] = []
-        for start in range(0, len(ids), ID_CHUNK):  # a parameter each: a bounded list
-            entries += box.suspended(ids=ids[start : start + ID_CHUNK], limit=ID_CHUNK)
+        for start in range(0, len(self.ids), ID_CHUNK):  # a parameter each: a bounded list
+            entries += box.suspended(ids=self.ids[start : start + ID_CHUNK], limit=ID_CHUNK)
         return entries
+
+    def run(self, box: MessageBox, action: str, targets: list[SuspendedEntry]) -> int:
+        """Do ``action``: by id on the ``targets`` confirmed, or (filtered, not reroute)
+        on the entries matching now, in batches."""
+        if action == "reroute" or not self.filters:
+            return _run(box, action, [e.id for e in targets])
+        act = box.resume if action == "resume" else box.terminate
+        return len(act(**self.filters, batch=BATCH))
 
 
 def _int(text: str) -> int:
@@ -160,7 +281,7 @@ async def bulk(request: Request) -> Response:
         action = form.get("action")
         if action not in ACTIONS:
             raise HTTPException(400, f"unknown action {action!r}; one of: {', '.join(ACTIONS)}")
-        selection = _Selection(form)
+        selection = await run_in_threadpool(_Selection, c.box, form)
         confirmed = form.get("confirm") == "yes"
         back = form.get("back")
     assert isinstance(action, str)
@@ -180,10 +301,12 @@ async def bulk(request: Request) -> Response:
             sample=targets[:20],
             back=back if isinstance(back, str) and back.startswith("/") else None,
         )
-    done = await run_in_threadpool(_run, c.box, action, [e.id for e in targets])
+    done = await run_in_threadpool(selection.run, c.box, action, targets)
     await run_in_threadpool(c.audit, caller, f"{action} (bulk)", selection.describe(), done)
     target = back if isinstance(back, str) and back.startswith("/") and "//" not in back else None
     root = str(request.scope.get("root_path", ""))
     path = target or root + request.app.url_path_for("failures")
-    sep = "&" if "?" in path else "?"
-    return RedirectResponse(f"{path}{sep}done={PAST[action]}&n={done}", status_code=303)
+    where, _, query = path.partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query) if k not in ("done", "n", "entry")]
+    query = urlencode([*kept, ("done", PAST[action]), ("n", str(done))])
+    return RedirectResponse(f"{where}?{query}", status_code=303)

@@ -37,7 +37,7 @@ from messagebox.errors import (
     UnknownMessage,
     ValidationError,
 )
-from messagebox.models import REROUTABLE, SUSPENDED_REASONS
+from messagebox.models import REROUTABLE
 from messagebox.predicates import format_filter
 from messagebox.predicates.text import format_predicate, format_value
 from messagebox.properties import (
@@ -275,63 +275,6 @@ def subscriptions(request: Request) -> Response:
         title="Subscriptions",
         subscriptions=c.box.subscriptions(),
         notice=changed[:300] if changed else None,
-    )
-
-
-def suspended(request: Request) -> Response:
-    """Suspended entries, newest first (``order=oldest``: oldest first), a page of
-    :data:`LIST_LIMIT` at a time, optionally of one reason or host."""
-    c = _console(request)
-    reason = request.query_params.get("reason") or None
-    host = request.query_params.get("host") or None
-    if host is not None:
-        c.box.host(host)  # an unknown host is a 404, not an empty list
-    if reason is not None and reason not in SUSPENDED_REASONS:
-        raise HTTPException(
-            400, f"unknown reason {reason!r}; one of: {', '.join(SUSPENDED_REASONS)}"
-        )
-    newest = request.query_params.get("order", "newest") != "oldest"
-    page_text = request.query_params.get("page", "1")
-    if not page_text.isascii() or not page_text.isdigit() or not 1 <= int(page_text) <= 10**6:
-        raise HTTPException(400, f"page {page_text!r} is not a page number")
-    page = int(page_text)
-    entries = c.box.suspended(
-        reason=reason,
-        host=host,
-        limit=LIST_LIMIT,
-        offset=(page - 1) * LIST_LIMIT,
-        newest_first=newest,
-    )
-    total = c.box.count_suspended(reason=reason, host=host)
-    done = request.query_params.get("done")
-    entry = request.query_params.get("entry", "")
-    n = request.query_params.get("n", "")
-    notice = (
-        f"Entry {entry} {done}."
-        if done in ("resumed", "terminated") and entry.isascii() and entry.isdigit()
-        else f"{n} entr{'y' if n == '1' else 'ies'} {done}."
-        if done in ("resumed", "terminated", "rerouted") and n.isascii() and n.isdigit()
-        else None
-    )
-    return c.render(
-        request,
-        "suspended.html",
-        title="Suspended",
-        entries=entries,
-        names={s.id: s for s in c.box.subscriptions()},
-        reasons=SUSPENDED_REASONS,
-        hosts=[h.name for h in c.box.hosts()],
-        reason=reason,
-        host=host,
-        limit=LIST_LIMIT,
-        notice=notice,
-        page=page,
-        pages=max(1, -(-total // LIST_LIMIT)),
-        total=total,
-        order="newest" if newest else "oldest",
-        reroutable=REROUTABLE,
-        refresh=refresh_seconds(request, default=False),
-        live=True,
     )
 
 

@@ -5,7 +5,8 @@
 ``subscriptions`` (``list``, ``add``, ``remove``, ``set-filter``), ``route explain``,
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
 ``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``suspended``
-(``list``, ``show``, ``resume``, ``terminate``, ``reroute``, ``resubmit``), ``cleanup``, ``stats``,
+(``list``, ``show``, ``resume``, ``terminate``, ``reroute``, ``resubmit``), ``failures``
+(``list``, ``show``, ``resume``, ``terminate``), ``cleanup``, ``stats``,
 ``check``, ``tracking`` (``status``, ``enable``, ``disable``, ``events``), ``metrics``,
 ``export``, ``plan``, ``apply``, ``versions``, ``rollback``, ``lint``, ``spark route``
 and ``spark what-if``. Any other command (``host run``, ``console``, or one added to the
@@ -54,6 +55,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "queues": "",
         "instances": "",
         "suspended": "list show resume terminate reroute resubmit",
+        "failures": " list show resume terminate",
         "cleanup": "",
         "stats": "",
         "check": "",

@@ -17,6 +17,8 @@ failure); and bill's waiting entry suspended (service unenlisted, then started a
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -368,7 +370,8 @@ def test_resume_by_id_and_terminate_in_bulk(url: str) -> None:
     resumed = ok(cli("suspended", "resume", str(ids[SERVICE_UNENLISTED]), "--json", url=url))
     assert resumed == {"resumed": [ids[SERVICE_UNENLISTED]], "count": 1}
     # and a bulk resume of routing failures resumes none, and says what would
-    none = cli("suspended", "resume", "--all-matching", "--reason", ROUTING_FAILURE, url=url)
+    none = cli("suspended", "resume", "--all-matching", "--reason", ROUTING_FAILURE, "--yes",
+               url=url)  # fmt: skip
     assert none.stdout == "resumed 0 entries\n"
     assert "`messagebox suspended reroute` routes them again" in none.stderr
     # and a dry run lists what a bulk terminate would take, changing nothing
@@ -379,7 +382,7 @@ def test_resume_by_id_and_terminate_in_bulk(url: str) -> None:
     assert counts(url) == before
     # and every routing failure is terminated in bulk, with progress
     gone = cli("suspended", "terminate", "--all-matching", "--reason", ROUTING_FAILURE,
-               "--progress", url=url)  # fmt: skip
+               "--progress", "--yes", url=url)  # fmt: skip
     # Then each prints how many it changed
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout == f"terminated 1 entry: {ids[ROUTING_FAILURE]}\n"
@@ -387,6 +390,69 @@ def test_resume_by_id_and_terminate_in_bulk(url: str) -> None:
     with MessageBox(url) as box:
         assert box.suspended() == []
         assert sum(q.depth for q in box.queue_stats("billing")) == 1
+
+
+@pytest.mark.parametrize("action", ["resume", "terminate"])
+def test_a_bulk_change_without_a_terminal_needs_yes(url: str, action: str) -> None:
+    # Given a script (standard input is not a terminal) that does not say --yes
+    before = counts(url)
+    refused = cli("suspended", action, "--all-matching", "--host", "billing", url=url)
+    # Then nothing changes, and the error says how to mean it
+    assert refused.returncode == 2
+    assert "give --yes" in refused.stderr
+    assert f"nothing was {action}d" in refused.stderr
+    assert counts(url) == before
+    assert refused.stdout == ""
+
+
+def test_echo_n_piped_into_a_bulk_terminate_terminates_nothing(url: str) -> None:
+    # Given `echo n | messagebox suspended terminate --all-matching …` (a pipe, no terminal)
+    before = counts(url)
+    refused = cli_process(
+        "suspended", "terminate", "--all-matching", "--reason", ROUTING_FAILURE,
+        url=url, stdin=b"n\n",
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "nothing was terminated" in refused.stderr
+    assert counts(url) == before
+
+
+def at_a_terminal(url: str, answer: bytes, *args: str) -> subprocess.CompletedProcess[str]:
+    """``messagebox ARGS`` as a subprocess whose standard input is a terminal (a
+    pseudo-terminal), given ``answer`` as typed."""
+    typing_end, terminal = pty.openpty()
+    try:
+        with subprocess.Popen(
+            [*PYTHON_M, "--url", url, *args],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env=process_env(),
+        ) as process:
+            os.write(typing_end, answer)
+            out, err = process.communicate(timeout=PROCESS_TIMEOUT)
+    finally:
+        os.close(typing_end)
+        os.close(terminal)
+    return subprocess.CompletedProcess(args, process.returncode, out.decode(), err.decode())
+
+
+def test_a_bulk_terminate_asks_at_a_terminal(url: str) -> None:
+    args = ("suspended", "terminate", "--all-matching", "--reason", ROUTING_FAILURE)
+    before = counts(url)
+    # When the operator answers no, nothing is terminated
+    declined = at_a_terminal(url, b"n\n", *args)
+    assert declined.returncode == 1, declined.stderr
+    assert "Terminate them? [y/N]" in declined.stderr
+    assert "nothing was terminated" in declined.stderr
+    assert counts(url) == before
+    # and when yes, it is
+    accepted = at_a_terminal(url, b"y\n", *args)
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout.startswith("terminated 1 entry")
+    with MessageBox(url) as box:
+        assert box.suspended(reason=ROUTING_FAILURE) == []
 
 
 # --- bad input: a clear error, nothing changed ------------------------------------------

@@ -248,6 +248,80 @@ def test_an_operator_logs_in_and_bulk_resumes_a_failure_group_and_the_chart_move
         box.close()
 
 
+def test_an_operator_opens_a_failure_group_of_fifty_and_resumes_it(
+    tmp_path: Path, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    box = MessageBox(f"duckdb:///{tmp_path / 'box.duckdb'}")
+    box.create_host("shipping", **FAST)
+    box.subscribe("ship", host="shipping", filter=P("o.N") >= 0, name="ship-all")
+    healthy = threading.Event()
+    delivered: list[int] = []
+
+    def price(order: str) -> None:
+        raise ValueError(f"unsupported currency 'JPY' for order {order}")
+
+    def ship(delivery: Delivery) -> None:
+        n = delivery.properties["o.N"]
+        assert isinstance(n, int)
+        if n >= 50 and not healthy.is_set():
+            raise KeyError(f"tax table has no entry for region {n}")  # another failure
+        if not healthy.is_set():
+            price(str(delivery.properties["o.Id"]))
+        delivered.append(n)
+
+    inst = HostInstance(box, "shipping", {"ship": ship}).start()
+    try:
+        # Given 50 orders, each with an id of its own (A064109, B7, …), failed alike
+        ids = [f"{'ABCDEFGH'[n % 8]}{n * 7919 % 10 ** (1 + n % 6)}" for n in range(50)]
+        box.publish(
+            [Message(b"<o/>", promoted={"o.N": n, "o.Id": o}) for n, o in enumerate(ids)]
+            + [Message(b"<o/>", promoted={"o.N": n, "o.Id": "Z1"}) for n in (50, 51, 52)]
+        )
+        wait_for(lambda: box.count_suspended() == 53, "53 delivery failures")
+        healthy.set()
+        with serving(box, TOKEN) as base:
+            browser.get(f"{base}/login")
+            form = browser.find_element(By.ID, "login")
+            form.find_element(By.NAME, "name").send_keys("ada")
+            form.find_element(By.NAME, "token").send_keys(TOKEN)
+            form.find_element(By.TAG_NAME, "button").click()
+            assert browser.find_element(By.ID, "who").text == "ada at 127.0.0.1 (operator)"
+            # When the operator opens the failure groups: the 50 are one group, the
+            # other failure another
+            browser.get(f"{base}/failures")
+            rows = browser.find_elements(By.CSS_SELECTOR, "#groups tbody tr")
+            assert [r.find_element(By.CSS_SELECTOR, "td.num").text for r in rows] == ["50", "3"]
+            assert "unsupported currency <value> for order <id>" in rows[0].text
+            assert "e.g. ValueError: unsupported currency 'JPY' for order" in rows[0].text
+            assert "in price" in rows[0].text
+            # and opens the group
+            rows[0].find_element(By.CSS_SELECTOR, "a.group-link").click()
+            assert browser.find_element(By.ID, "group-count").text == "50"
+            listed = browser.find_elements(By.CSS_SELECTOR, "#suspended tbody tr")
+            assert len(listed) == 50
+            assert "price" in browser.find_element(By.ID, "where").text
+            # and resumes it: one confirmation for the whole group
+            bulk = browser.find_element(By.ID, "bulk-group")
+            bulk.find_element(By.CSS_SELECTOR, "button.resume").click()
+            assert "50 entries" in browser.find_element(By.ID, "confirm-count").text
+            browser.find_element(By.ID, "confirm").find_element(By.TAG_NAME, "button").click()
+            # Then the group page says so, and has nothing left
+            assert browser.find_element(By.ID, "notice").text == "50 entries resumed."
+            assert browser.find_element(By.ID, "no-entries").text == (
+                "No suspended entry is left in this group."
+            )
+            wait_for(lambda: len(delivered) == 50, "the 50 deliveries after resume")
+            assert sorted(delivered) == list(range(50))
+            assert box.count_suspended() == 3
+    finally:
+        inst.stop(5.0)
+        box.close()
+
+
 # --- `messagebox console` as a command ---
 
 

@@ -134,7 +134,12 @@ def test_every_command_works_while_hosts_run_on_a_duckdb_file(
     assert "beta refuses" in str(entry["error"])
     dry = cli(url, "suspended", "terminate", "--all-matching", "--host", "beta", "--dry-run")
     assert dry.returncode == 0, dry.stderr
+    unmeant = cli(url, "suspended", "terminate", "--all-matching", "--host", "beta")
+    assert unmeant.returncode == 2, unmeant.stderr  # no terminal to ask at, no --yes
     assert len(suspended()) == 1
+    groups = cli(url, "--json", "failures", "list")
+    assert groups.returncode == 0, groups.stderr
+    assert [g["count"] for g in json.loads(groups.stdout)] == [1]
 
     filter_file = tmp_path / "filter.txt"
     filter_file.write_text("t.N > 100")
@@ -158,7 +163,7 @@ def test_every_command_works_while_hosts_run_on_a_duckdb_file(
         ("route", "explain", "-p", "t.N=6"),
         ("services", "stop", "svc-b"),
         ("hosts", "set", "alpha", "--set", "claim_batch=5"),
-        ("suspended", "terminate", "--all-matching", "--host", "beta"),
+        ("suspended", "terminate", "--all-matching", "--host", "beta", "--yes"),
         ("cleanup",),
     ):
         done = cli(url, *argv)

@@ -15,7 +15,6 @@ import pytest
 from messagebox import Message, MessageBox, leases
 from messagebox.console import create_app, pages
 from messagebox.console.auth import COOKIE
-from messagebox.failures import normalise
 from messagebox.models import HostSettings
 from messagebox.predicates import P
 from tests.cli_support import run_cli
@@ -229,31 +228,6 @@ def test_command_line_actions_are_audited_too(backend_url: str) -> None:
     assert (row.via, row.role, row.action) == ("cli", "local", "hosts add")
     assert row.detail == "hosts add h"
     assert "@" in row.who
-
-
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        (
-            "RuntimeError: refused 01a217ef-32b2-77d5-8f9f-d22df383070d",
-            ("RuntimeError", "refused <id>"),
-        ),
-        ("KeyError: 'orders.Total'", ("KeyError", "<value>")),
-        ("needs an approval above 1000", (None, "needs an approval above <n>")),
-        (
-            "mod.errors.Timeout: after 2.5 s at 0xdeadbeef",
-            ("mod.errors.Timeout", "after <n> s at <hex>"),
-        ),
-        (
-            "ValueError: bad hash a3f9c2d1e8 for row 17",
-            ("ValueError", "bad hash <hex> for row <n>"),
-        ),
-    ],
-)
-def test_error_messages_are_normalised_for_grouping(
-    line: str, expected: tuple[str | None, str]
-) -> None:
-    assert normalise(line) == expected
 
 
 def test_repeated_wrong_logins_lock_the_address_out_for_a_minute(
