@@ -28,6 +28,8 @@ AUDITED = frozenset(
         ("suspended", "resume"),
         ("suspended", "terminate"),
         ("suspended", "reroute"),
+        ("scheduled", "deliver-now"),
+        ("scheduled", "cancel"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),

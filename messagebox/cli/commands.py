@@ -33,6 +33,7 @@ from messagebox.cli.operations import (
     tracking_status,
 )
 from messagebox.cli.routing import route_explain
+from messagebox.cli.scheduled import scheduled_act, scheduled_list
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
@@ -77,6 +78,9 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("suspended", "resume"): suspended_act,
     ("suspended", "terminate"): suspended_act,
     ("suspended", "reroute"): suspended_reroute,
+    ("scheduled", "list"): scheduled_list,
+    ("scheduled", "deliver-now"): scheduled_act,
+    ("scheduled", "cancel"): scheduled_act,
     ("cleanup", ""): cleanup,
     ("stats", ""): stats,
     ("tracking", ""): tracking_status,

@@ -5,11 +5,12 @@
 ``subscriptions`` (``list``, ``add``, ``remove``, ``set-filter``), ``route explain``,
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
 ``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``suspended``
-(``list``, ``show``, ``resume``, ``terminate``, ``reroute``), ``cleanup``, ``stats``,
-``tracking`` (``status``, ``enable``, ``disable``, ``events``), ``metrics``,
-``export``, ``plan``, ``apply``, ``versions``, ``rollback``, ``lint``, ``spark route``
-and ``spark what-if``. Any other command (``host run``, ``console``, or one added to the
-command line and not here) is refused with exit code 2, naming it.
+(``list``, ``show``, ``resume``, ``terminate``, ``reroute``), ``scheduled`` (``list``,
+``deliver-now``, ``cancel``), ``cleanup``, ``stats``, ``tracking`` (``status``,
+``enable``, ``disable``, ``events``), ``metrics``, ``export``, ``plan``, ``apply``,
+``versions``, ``rollback``, ``lint``, ``spark route`` and ``spark what-if``. Any other
+command (``host run``, ``console``, or one added to the command line and not here) is
+refused with exit code 2, naming it.
 
 A served command reads the files and standard input sent with it, never this machine's
 (:data:`messagebox.cli.inputs.SENT`), and writes only its answer; except ``spark
@@ -55,6 +56,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "queues": "",
         "instances": "",
         "suspended": "list show resume terminate reroute",
+        "scheduled": "list deliver-now cancel",
         "cleanup": "",
         "stats": "",
         "tracking": " status enable disable events",
