@@ -17,11 +17,12 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from messagebox import Message, MessageBox, UnknownScheduledEntry
+from messagebox import Message, MessageBox, UnknownScheduledEntry, leases
 from messagebox import schema as mb_schema
 from messagebox.errors import MessageValidationError, ValidationError
-from messagebox.hosts import Delivery, HostInstance
+from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, claim, complete, table_counts, wait_for
 
@@ -320,9 +321,7 @@ def test_a_message_published_on_completion_keeps_its_times(
     assert e.expires_at > e.due_at
 
 
-def _claim_run(box: MessageBox, host: str) -> list[object]:
-    from messagebox import leases
-
+def _claim_run(box: MessageBox, host: str) -> list[leases.Claim]:
     with box.store.transaction(serial=True) as conn:
         return list(
             leases.claim(
@@ -337,8 +336,8 @@ def _claim_run(box: MessageBox, host: str) -> list[object]:
         )
 
 
-def _n(box: MessageBox, claimed: object) -> int:
-    return int(box.read_message(claimed.msg).promoted["t.N"])  # type: ignore[attr-defined,arg-type]
+def _n(box: MessageBox, claimed: leases.Claim) -> int:
+    return int(box.read_message(claimed.msg).promoted["t.N"])  # type: ignore[arg-type]
 
 
 def test_plain_publishes_write_no_expiry_and_are_due_as_queued(box: MessageBox):
@@ -352,3 +351,40 @@ def test_plain_publishes_write_no_expiry_and_are_due_as_queued(box: MessageBox):
         ).all()
     assert len(rows) == 30
     assert all(r.available_at == r.enqueued_at and r.expires_at is None for r in rows)
+
+
+class _Nothing(BaseModel):
+    pass
+
+
+class _Reminder(Orchestration[_Nothing]):
+    """Publishes a reminder due in an hour, expiring in two, and completes."""
+
+    correlation = ("t.Id",)
+
+    @activate(P("t.Kind") == "order")
+    def order(self, d: Delivery) -> None:
+        later = datetime.now(UTC) + HOUR
+        self.publish(Message(b"remind", promoted={"t.Kind": "remind"}, deliver_at=later, ttl=7200))
+        self.complete()
+
+
+def test_an_orchestration_step_publishes_a_scheduled_message(
+    box: MessageBox, instances: list[HostInstance]
+):
+    h = f"h{next(_hosts)}"
+    app = HostApp(h)
+    app.orchestration(_Reminder)
+    app.subscribe("reminders", filter=P("t.Kind") == "remind", name=f"{h}-reminders")
+    app.add_service("reminders", lambda d: None)
+    app.setup(box)
+    inst = HostInstance(box, h, app.services, settings=FAST_HOST).start()
+    instances.append(inst)
+    box.publish([Message(b"o", promoted={"t.Kind": "order", "t.Id": "a"})])
+    wait_for(lambda: box.scheduled(host=h), "the reminder scheduled")
+    [e] = box.scheduled(host=h)
+    assert e.name == f"{h}-reminders"
+    assert timedelta(minutes=59) < e.due_at - box.now() <= HOUR
+    assert e.expires_at is not None
+    assert e.expires_at - e.due_at < HOUR + timedelta(seconds=5)
+    assert box.read_message(e.message_id).promoted["t.Id"] == "a"  # its correlation
