@@ -94,6 +94,9 @@ def test_an_expired_entry_is_never_claimed_and_is_suspended_as_expired(box: Mess
     assert [box.references(r.message_id) for r in routed[:2]] == [1, 1]
     assert metrics.EXPIRED.labels(h)._value.get() == before + 2
     assert _sweep(box, h) == expiry.Swept()
+    # and the per-minute counts (the console's chart) have them, by subscription
+    box.store.write_tally()
+    assert sum(box.rates(5).counts[("expired", h)]) == 2
 
 
 def test_a_subscription_that_drops_expired_entries_releases_them(box: MessageBox):

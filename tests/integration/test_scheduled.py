@@ -388,3 +388,60 @@ def test_an_orchestration_step_publishes_a_scheduled_message(
     assert e.expires_at is not None
     assert e.expires_at - e.due_at < HOUR + timedelta(seconds=5)
     assert box.read_message(e.message_id).promoted["t.Id"] == "a"  # its correlation
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    offsets=st.lists(st.one_of(st.none(), st.integers(60, 3600)), min_size=1, max_size=9),
+    forced=st.sets(st.integers(0, 8), max_size=3),
+    chunk=st.sampled_from([2, 3, 20_000]),
+)
+def test_each_entry_is_due_at_its_own_messages_time_on_every_publish_path(
+    box: MessageBox, offsets: list[int | None], forced: set[int], chunk: int
+):
+    # Given messages, some scheduled, routed to two subscriptions each, some stored
+    # suspended as well (a receive pipeline's refusal, routed: the message-by-message
+    # path), published in chunks of ``chunk`` (one transaction)
+    from messagebox import router as mb_router
+    from messagebox.router import Suspension
+
+    h = _host(box)
+    box.subscribe(f"{h}-2", host=h, filter=P("t.K") == h, name=f"{h}-2")
+    now = box.now()
+    messages = [
+        _msg(h, i, deliver_at=None if o is None else now + timedelta(seconds=o))
+        for i, o in enumerate(offsets)
+    ]
+    suspend = {i: Suspension("bad", "refused", route=True) for i in forced if i < len(offsets)}
+    previous = mb_router.PUBLISH_CHUNK
+    mb_router.PUBLISH_CHUNK = chunk
+    try:
+        routed = box.publish(messages, suspend=suspend)
+    finally:
+        mb_router.PUBLISH_CHUNK = previous
+    # Then every entry of a message is due at the message's time (now when it has none)
+    q = mb_schema.queue
+    with box.store.transaction() as conn:
+        rows = conn.execute(
+            sa.select(q.c.msg, q.c.available_at, q.c.enqueued_at).where(q.c.host == h)
+        ).all()
+    due = {r.message_id: o for r, o in zip(routed, offsets, strict=True)}
+    assert len(rows) == 2 * len(offsets)
+    for msg, available, enqueued in rows:
+        o = due[msg]
+        if o is None:
+            assert available == enqueued
+        else:
+            assert abs(available - (now + timedelta(seconds=o))) < timedelta(milliseconds=1)
+
+
+def test_a_publish_in_the_callers_transaction_takes_a_delay(box: MessageBox):
+    h = _host(box)
+    with box.transaction() as conn:
+        box.publish([_msg(h, 0), _msg(h, 1, ttl=7200)], connection=conn, delay=3600)
+        assert box.scheduled(host=h) == []  # not committed yet
+    found = box.scheduled(host=h)
+    assert len(found) == 2
+    assert [e.expires_at is None for e in found] == [True, False]

@@ -222,3 +222,32 @@ def test_a_routing_file_declares_on_expiry_and_a_host_ttl_changed_in_place(
     with shop.store.transaction() as conn:
         [end] = conn.execute(q.select().with_only_columns(q.c.expires_at)).scalars()
     assert timedelta(minutes=9) < end - shop.now() <= timedelta(minutes=10)
+
+
+def test_a_bad_on_expiry_is_refused_naming_it_and_nothing_is_stored(shop: MessageBox) -> None:
+    from messagebox.errors import ValidationError
+    from messagebox.hosts import HostApp
+
+    before = table_counts(shop)
+    with pytest.raises(ValidationError, match="on_expiry must be suspend or drop, not 'keep'"):
+        shop.subscribe("x", host="shipping", filter=P("a.B") == 1, on_expiry="keep")
+    assert table_counts(shop) == before
+    app = HostApp("shipping")
+    with pytest.raises(ValidationError, match="subscription 'y': on_expiry must be"):
+        app.subscribe("y", filter=P("a.B") == 1, name="y", on_expiry="later")
+
+
+def test_the_command_line_sets_a_hosts_ttl(shop: MessageBox, backend_url: str) -> None:
+    code, _, err = _cli(
+        backend_url, "hosts", "set", "shipping", "--set", "message_ttl_seconds=86400"
+    )
+    assert code == 0, err
+    assert shop.host("shipping").settings.message_ttl_seconds == 86_400
+    code, _, err = _cli(backend_url, "hosts", "set", "shipping", "--set", "message_ttl_seconds=-1")
+    assert code == 1
+    assert "message_ttl_seconds" in err
+    code, _, err = _cli(
+        backend_url, "hosts", "set", "shipping", "--set", "message_ttl_seconds=null"
+    )
+    assert code == 0, err
+    assert shop.host("shipping").settings.message_ttl_seconds is None
