@@ -42,7 +42,7 @@ from messagebox.errors import AlreadyExists, UnknownHost, UnknownSubscription, V
 from messagebox.hosts.instance import HostInstance
 from messagebox.hosts.orchestration import Orchestration, OrchestrationService
 from messagebox.hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
-from messagebox.models import HostSettings
+from messagebox.models import HostSettings, OnExpiry
 from messagebox.predicates import to_filter
 
 log = logging.getLogger("messagebox.hosts")
@@ -83,6 +83,11 @@ class HostApp:
         """Declare a subscription (created at start when none of that ``name`` exists).
         Options are those of :meth:`MessageBox.subscribe`."""
         to_filter(filter)  # refuse a bad filter now, not at start
+        if "on_expiry" in options:  # and a bad on_expiry
+            try:
+                OnExpiry.of(options["on_expiry"])
+            except ValueError as exc:
+                raise ValidationError(f"subscription {name!r}: {exc}") from None
         self.declared.append({"service": service, "filter": filter, "name": name, **options})
 
     def orchestration(self, cls: type[Orchestration[Any]]) -> type[Orchestration[Any]]:

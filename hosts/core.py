@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from messagebox import clock
+from messagebox import clock, expiry
 from messagebox.consumer import Outcomes, Recorded
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import BackendUnavailable, MessageBoxError
@@ -28,6 +28,7 @@ from messagebox.hosts.dispatch import (
     Run,
     SharedReads,
 )
+from messagebox.hosts.idle import NextDue
 from messagebox.hosts.service import Delivery, Handler, as_handler
 from messagebox.leases import Claim, Failure
 from messagebox.models import (
@@ -43,6 +44,10 @@ from messagebox.models import (
 log = logging.getLogger("messagebox.hosts")
 
 FINISH_TRIES = 5
+
+EXPIRE_BATCHES = 10
+"""Sweep transactions (of ``expiry.BATCH`` entries) a heartbeat at most: a backlog of
+expired entries takes several beats rather than delaying one."""
 
 
 class Receiver(Protocol):
@@ -152,6 +157,8 @@ class InstanceCore:
         self._elsewhere_checked: tuple[float, bool] = (-math.inf, False)  # when, and what
         self._last_cleanup = time.monotonic()
         self._last_depth = 0.0
+        self._next_due = NextDue(self.queue.next_available, self.settings)
+        """When an idle thread claims again: its back-off, or the next entry's due time."""
         self.receivers: list[Receiver] = list(receivers)
         """Receive locations this instance runs (started after it registers, stopped
         first)."""
@@ -194,6 +201,27 @@ class InstanceCore:
             exc,
             extra=self._event(event, error=str(exc)),
         )
+
+    def _expire(self) -> None:
+        """Sweep the host's expired entries off its queue (suspended or dropped, as
+        their subscriptions say), up to :data:`EXPIRE_BATCHES` transactions a beat."""
+        total = expiry.Swept()
+        for _ in range(EXPIRE_BATCHES):
+            swept = self.queue.expire()
+            total.suspended += swept.suspended
+            total.dropped += swept.dropped
+            if swept.total < expiry.BATCH:
+                break
+        if total.total:
+            self.stats.add(expired=total.total)
+            log.info(
+                "host instance %s: %d entries expired (%d suspended, %d dropped)",
+                self.id,
+                total.total,
+                total.suspended,
+                total.dropped,
+                extra=self._event("expired", suspended=total.suspended, dropped=total.dropped),
+            )
 
     def _refresh_subscriptions(self) -> None:
         subs = {s.id: s for s in self.box.subscriptions(host=self.host)}

@@ -223,6 +223,8 @@ class InstanceStats(Counters):
     """Deliveries failed by the store, not the service (retried, not charged)."""
     threads_replaced: int = 0
     """Dequeue threads replaced (their handler timed out, or the thread failed)."""
+    expired: int = 0
+    """Entries of the host that expired before delivery (suspended or dropped)."""
 
 
 class Ahead:

@@ -119,7 +119,7 @@ class Supervision(Handling):
                         continue
                 if not claims:
                     self._found_nothing()
-                    self._wait(seen, idle)
+                    self._wait(seen, self._next_due.wait(idle, seen))  # an entry due sooner
                     idle = min(idle * 2, self.settings.poll_max_seconds)
                     continue
                 idle = self.settings.poll_min_seconds  # in flight now: not idle
@@ -508,6 +508,7 @@ class Supervision(Handling):
             self._found_work()  # not idle: what was released is to be claimed
             self.wake()
         self._refresh_subscriptions()
+        self._expire()
         if time.monotonic() - self._last_depth >= rollup.DEPTH_SECONDS:
             self._last_depth = time.monotonic()
             self.box.operations.sample_depth(self.host, self.id)

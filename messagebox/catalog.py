@@ -24,6 +24,7 @@ from messagebox.models import (
     Host,
     HostSettings,
     Kind,
+    OnExpiry,
     OnFailure,
     State,
     Subscription,
@@ -48,6 +49,7 @@ SPEC_FIELDS = frozenset(
         "state",
         "ordered",
         "on_failure",
+        "on_expiry",
         "correlation",
     }
 )
@@ -148,6 +150,7 @@ def _fields(index: int, args: Mapping[str, Any]) -> dict[str, Any]:
             "kind": Kind(args.get("kind", Kind.ACTIVATION)),
             "state": State(args.get("state", State.STARTED)),
             "on_failure": OnFailure(args.get("on_failure", OnFailure.SUSPEND)),
+            "on_expiry": OnExpiry.of(args.get("on_expiry", OnExpiry.SUSPEND)),
         }
     except ValueError as exc:
         raise ValidationError(f"subscription {index}: {exc}") from exc
@@ -219,7 +222,9 @@ class Catalog:
         check_name("host", name)
         config = settings or HostSettings.checked(f"host {name!r}", options)
         with self._store.transaction(serial=True) as conn:
-            return subscriptions.create_host(conn, name, config, clock.now(conn))
+            made = subscriptions.create_host(conn, name, config, clock.now(conn))
+        self._store.host_ttls.invalidate()
+        return made
 
     def configure_host(self, name: str, options: Mapping[str, Any]) -> Host:
         with self._store.transaction(serial=True) as conn:
@@ -230,7 +235,8 @@ class Catalog:
             merged = {**found.settings.model_dump(), **options}
             config = HostSettings.checked(f"host {name!r}", merged)
             subscriptions.update_host(conn, name, config)
-            return Host(name=name, settings=config, created_at=found.created_at)
+        self._store.host_ttls.invalidate()  # this process's next publish reads it
+        return Host(name=name, settings=config, created_at=found.created_at)
 
     def remove_host(self, name: str) -> None:
         with self._store.transaction(serial=True) as conn:

@@ -5,10 +5,12 @@
 2. Completed service instances are deleted once past their retention (a day); any
    message still queued for one is suspended (not resumable: "completed with discarded
    messages"), as completing it did for those queued at the time.
-3. The reference logs are summed per message. A message whose references sum to zero,
+3. Expired entries of hosts that no instance runs are suspended or dropped, as their
+   subscriptions say (an instance sweeps its own host's at every heartbeat).
+4. The reference logs are summed per message. A message whose references sum to zero,
    and that no queue or suspended entry names, is deleted with its log rows; a part is
    deleted when no message uses it any more.
-4. Receive-location receipts and tracked events past their retention are trimmed, and
+5. Receive-location receipts and tracked events past their retention are trimmed, and
    so are routing versions behind the newest thousand.
 
 Why it is safe while others publish and deliver: a message's references only reach
@@ -31,6 +33,7 @@ import sqlalchemy as sa
 from messagebox import (
     arrays,
     clock,
+    expiry,
     ids,
     recent,
     registry,
@@ -62,6 +65,9 @@ class CleanupReport:
     """Receive-location receipts older than the retention, trimmed."""
     tracking_events: int = 0
     """Tracked events older than the tracking retention, trimmed."""
+    expired: int = 0
+    """Expired entries of hosts that no instance runs, suspended or dropped (an instance
+    sweeps its own host's at every heartbeat)."""
     rollup_rows: int = 0
     """Per-minute rate rows older than a day (:mod:`messagebox.rollup`), trimmed."""
     routing_versions: int = 0
@@ -214,6 +220,23 @@ RECEIPT_RETENTION_SECONDS = 7 * 24 * 3600.0
 publish must restart within this to be sure not to publish that input again."""
 
 
+def _expire_unrun(store: Store, stop: Callable[[], bool] | None) -> int:
+    """Sweep the expired entries of the hosts with no registered instance, a batch a
+    transaction (:func:`messagebox.expiry.sweep`); how many."""
+    with store.transaction() as conn:
+        running = {i.host for i in registry.instances(conn, None)}
+        hosts = [h.name for h in subscriptions.list_hosts(conn) if h.name not in running]
+    total = 0
+    for host in hosts:
+        while stop is None or not stop():
+            with store.transaction(serial=True) as conn:
+                swept = expiry.sweep(conn, store.dialect, host)
+            total += swept.total
+            if swept.total < expiry.BATCH:
+                break
+    return total
+
+
 def run(
     store: Store,
     *,
@@ -246,6 +269,9 @@ def run(
             r.delete().where(r.c.received_at < store.dialect.now_plus(-receipt_retention_seconds))
         ).rowcount
         report.routing_versions = subscriptions.prune_versions(conn)
+    report.expired = _expire_unrun(store, stop)
+    if report.expired:
+        say(f"{report.expired} expired entries of hosts no instance runs suspended or dropped")
     with store.transaction() as conn:
         retention = tracking.read_settings(conn).retention
         report.tracking_events = tracking.trim(conn, store.dialect, retention)

@@ -253,6 +253,7 @@ class Configs:
             change, version = routing_apply.apply(
                 conn, self._store.dialect, wanted, content=content, who=who, rollback_of=rollback_of
             )
+        self._store.host_ttls.invalidate()  # hosts' settings may have changed
         return Applied(change, version, lint)
 
     def _refuse_empty(self, conn: Any, wanted: RoutingConfig) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, ids, leases, notify, registry, router, service_instances
+from messagebox import clock, expiry, ids, leases, notify, registry, router, service_instances
 from messagebox.errors import Conflict
 from messagebox.fence import Fence
 from messagebox.leases import Claim, Failure, Finished
@@ -482,7 +482,19 @@ class Consumer:
                 policy=RoutingPolicy.SUSPEND,
                 publisher=self.publisher,
                 now=clock.now(conn),
+                strict=False,  # a message due after its expiry expires: the completion stands
             )
+
+    def next_available(self) -> float | None:
+        """Seconds until the host's next entry that is not due yet becomes due
+        (scheduled, or waiting for its retry), or None when there is none."""
+        with self._store.transaction() as conn:  # a read: no write lock while idle
+            return leases.next_available(conn, self.host)
+
+    def expire(self, batch: int = expiry.BATCH) -> expiry.Swept:
+        """Suspend or drop up to ``batch`` of the host's expired entries not in hand."""
+        with self._store.transaction(serial=True) as conn:
+            return expiry.sweep(conn, self._dialect, self.host, batch)
 
     # --- service instances (orchestrations) ---
 

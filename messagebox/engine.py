@@ -32,6 +32,7 @@ from messagebox.models import (
     HostStats,
     InstanceInfo,
     Kind,
+    OnExpiry,
     OnFailure,
     QueueDepth,
     QueueStats,
@@ -43,10 +44,11 @@ from messagebox.models import (
     Subscription,
     SuspendedEntry,
 )
-from messagebox.operations import Operations, suspended_query
+from messagebox.operations import Operations, new_expiry, suspended_query
 from messagebox.properties import Value
 from messagebox.publishing import Messages
 from messagebox.resubmission import Resubmits
+from messagebox.scheduling import Scheduling
 from messagebox.store import URL, Store
 from messagebox.store import StoreURL as StoreURL  # hosts name it
 from messagebox.suspension import SuspendedQuery
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from messagebox.failures import FailureGroup
 
 
-class MessageBox(RoutingAsCode, Watching):
+class MessageBox(RoutingAsCode, Watching, Scheduling):
     """A content-based publish/subscribe router over one database.
 
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
@@ -155,6 +157,7 @@ class MessageBox(RoutingAsCode, Watching):
         ordered: bool = False,
         on_failure: OnFailure | str = OnFailure.SUSPEND,
         correlation: Sequence[str] = (),
+        on_expiry: OnExpiry | str = OnExpiry.SUSPEND,
     ) -> Subscription:
         """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
         The subscription's ``name`` (unique) defaults to the service's, or, when that
@@ -170,7 +173,9 @@ class MessageBox(RoutingAsCode, Watching):
         activation subscription the first such message creates the instance and the
         rest follow in order (a convoy); on an instance subscription (no
         ``instance_id``) a message follows the running instance for its values, and
-        does not route there when none runs.
+        does not route there when none runs. ``on_expiry`` says what becomes of an
+        entry that expires before it is delivered: ``suspend`` (reason ``expired``,
+        resumable) or ``drop`` (deleted, its reference released).
         """
         [made] = self.subscribe_many(
             [
@@ -186,6 +191,7 @@ class MessageBox(RoutingAsCode, Watching):
                     "ordered": ordered,
                     "on_failure": on_failure,
                     "correlation": correlation,
+                    "on_expiry": on_expiry,
                 }
             ]
         )
@@ -241,12 +247,17 @@ class MessageBox(RoutingAsCode, Watching):
         suspend: Mapping[int, router.Suspension] | None = None,
         receipts: Sequence[tuple[str, str, Sequence[int]]] = (),
         connection: object = None,
+        delay: float | None = None,
     ) -> list[Routed]:
         """Publish a batch in one transaction: all of it is stored, or none.
 
         Every message is validated first; each is routed to every matching subscription
         and stored once. A message that matches nothing is handled by ``policy``.
         ``trusted`` lets a receive location set ``messagebox.``/``BTS.`` properties.
+
+        ``delay`` (seconds, at most 365 days) holds the queue entries of the messages
+        without their own ``deliver_at`` until that long after the publish, by the
+        database's clock (docs/concepts.md: Scheduled delivery). They are routed now.
 
         For receive locations: ``suspend`` stores the messages it names (by index)
         suspended with a reason instead (see :class:`~messagebox.router.Suspension`);
@@ -276,6 +287,7 @@ class MessageBox(RoutingAsCode, Watching):
             suspend=suspend,
             given=receipts,
             connection=connection,
+            delay=delay,
         )
 
     @contextmanager
@@ -461,11 +473,15 @@ class MessageBox(RoutingAsCode, Watching):
         group: str | None = None,
         batch: int | None = None,
         progress: Callable[[int, int], None] | None = None,
+        ttl: float | None = None,
+        expires_at: datetime | None = None,
     ) -> list[int]:
         """Put suspended entries back on their queues: the given ids (each must exist
         and be resumable), or every resumable entry matching the filters (those of
         :meth:`suspended`; ``group``: a failure group's entries now). They keep
         their place in publish order and start again from attempt 1. Returns the ids.
+        They expire ``ttl`` seconds after the resume, or at ``expires_at`` (an
+        ``expired`` entry resumed without either never expires).
 
         Ids are resumed in one transaction, all or none. Filters too, unless ``batch``
         is given: then ``batch`` entries per transaction, lowest ids first, calling
@@ -474,7 +490,7 @@ class MessageBox(RoutingAsCode, Watching):
         query = suspended_query(
             entry_ids, reason, host, service, subscription, before, error, group
         )
-        return self.operations.resume(query, batch, progress)
+        return self.operations.resume(query, batch, progress, new_expiry(ttl, expires_at))
 
     def terminate(
         self,

@@ -11,6 +11,7 @@ MessageBoxError
 │   ├── UnknownMessage
 │   ├── UnknownSuspendedEntry
 │   └── UnknownFailureGroup         no failure group has the id (among the entries scanned)
+│   └── UnknownScheduledEntry       not on a queue, or due already
 ├── AlreadyExists                   a host or subscription name is taken
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
@@ -71,6 +72,10 @@ class UnknownSuspendedEntry(NotFound):
 
 class UnknownFailureGroup(NotFound):
     """No such failure group."""
+
+
+class UnknownScheduledEntry(NotFound):
+    """No such scheduled queue entry (not on a queue, or due already)."""
 
 
 class AlreadyExists(MessageBoxError):

@@ -521,6 +521,24 @@ def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> in
     )
 
 
+def next_available(conn: sa.Connection, host: str) -> float | None:
+    """Seconds until the host's next ready entry that is not due yet becomes due (one
+    scheduled, or waiting for its retry), by the database clock; None when there is
+    none. One index probe on PostgreSQL (``mb_queue_due``, whose predicate this names)."""
+    q = schema.queue
+    at = conn.execute(
+        sa.select(sa.func.min(q.c.available_at)).where(
+            q.c.host == host,
+            q.c.available_at > q.c.enqueued_at,
+            q.c.available_at > sa.func.now(),
+            q.c.state == "ready",
+        )
+    ).scalar()
+    if at is None:
+        return None
+    return max((clock.utc(at) - clock.now(conn)).total_seconds(), 0.0)
+
+
 def queue_depths(conn: sa.Connection, hosts: Sequence[str]) -> dict[str, int]:
     """Entries waiting per host (every state), for throttling: those of ``hosts``, and on
     DuckDB every host's (a scan counts them all at once, without the filter: 180,000

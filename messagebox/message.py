@@ -23,6 +23,7 @@ from messagebox.properties import (
     check_unicode,
     normalize_value,
 )
+from messagebox.timing import Timing, message_timing
 
 MAX_PROPERTIES = 1024
 MAX_PARTS = 256
@@ -94,9 +95,14 @@ class Message:
     idempotent: publishing the same id again stores nothing and raises
     :class:`~messagebox.errors.AlreadyExists`, so a retry after an unknown outcome
     (a lost connection at commit) cannot store the message twice.
+
+    Times (docs/concepts.md: Scheduled delivery, Expiry): ``deliver_at`` (a
+    timezone-aware datetime) holds its queue entries until then; ``expires_at``, or
+    ``ttl`` seconds after the publish (by the database's clock), is when an entry not
+    yet delivered expires (suspended or dropped, as its subscription says).
     """
 
-    __slots__ = ("body_part", "id", "parts", "promoted", "written")
+    __slots__ = ("body_part", "id", "parts", "promoted", "timing", "written")
 
     def __init__(
         self,
@@ -107,6 +113,9 @@ class Message:
         written: Mapping[str, object] | None = None,
         body_part: str | None = None,
         id: uuid.UUID | str | None = None,
+        deliver_at: datetime | None = None,
+        expires_at: datetime | None = None,
+        ttl: float | None = None,
     ) -> None:
         if (body is None) == (parts is None):
             raise MessageValidationError("a message needs exactly one of body= or parts=")
@@ -131,6 +140,22 @@ class Message:
             self.id: uuid.UUID | None = None if id is None else uuid.UUID(str(id))
         except ValueError as exc:
             raise MessageValidationError(f"message id {id!r} is not a UUID") from exc
+        self.timing: Timing | None = message_timing(deliver_at, expires_at, ttl)
+
+    @property
+    def deliver_at(self) -> datetime | None:
+        """When its queue entries become due (UTC), if scheduled."""
+        return None if self.timing is None else self.timing.deliver_at
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When its queue entries expire (UTC), if given as a time."""
+        return None if self.timing is None else self.timing.expires_at
+
+    @property
+    def ttl(self) -> float | None:
+        """Seconds after the publish that its queue entries expire, if given so."""
+        return None if self.timing is None else self.timing.ttl
 
     def with_promoted(self, extra: Mapping[str, Value]) -> Message:
         """A copy without an id that also promotes ``extra`` (checked property values;
@@ -140,11 +165,12 @@ class Message:
         if both:
             raise MessageValidationError(f"property {both[0]!r} is both promoted and written")
         copy = Message.__new__(Message)
-        copy.parts, copy.body_part, copy.written, copy.id = (
+        copy.parts, copy.body_part, copy.written, copy.id, copy.timing = (
             self.parts,
             self.body_part,
             self.written,
             None,
+            self.timing,
         )
         copy.promoted = {**extra, **self.promoted}
         return copy

@@ -61,6 +61,11 @@ ROUTING_FAILURES = Counter(
 DELIVERED = Counter("messagebox_delivered", "Deliveries completed", ["host"])
 FAILED = Counter("messagebox_delivery_failures", "Failed delivery attempts", ["host"])
 SUSPENDED = Counter("messagebox_suspended", "Entries moved to the suspended queue", ["reason"])
+EXPIRED = Counter(
+    "messagebox_expired",
+    "Queue entries that expired before delivery (suspended as expired, or dropped)",
+    ["subscription"],
+)
 RESUMED = Counter("messagebox_resumed", "Suspended entries resumed", ["host"])
 TERMINATED = Counter("messagebox_terminated", "Suspended entries terminated", ["host"])
 CLAIM_SECONDS = Histogram(
@@ -83,6 +88,7 @@ _BY_EVENT = {
     "delivered": DELIVERED,
     "failed": FAILED,
     "suspended": SUSPENDED,
+    "expired": EXPIRED,
     "resumed": RESUMED,
     "terminated": TERMINATED,
 }
@@ -133,7 +139,7 @@ class StoreCollector(Collector):
         queues, hosts, counts, ages = self.box.operations.snapshot()
         depth = GaugeMetricFamily(
             "messagebox_queue_depth",
-            "Entries on a host's queue, by state (ready, held, leased)",
+            "Entries on a host's queue, by state (ready, held, leased, scheduled)",
             labels=["host", "state"],
         )
         oldest = GaugeMetricFamily(
@@ -145,10 +151,10 @@ class StoreCollector(Collector):
         age: dict[str, float] = {}
         for row in queues:
             c = per_host.setdefault(row.host, Counts())
-            c.update(ready=row.ready, held=row.held, leased=row.leased)
+            c.update(ready=row.ready, held=row.held, leased=row.leased, scheduled=row.scheduled)
             age[row.host] = max(age.get(row.host, 0.0), row.oldest_age_seconds)
         for host, c in sorted(per_host.items()):
-            for state in ("ready", "held", "leased"):
+            for state in ("ready", "held", "leased", "scheduled"):
                 depth.add_metric([host, state], c[state])
             oldest.add_metric([host], age.get(host, 0.0))
         suspended = GaugeMetricFamily(

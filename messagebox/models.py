@@ -24,6 +24,7 @@ from messagebox.errors import ValidationError
 from messagebox.predicates import Filter, FilterExplanation
 from messagebox.properties import Value
 from messagebox.suggest import did_you_mean
+from messagebox.timing import YEAR_SECONDS
 
 
 class Kind(StrEnum):
@@ -80,6 +81,26 @@ class OnFailure(StrEnum):
     until the message is resumed or terminated and the service started again."""
 
 
+class OnExpiry(StrEnum):
+    """What becomes of a subscription's queue entry that expires before it is delivered
+    (docs/concepts.md: Expiry)."""
+
+    SUSPEND = "suspend"
+    """Move it to the suspended queue, reason ``expired`` (resumable with a new
+    expiry, or terminable); the default."""
+    DROP = "drop"
+    """Delete it and release its reference (cleanup then deletes the message if
+    nothing else refers to it)."""
+
+    @classmethod
+    def of(cls, value: object) -> OnExpiry:
+        """``value`` as an :class:`OnExpiry`; else ``ValueError`` naming the choices."""
+        if isinstance(value, str) and value in cls._value2member_map_:
+            return cls(value)
+        choices = " or ".join(e.value for e in cls)
+        raise ValueError(f"on_expiry must be {choices}, not {value!r}")
+
+
 class RoutingPolicy(StrEnum):
     """What to do with a message that matches no subscription."""
 
@@ -115,6 +136,9 @@ DAY = 86_400.0
 range a database's clock arithmetic can take (``lease_seconds=1e308`` made every claim
 fail on PostgreSQL)."""
 
+YEAR = YEAR_SECONDS
+"""The longest a time to live may be (seconds): :data:`messagebox.timing.YEAR_SECONDS`."""
+
 DEFAULT_HANDLER_TIMEOUT = 300.0
 """The default ``handler_timeout_seconds``: five minutes, as Azure Service Bus renews a
 message's lock by default and an Azure Function may run. Long enough for any handler
@@ -125,9 +149,9 @@ batch back, and its entry is retried and in the end suspended, within minutes.""
 class HostSettings(BaseModel):
     """A host's settings, with the defaults a new host gets (docs/concepts.md: Hosts).
 
-    Every value is bounded and finite (a time at most :data:`DAY`); a store that holds a
-    bad value written by an older version reads it as the default
-    (:meth:`from_stored`)."""
+    Every value is bounded and finite (a time at most :data:`DAY`, a time to live at
+    most :data:`YEAR`); a store that holds a bad value written by an older version
+    reads it as the default (:meth:`from_stored`)."""
 
     model_config = ConfigDict(
         frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
@@ -172,6 +196,11 @@ class HostSettings(BaseModel):
     """Publishing to this host waits (or raises Throttled) while its queue is deeper."""
     cleanup_interval_seconds: float = Field(60.0, ge=0, le=DAY)
     """How often an instance runs the cleanup job in-process (0: never)."""
+    message_ttl_seconds: float | None = Field(None, ge=0.01, le=YEAR)
+    """Every entry queued on the host after this is set expires this long after it is
+    due (or sooner, by its message's own expiry): past it, it is never delivered but
+    suspended (``expired``) or dropped, as its subscription says (docs/concepts.md:
+    Expiry). ``None``: entries expire only by their messages' expiry."""
     unserved: Literal["warn", "refuse"] = "warn"
     """A subscription of the host whose service an instance does not run (a misspelt
     name, say): ``warn`` logs it (``event: unserved-subscription``) and its messages fail
@@ -306,6 +335,9 @@ class Subscription:
     correlation: tuple[str, ...] = ()
     """Properties whose values pick the running instance this activation subscription
     routes to (a convoy, docs/concepts.md: Orchestrations); empty for a plain subscription."""
+    on_expiry: OnExpiry = OnExpiry.SUSPEND
+    """What becomes of its entries that expire before delivery: suspended (``expired``)
+    or dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +386,8 @@ INSTANCE_COMPLETED = "completed-with-discarded-messages"
 CRASHED_HOST = "crashed-host"
 """Host processes ended while handling it (a crash, a kill) ``max_attempts`` times: it
 is kept from stopping them again (resumable)."""
+EXPIRED = "expired"
+"""It was not delivered before its expiry (resumable, with a new expiry or none)."""
 
 
 @dataclass(frozen=True)
@@ -383,6 +417,7 @@ SUSPENDED_REASONS = (
     RECEIVE_FAILURE,
     INSTANCE_COMPLETED,
     CRASHED_HOST,
+    EXPIRED,
 )
 """The reasons the engine suspends entries with."""
 
@@ -429,7 +464,7 @@ class QueueStats:
     """The subscription's name and service (None if it was removed meanwhile)."""
     service: str | None
     depth: int
-    """Every entry: ready + held + leased."""
+    """Every entry: ready + held + leased + scheduled."""
     ready: int
     """Waiting to be claimed (or for their retry time)."""
     held: int
@@ -439,6 +474,11 @@ class QueueStats:
     oldest_enqueued_at: datetime
     oldest_age_seconds: float
     """Age of the oldest entry, by the database clock."""
+    scheduled: int = 0
+    """Not due yet and never delivered (``deliver_at``, ``delay``), whether ready or
+    held: distinct from entries waiting for a retry, which count as ready."""
+    next_due_at: datetime | None = None
+    """When the first scheduled entry is due (None when none is)."""
 
 
 @dataclass(frozen=True)
@@ -467,7 +507,7 @@ class Stats:
     parts: int
     part_bytes: int
     queued: dict[str, int]
-    """Queue entries by state: ready, held, leased."""
+    """Queue entries by state: ready, held, leased, scheduled."""
     suspended: dict[str, int]
     """Suspended entries by reason."""
     subscriptions: dict[str, int]

@@ -21,8 +21,10 @@ from messagebox import (
     registry,
     rollup,
     router,
+    scheduled,
     schema,
     suspension,
+    timing,
     tracking,
 )
 from messagebox import stats as box_stats
@@ -41,6 +43,7 @@ from messagebox.models import (
     SuspendedEntry,
     Throughput,
 )
+from messagebox.scheduled import ScheduledEntry, ScheduledQuery
 from messagebox.store import Store
 from messagebox.suspension import SuspendedQuery
 from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
@@ -85,6 +88,17 @@ def suspended_query(
         error=error,
         group=group,
     )
+
+
+def new_expiry(ttl: float | None, expires_at: datetime | None) -> suspension.NewExpiry:
+    """The expiry resumed entries get (checked): ``ttl`` seconds after the resume, or
+    ``expires_at``; neither: none."""
+    if ttl is not None and expires_at is not None:
+        raise ValidationError("give ttl or expires_at, not both")
+    if ttl is not None and not timing.seconds("ttl", ttl):
+        raise ValidationError("ttl must be more than 0 seconds")
+    at = None if expires_at is None else timing.instant("expires_at", expires_at)
+    return suspension.NewExpiry(ttl=None if ttl is None else float(ttl), at=at)
 
 
 def _suspended_entry(r: Any) -> SuspendedEntry:
@@ -316,9 +330,18 @@ class Operations:
         return _suspended_entry(row)
 
     def resume(
-        self, query: SuspendedQuery, batch: int | None, progress: Callable[[int, int], None] | None
+        self,
+        query: SuspendedQuery,
+        batch: int | None,
+        progress: Callable[[int, int], None] | None,
+        expiry: suspension.NewExpiry = suspension.NO_EXPIRY,
     ) -> list[int]:
-        return self._in_batches(query, suspension.resume, batch, progress, resumable=True)
+        def action(
+            conn: sa.Connection, dialect: Any, q: SuspendedQuery, n: int | None
+        ) -> list[int]:
+            return suspension.resume(conn, dialect, q, n, expiry)
+
+        return self._in_batches(query, action, batch, progress, resumable=True)
 
     def terminate(
         self, query: SuspendedQuery, batch: int | None, progress: Callable[[int, int], None] | None
@@ -396,6 +419,23 @@ class Operations:
             else:
                 ids = list(conn.execute(sa.select(s.c.id).where(reroutable)).scalars())
             return router.reroute(conn, self._store.dialect, ids, clock.now(conn)) if ids else {}
+
+    # --- scheduled entries ---
+
+    def scheduled(self, query: ScheduledQuery, limit: int) -> list[ScheduledEntry]:
+        with self._store.transaction() as conn:
+            check_host(conn, query.host)
+            return scheduled.listing(conn, query, limit)
+
+    def deliver_now(self, query: ScheduledQuery) -> list[int]:
+        with self._store.transaction(serial=True) as conn:
+            check_host(conn, query.host)
+            return scheduled.deliver_now(conn, self._store.dialect, query)
+
+    def cancel_scheduled(self, query: ScheduledQuery) -> list[int]:
+        with self._store.transaction(serial=True) as conn:
+            check_host(conn, query.host)
+            return scheduled.cancel(conn, self._store.dialect, query)
 
     # --- tracking ---
 

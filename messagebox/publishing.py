@@ -23,6 +23,7 @@ from messagebox import (
     spool,
     subscriptions,
     suspension,
+    timing,
 )
 from messagebox.dialects.base import Prelude
 from messagebox.errors import (
@@ -156,10 +157,13 @@ class Messages:
         suspend: Mapping[int, router.Suspension] | None,
         given: Sequence[Receipt],
         connection: object = None,
+        delay: float | None = None,
     ) -> list[Routed]:
         """Publish a batch in one transaction (see ``MessageBox.publish``): its own, or
         with ``connection`` the caller's."""
         batch = _batch(messages)
+        if delay is not None:
+            delay = timing.seconds("delay", delay) or None
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise ValidationError(f"timeout must be a number of seconds, not {timeout!r}")
         if not 0 <= timeout <= MAX_TIMEOUT_SECONDS:  # (NaN is in no range)
@@ -174,12 +178,12 @@ class Messages:
         if not batch and not given:
             return []
         if connection is not None:
-            return self._publish_joined(connection, batch, ids, routing, suspend, given)
+            return self._publish_joined(connection, batch, ids, routing, suspend, given, delay)
         deadline = time.monotonic() + timeout
         conflicts = 0
         while True:
             try:
-                return self._publish_once(batch, ids, routing, suspend, given)
+                return self._publish_once(batch, ids, routing, suspend, given, delay)
             except Throttled as exc:
                 if not block or time.monotonic() >= deadline:
                     raise
@@ -207,16 +211,17 @@ class Messages:
         routing: RoutingPolicy,
         suspend: Mapping[int, router.Suspension] | None,
         given: Sequence[Receipt],
+        delay: float | None,
     ) -> list[Routed]:
         """One attempt at publishing a batch in one transaction. Where transactions
         are serialised in-process (DuckDB), the batches that other threads publish
-        through this object (same policy, no receipts, no suspension asked for) while
-        one publish runs go in the next transaction together: a handler's publish of
-        one message costs the statements of a whole batch there. If that shared publish
-        fails, each thread publishes its own batch alone, so an error (a routing failure,
-        a throttled host) stays with the batch that caused it."""
-        if given or suspend or not self._store.dialect.one_process:
-            return self._publish_tx(batch, ids, routing, suspend, given)
+        through this object (same policy, no receipts, suspension or delay asked for)
+        while one publish runs go in the next transaction together: a handler's publish
+        of one message costs the statements of a whole batch there. If that shared
+        publish fails, each thread publishes its own batch alone, so an error (a routing
+        failure, a throttled host) stays with the batch that caused it."""
+        if given or suspend or delay or not self._store.dialect.one_process:
+            return self._publish_tx(batch, ids, routing, suspend, given, delay)
         return self._groups[routing].run(
             (batch, ids),
             lambda batches: self._publish_together(batches, routing),
@@ -246,11 +251,12 @@ class Messages:
         routing: RoutingPolicy,
         suspend: Mapping[int, router.Suspension] | None = None,
         given: Sequence[Receipt] = (),
+        delay: float | None = None,
     ) -> list[Routed]:
         """Publish a batch in one transaction of its own."""
         with self._store.transaction(fence=Fence.ROUTES) as conn:
             router.prelude(conn, self._store.dialect)
-            results, hosts = self._routed(conn, batch, ids, routing, suspend, given)
+            results, hosts = self._routed(conn, batch, ids, routing, suspend, given, delay)
         self._throttle.added(hosts)
         return results
 
@@ -262,6 +268,7 @@ class Messages:
         routing: RoutingPolicy,
         suspend: Mapping[int, router.Suspension] | None,
         given: Sequence[Receipt],
+        delay: float | None = None,
     ) -> tuple[list[Routed], Counter[str]]:
         """Record the receipts, route and store the batch in ``conn``'s transaction,
         after its prelude."""
@@ -278,6 +285,7 @@ class Messages:
             now=now,
             before_write=self._throttle.check,
             suspensions=suspend,
+            delay=delay,
         )
 
     def resubmit(
@@ -314,6 +322,7 @@ class Messages:
         routing: RoutingPolicy,
         suspend: Mapping[int, router.Suspension] | None,
         given: Sequence[Receipt],
+        delay: float | None,
     ) -> list[Routed]:
         """Publish a batch in the caller's transaction: its first statement checks the
         connection sees this store, in read committed (``router.prelude``); nothing is
@@ -329,7 +338,7 @@ class Messages:
                 ) from exc
             if found is not None:
                 _check_joined(found, self._store.id)
-            results, hosts = self._routed(conn, batch, ids, routing, suspend, given)
+            results, hosts = self._routed(conn, batch, ids, routing, suspend, given, delay)
         self._throttle.added(hosts)
         return results
 

@@ -1,6 +1,7 @@
 """Per-minute rates kept in the store whether or not tracking is on, for the console's
 charts: what each process committed (published, routed, delivered, failed, suspended,
-resumed, terminated; by host or reason) and each host's sampled queue depth.
+expired, resumed, terminated; by host, reason or subscription) and each host's sampled
+queue depth.
 
 A process adds each committed transaction's event counts (the same counts as its
 Prometheus counters) to a per-minute tally in memory, and writes the tally every
@@ -33,7 +34,7 @@ MAX_PENDING_MINUTES = 120
 """A process that cannot write keeps this many minutes of tallies, then drops the oldest."""
 DEPTH = "depth"
 EVENTS = frozenset(
-    {"published", "routed", "delivered", "failed", "suspended", "resumed", "terminated"}
+    {"published", "routed", "delivered", "failed", "suspended", "expired", "resumed", "terminated"}
 )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, routing_index, schema, spool, tracking
+from messagebox import clock, routing_index, schema, spool, timing, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
 from messagebox.dialects import Dialect, StagedBatch, Target, Uuids
 from messagebox.dialects.base import Prelude
@@ -31,6 +31,7 @@ from messagebox.models import (
 )
 from messagebox.properties import Value, decode_context, family, sql_key
 from messagebox.routing_index import Matches
+from messagebox.timing import Times
 from messagebox.writes import Suspension as Suspension  # re-exported: publish takes it
 from messagebox.writes import Writes
 
@@ -191,6 +192,8 @@ def publish(
     now: datetime,
     before_write: Callable[[sa.Connection, set[str]], None] | None = None,
     suspensions: Mapping[int, Suspension] | None = None,
+    delay: float | None = None,
+    strict: bool = True,
 ) -> tuple[list[Routed], Counter[str]]:
     """Route and store a validated batch inside the caller's transaction, a chunk of
     :data:`PUBLISH_CHUNK` at a time.
@@ -202,10 +205,16 @@ def publish(
     written (or any part stream read), each host once; throttling raises there (the
     caller's transaction then stores nothing). Returns the results and the number of
     entries queued per host.
+
+    Each message's entries are due at its ``deliver_at`` (else ``delay`` seconds from
+    ``now``, else now) and expire at its expiry (:func:`timing.batch_times`: with
+    ``strict``, a message due at or after its expiry refuses the batch, before anything
+    is written).
     """
+    times = timing.batch_times(messages, now, delay, strict=strict)
     if len(messages) <= PUBLISH_CHUNK:
         return _publish_chunk(
-            conn, dialect, messages, ids, policy, publisher, now, before_write, suspensions
+            conn, dialect, messages, ids, policy, publisher, now, before_write, suspensions, times
         )
     checked: set[str] = set()
 
@@ -220,9 +229,10 @@ def publish(
     for start in range(0, len(messages), PUBLISH_CHUNK):
         end = start + PUBLISH_CHUNK
         forced = {i - start: x for i, x in (suspensions or {}).items() if start <= i < end}
+        part = None if times is None else Times(times.due[start:end], times.expires[start:end])
         done, hosts = _publish_chunk(
             conn, dialect, messages[start:end], ids[start:end], policy, publisher, now,
-            first_sight, forced,
+            first_sight, forced, part,
         )  # fmt: skip
         results.extend(done)
         queued.update(hosts)
@@ -239,12 +249,13 @@ def _publish_chunk(
     now: datetime,
     before_write: Callable[[sa.Connection, set[str]], None] | None,
     suspensions: Mapping[int, Suspension] | None,
+    times: Times | None = None,
 ) -> tuple[list[Routed], Counter[str]]:
-    """:func:`publish` of one chunk."""
+    """:func:`publish` of one chunk (``times``: its messages', by position)."""
     forced = suspensions or {}
     ids = Uuids(ids)  # the messages' ids go to several tables: converted once
     matches = _route_unforced(conn, dialect, messages, forced, now)
-    writes = Writes.empty(now)
+    writes = Writes.empty(now, times)
     hosts = writes.matched(matches)
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
@@ -291,7 +302,7 @@ def _routed_each(
     for i, k in enumerate(counts):
         msg_id = ids[i]
         if i in forced or k:
-            results.append(writes.routed(entry_ids, msg_id, k, forced.get(i)))
+            results.append(writes.routed(entry_ids, msg_id, k, forced.get(i), i))
         elif policy is RoutingPolicy.SUSPEND:
             results.append(writes.unrouted(next(entry_ids), msg_id))
         else:

@@ -6,10 +6,11 @@ the apply takes the subscription lock and commits every change, with its routing
 versions, at once (:mod:`messagebox.routing_index`). What changes in place keeps the
 subscription's id and its waiting entries: its filter (waiting entries stay, routed by
 the old one), priority and ordered (waiting entries take the new values; one being
-delivered finishes as it is), on_failure and state (as ``set_service_state`` does it,
-for that subscription). A change of service, host, kind or correlation replaces
-the subscription: the old one is removed (its waiting entries are suspended as
-``subscription-removed``, re-routable) and a new one made.
+delivered finishes as it is), on_failure, on_expiry (for the entries that expire from
+then on) and state (as ``set_service_state`` does it, for that subscription). A change
+of service, host, kind or correlation replaces the subscription: the old one is removed
+(its waiting entries are suspended as ``subscription-removed``, re-routable) and a new
+one made.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from messagebox.models import SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED, State, S
 from messagebox.predicates import format_filter
 from messagebox.routing_file import Declared, RoutingConfig, dump, settings_changes
 
-IN_PLACE = ("filter", "priority", "ordered", "on_failure", "state")
+IN_PLACE = ("filter", "priority", "ordered", "on_failure", "on_expiry", "state")
 """What an apply changes on a live subscription; any other difference replaces it."""
 
 _FIELDS = ("service", "host", "kind", "correlation", *IN_PLACE)
@@ -254,8 +255,8 @@ def _change_in_place(
         subscriptions.replace_filter(conn, dialect, sub_id, after.filter)
     s = schema.subscription
     values = {
-        f: (getattr(after, f).value if f == "on_failure" else getattr(after, f))
-        for f in ("priority", "ordered", "on_failure")
+        f: (getattr(after, f).value if f in ("on_failure", "on_expiry") else getattr(after, f))
+        for f in ("priority", "ordered", "on_failure", "on_expiry")
         if f in c.fields
     }
     if values:

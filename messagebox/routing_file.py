@@ -44,7 +44,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from messagebox.errors import MessageBoxError, ValidationError
-from messagebox.models import Host, HostSettings, Kind, OnFailure, State, Subscription
+from messagebox.models import Host, HostSettings, Kind, OnExpiry, OnFailure, State, Subscription
 from messagebox.predicates import Filter, format_filter, parse_filter
 from messagebox.suggest import did_you_mean
 
@@ -75,6 +75,11 @@ class SubscriptionDecl(BaseModel):
     correlation: list[str] = Field(default_factory=list)
     state: State | None = Field(
         None, description="This subscription's own state, if not its service's."
+    )
+    on_expiry: OnExpiry = Field(
+        OnExpiry.SUSPEND,
+        description="What becomes of an entry that expires before delivery: suspended "
+        "(reason expired) or dropped.",
     )
 
 
@@ -108,6 +113,7 @@ class Declared:
     on_failure: OnFailure
     correlation: tuple[str, ...]
     state: State
+    on_expiry: OnExpiry = OnExpiry.SUSPEND
 
     def spec(self) -> dict[str, Any]:
         """As :meth:`~messagebox.engine.MessageBox.subscribe_many` takes it."""
@@ -122,6 +128,7 @@ class Declared:
             "on_failure": self.on_failure,
             "correlation": list(self.correlation),
             "state": self.state,
+            "on_expiry": self.on_expiry,
         }
 
     @classmethod
@@ -137,6 +144,7 @@ class Declared:
             on_failure=sub.on_failure,
             correlation=tuple(sub.correlation),
             state=sub.state,
+            on_expiry=sub.on_expiry,
         )
 
     def same_filter(self, other: Declared) -> bool:
@@ -335,6 +343,7 @@ def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
             on_failure=decl.on_failure,
             correlation=tuple(decl.correlation),
             state=decl.state or service_state,
+            on_expiry=decl.on_expiry,
         )
         _check_subscription(subs[name], where, i)
     return RoutingConfig(hosts=dict(parsed.hosts), subscriptions=subs)
@@ -517,6 +526,8 @@ def dump(config: RoutingConfig) -> str:
             item["on_failure"] = decl.on_failure.value
         if decl.correlation:
             item["correlation"] = list(decl.correlation)
+        if decl.on_expiry is not OnExpiry.SUSPEND:
+            item["on_expiry"] = decl.on_expiry.value
         if decl.state is not states[decl.service]:
             item["state"] = decl.state.value
         text += "\n[[subscriptions]]\n" + "".join(

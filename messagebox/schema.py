@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "18"
+SCHEMA_VERSION = "19"
 
 metadata = sa.MetaData()
 
@@ -70,6 +70,8 @@ subscription = sa.Table(
     # JSON list of property names: an activation subscription that routes each message
     # to the running instance of its service for those properties' values (a convoy)
     sa.Column("correlation", sa.Text),
+    # what becomes of its entries that expire before delivery: suspend or drop
+    sa.Column("on_expiry", sa.Text, nullable=False, server_default="suspend"),
 )
 sa.Index("mb_subscription_service", subscription.c.service)
 
@@ -220,6 +222,9 @@ queue = sa.Table(
     sa.Column("interrupted", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("started_by", sa.Text),  # the instance that marked this delivery started
     sa.Column("crashed_by", sa.Text),  # the last instance that ended while handling it
+    # past this (the message's expiry, or its host's message_ttl_seconds) the entry is
+    # never handed to a service: the expiry sweep suspends or drops it (expiry.py)
+    sa.Column("expires_at", Stamp),
 )
 sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority.desc(), queue.c.id)
 sa.Index(
@@ -259,6 +264,22 @@ the table: a claim scans past the dead rows of the queue until a vacuum removes 
 CHURN_VACUUM_ROWS = 10_000
 sa.Index("mb_queue_msg", queue.c.msg)
 sa.Index("mb_queue_sub", queue.c.sub)
+sa.Index(
+    "mb_queue_due",
+    queue.c.host,
+    queue.c.available_at,
+    postgresql_where=queue.c.available_at > queue.c.enqueued_at,
+)
+"""The entries due later than they were queued (scheduled, or waiting for a retry), by
+due time (PostgreSQL): an idle host instance asks when the next is due. Partial, so
+that an entry queued due at once (every plain publish) adds no index entry."""
+sa.Index(
+    "mb_queue_expiry",
+    queue.c.host,
+    queue.c.expires_at,
+    postgresql_where=queue.c.expires_at.is_not(None),
+)
+"""The entries that expire, by expiry (PostgreSQL): what the expiry sweep reads."""
 sa.Index(
     "mb_queue_instance",
     queue.c.host,
@@ -505,9 +526,20 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "16": ("17", ()),
     # PostgreSQL: mb_publish_prelude takes the routing fence (messagebox/fence.py)
     "17": ("18", ()),
+    # scheduled delivery and expiry: the queue's expires_at (the claim functions, set
+    # again, pass expired entries over), a subscription's on_expiry; PostgreSQL adds
+    # mb_queue_due and mb_queue_expiry
+    "18": (
+        "19",
+        (
+            "ALTER TABLE mb_queue ADD COLUMN expires_at TIMESTAMP WITH TIME ZONE",
+            "ALTER TABLE mb_subscription ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'suspend'",
+        ),
+    ),
 }
 """How an older database is upgraded on open: version → (next version, statements run
-before the missing tables are created). Upgrades chain up to ``SCHEMA_VERSION``."""
+before the missing tables and indexes are created). Upgrades chain up to
+``SCHEMA_VERSION``: every step's statements run, then the schema is created once."""
 
 
 def queue_columns() -> list[sa.Column[Any]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema, subscriptions
+from messagebox import clock, schema, subscriptions
 from messagebox.models import HostStats, QueueState, QueueStats, Stats, Throughput
 from messagebox.tracking import EVENTS
 
@@ -22,15 +22,24 @@ def _leased() -> sa.ColumnElement[bool]:
     return sa.and_(q.c.lease_expires.is_not(None), q.c.lease_expires > sa.func.now())
 
 
+def scheduled() -> sa.ColumnElement[bool]:
+    """An entry not due yet that was never delivered (``deliver_at``, ``delay``): not
+    one waiting for its retry, which was."""
+    q = schema.queue
+    return sa.and_(q.c.attempts == 0, q.c.available_at > sa.func.now())
+
+
 def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
     return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
 
 
 def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats]:
-    """Entries per host and subscription: how many, in which state, and the oldest."""
+    """Entries per host and subscription: how many, in which state, the oldest, and
+    when the next scheduled one is due."""
     q, s = schema.queue, schema.subscription
     leased = _leased()
-    held = sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased))
+    later = sa.and_(scheduled(), sa.not_(leased))
+    held = sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased), sa.not_(later))
     query = (
         sa.select(
             q.c.host,
@@ -40,6 +49,8 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
             sa.func.count().label("depth"),
             _count(leased).label("leased"),
             _count(held).label("held"),
+            _count(later).label("scheduled"),
+            sa.func.min(sa.case((later, q.c.available_at))).label("next_due"),
             sa.func.min(q.c.enqueued_at).label("oldest"),
         )
         .select_from(q.outerjoin(s, s.c.id == q.c.sub))
@@ -52,6 +63,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     out = []
     for r in conn.execute(query):
         depth, n_leased, n_held = int(r.depth), int(r.leased), int(r.held)
+        n_later = int(r.scheduled)
         out.append(
             QueueStats(
                 host=r.host,
@@ -59,12 +71,14 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
                 name=r.name,
                 service=r.service,
                 depth=depth,
-                ready=depth - n_leased - n_held,
+                ready=depth - n_leased - n_held - n_later,
                 held=n_held,
                 leased=n_leased,
                 oldest_enqueued_at=r.oldest,
                 # enqueued by a transaction that began after this one: never a negative age
                 oldest_age_seconds=max((now - r.oldest).total_seconds(), 0.0),
+                scheduled=n_later,
+                next_due_at=None if r.next_due is None else clock.utc(r.next_due),
             )
         )
     return out
@@ -112,11 +126,13 @@ def counts(conn: sa.Connection) -> Stats:
     """Counts of every kind of thing the box holds."""
     q, p = schema.queue, schema.part
     leased = _leased()
-    total, n_leased, n_held = conn.execute(
+    later = sa.and_(scheduled(), sa.not_(leased))
+    total, n_leased, n_held, n_later = conn.execute(
         sa.select(
             sa.func.count(),
             _count(leased),
-            _count(sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased))),
+            _count(sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased), sa.not_(later))),
+            _count(later),
         ).select_from(q)
     ).one()
     parts, part_bytes = conn.execute(
@@ -127,9 +143,10 @@ def counts(conn: sa.Connection) -> Stats:
         parts=int(parts),
         part_bytes=int(part_bytes),
         queued={
-            "ready": int(total) - int(n_leased) - int(n_held),
+            "ready": int(total) - int(n_leased) - int(n_held) - int(n_later),
             "held": int(n_held),
             "leased": int(n_leased),
+            "scheduled": int(n_later),
         },
         suspended=_by(conn, schema.suspended.c.reason),
         subscriptions=_by(conn, schema.subscription.c.state),

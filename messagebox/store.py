@@ -14,10 +14,12 @@ from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
+from sqlalchemy.schema import CreateTable
 
 from messagebox import (
     clock,
     defaults,
+    expiry,
     ids,
     notify,
     outage,
@@ -92,6 +94,8 @@ class Store:
         """This process's per-minute counts, written every few seconds."""
         self.tracking = tracking.SettingsCache()
         """This process's view of the store's tracking settings (re-read every few s)."""
+        self.host_ttls = expiry.HostTtls()
+        """The hosts' ``message_ttl_seconds``, as publishes read them."""
         self.key = self.dialect.database_key(self.url)
         """Names this database within the process (in-process wake-ups)."""
         one_process = self.dialect.one_process
@@ -128,18 +132,21 @@ class Store:
             raise NoSchema(f"{shown} has no messagebox schema of version {schema.SCHEMA_VERSION}")
         try:
             with self.transaction(serial=True) as conn:
-                self.dialect.create_schema(conn, schema.metadata)
+                self.dialect.lock_schema(conn)
+                conn.execute(CreateTable(schema.meta, if_not_exists=True))
                 version = conn.execute(
                     sa.select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
                 ).scalar()
+                if version is not None and version != schema.SCHEMA_VERSION:
+                    self._upgrade(conn, version)  # before the tables: their indexes
+                else:  # may name the columns an upgrade adds
+                    self.dialect.create_schema(conn, schema.metadata)
                 if version is None:
                     conn.execute(
                         schema.meta.insert().values(
                             key="schema_version", value=schema.SCHEMA_VERSION
                         )
                     )
-                elif version != schema.SCHEMA_VERSION:
-                    self._upgrade(conn, version)
                 self.id = _identify(conn)
         except BaseException:
             self.engine.dispose()  # no pooled connection outlives a refused open
@@ -164,7 +171,8 @@ class Store:
         return found.get("schema_version") == schema.SCHEMA_VERSION and self.id is not None
 
     def _upgrade(self, conn: sa.Connection, version: str) -> None:
-        """Upgrade a database of an older schema version in place, step by step."""
+        """Upgrade a database of an older schema version in place: every step's
+        statements, then the missing tables, indexes and functions."""
         start = version
         while version != schema.SCHEMA_VERSION:
             step = schema.UPGRADES.get(version)
@@ -176,7 +184,7 @@ class Store:
             version, statements = step
             for statement in statements:
                 conn.exec_driver_sql(statement)
-            self.dialect.create_schema(conn, schema.metadata)
+        self.dialect.create_schema(conn, schema.metadata)
         conn.execute(
             schema.meta.update()
             .where(schema.meta.c.key == "schema_version")
@@ -267,6 +275,7 @@ class Store:
         """What a transaction of this store's keeps on its connection, made new."""
         notify.take(conn)  # nothing left over from an earlier transaction
         tracking.begin(conn, self.tracking)
+        expiry.begin(conn, self.host_ttls)
         routing_index.begin(conn, self.routing)
         ids.begin(conn, self._blocks)
         clock.begin(conn, same_machine=self.dialect.one_process)

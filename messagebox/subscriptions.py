@@ -23,6 +23,7 @@ from messagebox.models import (
     Host,
     HostSettings,
     Kind,
+    OnExpiry,
     OnFailure,
     State,
     Subscription,
@@ -53,6 +54,7 @@ class SubscriptionSpec:
     ordered: bool
     on_failure: OnFailure = OnFailure.SUSPEND
     correlation: tuple[str, ...] = ()
+    on_expiry: OnExpiry = OnExpiry.SUSPEND
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -281,6 +283,7 @@ def _subscription_rows(
                 "state": spec.state.value,
                 "ordered": spec.ordered,
                 "on_failure": spec.on_failure.value,
+                "on_expiry": spec.on_expiry.value,
                 "filter": spec.filter.to_json(),
                 "created_at": now,
                 "correlation": json.dumps(list(spec.correlation)) if spec.correlation else None,
@@ -405,6 +408,7 @@ def _subscription(row: Mapping[Any, Any], filt: Filter | None = None) -> Subscri
         created_at=row["created_at"],
         on_failure=OnFailure(row["on_failure"]),
         correlation=tuple(json.loads(row["correlation"])) if row.get("correlation") else (),
+        on_expiry=OnExpiry(row.get("on_expiry") or OnExpiry.SUSPEND),
     )
 
 

@@ -8,14 +8,14 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import arrays, schema, tracking
+from messagebox import arrays, clock, schema, tracking
 from messagebox.dialects import Dialect
-from messagebox.errors import Conflict, UnknownSuspendedEntry
+from messagebox.errors import Conflict, UnknownSuspendedEntry, ValidationError
 from messagebox.models import (
     INSTANCE_COMPLETED,
     RECEIVE_FAILURE,
@@ -247,13 +247,41 @@ def _check_ids(conn: sa.Connection, ids: Sequence[int] | None) -> None:
             raise UnknownSuspendedEntry(f"no suspended entry {missing[0]}")
 
 
+@dataclass(frozen=True)
+class NewExpiry:
+    """The expiry resumed entries get: ``ttl`` seconds from the resume (database time),
+    or ``at``; neither: none."""
+
+    ttl: float | None = None
+    at: datetime | None = None
+
+    def of(self, now: datetime) -> datetime | None:
+        """The expiry for a resume at ``now``; :class:`ValidationError` if it has passed."""
+        end = self.at if self.ttl is None else now + timedelta(seconds=self.ttl)
+        if end is not None and end <= now:
+            raise ValidationError(
+                f"expires_at {end.isoformat()} has passed (the store's time is "
+                f"{now.isoformat()}); nothing was resumed"
+            )
+        return end
+
+
+NO_EXPIRY = NewExpiry()
+"""Resumed entries never expire (the default)."""
+
+
 def resume(
-    conn: sa.Connection, dialect: Dialect, query: SuspendedQuery, limit: int | None = None
+    conn: sa.Connection,
+    dialect: Dialect,
+    query: SuspendedQuery,
+    limit: int | None = None,
+    expiry: NewExpiry = NO_EXPIRY,
 ) -> list[int]:
     """Put resumable suspended entries back on their queues, with their original ids
-    (an ordered subscription gets them back in order). An entry whose service is not
-    started is queued held. Non-resumable entries are refused by id and skipped in bulk;
-    ``limit`` resumes at most that many of a bulk query, lowest ids first."""
+    (an ordered subscription gets them back in order) and the expiry ``expiry`` gives
+    (none by default). An entry whose service is not started is queued held.
+    Non-resumable entries are refused by id and skipped in bulk; ``limit`` resumes at
+    most that many of a bulk query, lowest ids first."""
     s, sub = schema.suspended, schema.subscription
     _check_ids(conn, query.ids)
     select = (
@@ -292,6 +320,7 @@ def resume(
     if not rows:
         return []
     now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    expires_at = expiry.of(clock.utc(now))
     conn.execute(s.delete().where(s.c.id.in_([r.id for r in rows])))
     dialect.insert(
         conn,
@@ -311,6 +340,7 @@ def resume(
             "enqueued_at": [now] * len(rows),  # queued again: its wait starts now
             "instance_id": [r.instance_id for r in rows],
             "ordered": [bool(r.ordered) for r in rows],
+            "expires_at": [expires_at] * len(rows),
         },
     )
     _unsuspend_instances(conn, (r.instance_id for r in rows))

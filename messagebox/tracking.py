@@ -40,7 +40,10 @@ FAILED = "failed"
 SUSPENDED = "suspended"
 RESUMED = "resumed"
 TERMINATED = "terminated"
-EVENTS = (PUBLISHED, ROUTED, DELIVERED, FAILED, SUSPENDED, RESUMED, TERMINATED)
+EXPIRED = "expired"
+"""Not delivered before its expiry (detail: ``suspended`` or ``dropped``; counted for
+metrics by subscription name)."""
+EVENTS = (PUBLISHED, ROUTED, DELIVERED, FAILED, SUSPENDED, EXPIRED, RESUMED, TERMINATED)
 """Every event kind, in the order they happen to a message."""
 
 DEFAULT_RETENTION = timedelta(days=7)

@@ -15,11 +15,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import compiled, schema, tracking
+from messagebox import compiled, expiry, schema, tracking
 from messagebox.compiled import native
 from messagebox.dialects import Dialect, Indexed, Same, Target, Uuids
+from messagebox.dialects.base import distinct
 from messagebox.models import ROUTING_FAILURE, Outcome, Routed
 from messagebox.routing_index import QUEUE_COLUMNS, Matches
+from messagebox.timing import Times, entry_expiry
 
 _SUSPENDED_COLUMNS = ("id", "msg", "reason", "error", "report")
 _MATCHED_NOTHING = "the message matched no subscription"
@@ -48,10 +50,16 @@ class Writes:
     """The batch's ids when :meth:`routed_all` queued it whole: then the messages of the
     entries, the references and the suspended rows are positions in it, so that the
     ids are converted for the database once (:class:`Uuids`)."""
+    times: Times | None = None
+    """The batch's messages' due and expiry times, by position (None: due now, no
+    expiry of their own: the common case, written as one value)."""
+    positions: list[int] | None = None
+    """Each message of :attr:`msgs`' position in the batch, where :meth:`routed` queued
+    it (for :attr:`times`)."""
 
     @classmethod
-    def empty(cls, now: datetime) -> Writes:
-        return cls(now, [], [], [], [], [], {"msg": [], "n": []})
+    def empty(cls, now: datetime, times: Times | None = None) -> Writes:
+        return cls(now, [], [], [], [], [], {"msg": [], "n": []}, times=times)
 
     def enqueue(self, entry_id: int, msg: uuid.UUID | str, target: Target) -> None:
         """Queue ``msg`` (its id, or the id's text) for one match."""
@@ -73,9 +81,11 @@ class Writes:
         msg_id: uuid.UUID,
         k: int,
         suspension: Suspension | None = None,
+        at: int = 0,
     ) -> Routed:
-        """Queue a message for its next ``k`` matches (see :meth:`matched`), and with a
-        suspension also store it suspended (one entry more)."""
+        """Queue a message (at position ``at`` of the batch) for its next ``k`` matches
+        (see :meth:`matched`), and with a suspension also store it suspended (one entry
+        more)."""
         if self.columns is None:
             raise RuntimeError("Writes.routed before matched")
         start = self.routed_entries
@@ -85,6 +95,9 @@ class Writes:
             self.entry_ids.extend(islice(entry_ids, k))
             self.entry_msgs.extend(repeat(len(self.msgs), k))
             self.msgs.append(msg_id)
+            if self.positions is None:
+                self.positions = []
+            self.positions.append(at)
         if suspension is None:
             self.reference(msg_id, k)
             return Routed(msg_id, Outcome.ROUTED, subs)
@@ -207,6 +220,7 @@ class Writes:
             q["attempts"] = Same(0, n)
             q["available_at"] = Same(now, n)
             q["enqueued_at"] = Same(now, n)
+            self._timed(conn, q)
             writes.append((schema.queue, q))
         if self.suspended:
             n = len(self.suspended)
@@ -243,6 +257,35 @@ class Writes:
             tracking.record(
                 conn, dialect, tracking.SUSPENDED, s["msg"], entries=s["id"], details=s["reason"]
             )
+
+    def _timed(self, conn: sa.Connection, q: dict[str, Sequence[Any]]) -> None:
+        """The entries' due times and expiry, where a message of the batch has its own
+        or a host of theirs has ``message_ttl_seconds`` (else ``q`` keeps due now, no
+        expiry: one value for the column)."""
+        ttls = expiry.host_ttls(conn)
+        hosts = q["host"]
+        if ttls and ttls.keys().isdisjoint(distinct(hosts)):
+            ttls = {}
+        times = self.times
+        if times is None and not ttls:
+            return
+        if times is None:  # due now; expiring by their hosts' ttl
+            q["expires_at"] = [entry_expiry(self.now, None, ttls.get(h)) for h in hosts]
+            return
+        # per message, where the entries' message positions point (entry_msgs)
+        due: Sequence[datetime] = times.due
+        ends: Sequence[datetime | None] = times.expires
+        if self.batch_ids is None:
+            due = [due[p] for p in self.positions or ()]
+            ends = [ends[p] for p in self.positions or ()]
+        q["available_at"] = Indexed(due, self.entry_msgs)
+        if ttls:
+            q["expires_at"] = [
+                entry_expiry(due[m], ends[m], ttls.get(h))
+                for m, h in zip(self.entry_msgs, hosts, strict=True)
+            ]
+        elif any(e is not None for e in ends):
+            q["expires_at"] = Indexed(ends, self.entry_msgs)
 
 
 @dataclass(frozen=True)

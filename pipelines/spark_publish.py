@@ -76,7 +76,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from itertools import groupby, islice
@@ -92,8 +92,11 @@ from messagebox.errors import (
     ValidationError,
 )
 from messagebox.message import Message
-from messagebox.models import Outcome, Routed, RoutingPolicy
+from messagebox.models import RoutingPolicy
 from messagebox.pipelines.spark import column, property_columns, typed_value
+from messagebox.pipelines.spark_report import Counts, PartitionOutcome, describe
+from messagebox.pipelines.spark_report import PartitionReport as PartitionReport  # its API
+from messagebox.pipelines.spark_report import PublishReport as PublishReport
 from messagebox.pipelines.spark_session import python_on_executors
 from messagebox.properties import is_reserved
 
@@ -130,75 +133,6 @@ def message_id(job: str, key: object) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, f"{location(job)}\x00{key_text(key)}")
 
 
-# --- reports ---
-
-
-@dataclass(frozen=True)
-class PartitionReport:
-    """What one partition did. ``published`` = ``routed + suspended + dropped``."""
-
-    partition: int
-    rows: int
-    """Rows read (up to the failed batch, when one failed)."""
-    published: int
-    """Messages this run published (a receipt recorded for each)."""
-    skipped: int
-    """Rows whose key an earlier (or concurrent) run of the job published."""
-    routed: int
-    """Published messages routed to at least one subscription."""
-    suspended: int
-    """Published routing failures stored suspended (``policy="suspend"``)."""
-    dropped: int
-    """Published routing failures not stored (``policy="drop"``)."""
-    batches: int
-    """Transactions that stored messages."""
-    seconds: float
-
-
-@dataclass(frozen=True)
-class PublishReport:
-    """What :func:`publish_dataframe` did: the sums over its partitions."""
-
-    job: str
-    rows: int
-    published: int
-    skipped: int
-    routed: int
-    suspended: int
-    dropped: int
-    batches: int
-    seconds: float
-    parallel: bool
-    """True when the executors published (PostgreSQL), False when the driver did."""
-    partitions: tuple[PartitionReport, ...] = field(repr=False, default=())
-
-    @classmethod
-    def of(
-        cls, job: str, parts: Sequence[PartitionReport], seconds: float, parallel: bool
-    ) -> PublishReport:
-        return cls(
-            job=job,
-            rows=sum(p.rows for p in parts),
-            published=sum(p.published for p in parts),
-            skipped=sum(p.skipped for p in parts),
-            routed=sum(p.routed for p in parts),
-            suspended=sum(p.suspended for p in parts),
-            dropped=sum(p.dropped for p in parts),
-            batches=sum(p.batches for p in parts),
-            seconds=seconds,
-            parallel=parallel,
-            partitions=tuple(sorted(parts, key=lambda p: p.partition)),
-        )
-
-    def __str__(self) -> str:
-        return (
-            f"job {self.job!r}: {self.rows:,} rows, {self.published:,} published "
-            f"({self.routed:,} routed, {self.suspended:,} suspended, {self.dropped:,} "
-            f"dropped), {self.skipped:,} skipped as published before, in {self.batches:,} "
-            f"batches, {self.seconds:.1f} s"
-        )
-
-
 # --- the plan: what the executors need, picklable ---
 
 
@@ -214,14 +148,23 @@ class _Plan:
     batch_size: int
     policy: RoutingPolicy
     trusted: bool
+    times: tuple[str, ...] = ()
+    """``deliver_at``, ``expires_at``: the times each row gives (epoch microseconds, in
+    this order after key and body)."""
 
     @property
     def location(self) -> str:
         return location(self.job)
 
     def message(self, key: str, row: Sequence[Any]) -> Message:
-        first = 2 if self.has_body else 1
+        first = (2 if self.has_body else 1) + len(self.times)
         body = row[1] if self.has_body and row[1] is not None else b""
+        at = first - len(self.times)
+        times = {
+            name: None if row[at + i] is None else _EPOCH + timedelta(microseconds=row[at + i])
+            for i, name in enumerate(self.times)
+        }
+        deliver_at, expires_at = times.get("deliver_at"), times.get("expires_at")
         promoted = {}
         for i, name in enumerate(self.names):
             value = row[first + i]
@@ -232,39 +175,13 @@ class _Plan:
             promoted[name] = value
         if "\x00" in key:
             raise MessageValidationError("the key contains a NUL character")
-        return Message(body, promoted=promoted, id=message_id(self.job, key))
-
-
-@dataclass
-class _Counts:
-    rows: int = 0
-    published: int = 0
-    skipped: int = 0
-    routed: int = 0
-    suspended: int = 0
-    dropped: int = 0
-    batches: int = 0
-
-    def report(self, partition: int, seconds: float) -> PartitionReport:
-        return PartitionReport(partition=partition, seconds=seconds, **asdict(self))
-
-    def add(self, results: Sequence[Routed]) -> None:
-        self.batches += 1
-        self.published += len(results)
-        for r in results:
-            if r.outcome is Outcome.ROUTED:
-                self.routed += 1
-            elif r.outcome is Outcome.SUSPENDED:
-                self.suspended += 1
-            else:
-                self.dropped += 1
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    report: PartitionReport
-    error: tuple[str, str] | None = None
-    """(messagebox error class name, message) when the partition failed."""
+        return Message(
+            body,
+            promoted=promoted,
+            id=message_id(self.job, key),
+            deliver_at=deliver_at,
+            expires_at=expires_at,
+        )
 
 
 # --- one partition ---
@@ -282,7 +199,7 @@ def _renamed(exc: MessageBoxError, text: str) -> MessageBoxError:
     return _error(type(exc), text)
 
 
-def _publish_batch(box: MessageBox, plan: _Plan, rows: Sequence[Any], counts: _Counts) -> None:
+def _publish_batch(box: MessageBox, plan: _Plan, rows: Sequence[Any], counts: Counts) -> None:
     """Publish one batch in one transaction, leaving out the keys already recorded."""
     keys = [key_text(r[0]) for r in rows]
     recorded = box.receipts(plan.location, keys)
@@ -334,12 +251,12 @@ def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 def _publish_partition(
     plan: _Plan, index: int, rows: Iterable[Any], box: MessageBox | None = None
-) -> _Outcome:
+) -> PartitionOutcome:
     """Publish a partition's rows batch by batch; stop at the first refused batch.
 
     Opens (and closes) its own MessageBox unless given one."""
     start = time.monotonic()
-    counts = _Counts()
+    counts = Counts()
     own = box is None
     error: tuple[str, str] | None = None
     try:
@@ -364,20 +281,12 @@ def _publish_partition(
         if own and box is not None:
             box.close()
     report = counts.report(index, time.monotonic() - start)
-    logger.info("%s", _describe(plan.job, report, error))
-    return _Outcome(report, error)
+    logger.info("%s", describe(plan.job, report, error))
+    return PartitionOutcome(report, error)
 
 
-def _run_partition(plan: _Plan, index: int, rows: Iterable[Any]) -> Iterator[_Outcome]:
+def _run_partition(plan: _Plan, index: int, rows: Iterable[Any]) -> Iterator[PartitionOutcome]:
     yield _publish_partition(plan, index, rows)
-
-
-def _describe(job: str, r: PartitionReport, error: tuple[str, str] | None) -> str:
-    text = (
-        f"job {job!r} partition {r.partition}: {r.rows:,} rows, {r.published:,} published, "
-        f"{r.skipped:,} skipped, {r.batches:,} batches, {r.seconds:.2f} s"
-    )
-    return text + (f"; failed: {error[0]}: {error[1]}" if error else "")
 
 
 # --- the driver ---
@@ -406,9 +315,10 @@ def _plan_columns(
     body: str | None,
     properties: Sequence[str] | Mapping[str, str] | None,
     trusted: bool,
+    times: Mapping[str, str],
 ) -> tuple[list[Any], tuple[str, ...], frozenset[int]]:
-    """The columns to select (key, body, properties), the property names and which
-    property columns are timestamps; every type and name checked."""
+    """The columns to select (key, body, times, properties), the property names and
+    which property columns are timestamps; every type and name checked."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -431,9 +341,16 @@ def _plan_columns(
                 "binary or string"
             )
         selected.append(column(body).alias("_b"))
+    for what, name in times.items():  # instants, as epoch microseconds
+        if not isinstance(types.get(name), T.TimestampType):
+            raise ValidationError(
+                f"{what} column {name!r} must be a timestamp (an instant), not "
+                + (types[name].simpleString() if name in types else "missing")
+            )
+        selected.append(F.unix_micros(column(name)).alias(f"_{what}"))
     chosen = properties
     if chosen is None:
-        chosen = [c for c in df.columns if c not in (key, body)]
+        chosen = [c for c in df.columns if c not in (key, body, *times.values())]
     try:
         columns = property_columns(df, key, chosen)
     except ValidationError as exc:
@@ -483,7 +400,9 @@ def _check_keys(df: DataFrame, key: str) -> None:
     )
 
 
-def _publish_rows(plan: _Plan, rows: DataFrame, box: MessageBox, executors: bool) -> list[_Outcome]:
+def _publish_rows(
+    plan: _Plan, rows: DataFrame, box: MessageBox, executors: bool
+) -> list[PartitionOutcome]:
     """Publish the selected rows partition by partition, from the executors (each
     partition on its own) or from the driver (stopping at the first failed partition;
     the executors then run no Python)."""
@@ -499,9 +418,9 @@ def _publish_rows(plan: _Plan, rows: DataFrame, box: MessageBox, executors: bool
     if executors:
         run = rows.rdd.mapPartitionsWithIndex(partial(_run_partition, plan))
         with python_on_executors(rows.sparkSession, f"spark job {plan.job!r}"):
-            outcomes: list[_Outcome] = run.collect()
+            outcomes: list[PartitionOutcome] = run.collect()
         for o in outcomes:
-            logger.info("%s", _describe(plan.job, o.report, o.error))
+            logger.info("%s", describe(plan.job, o.report, o.error))
         return outcomes
     outcomes = []
     stream = rows.select(F.spark_partition_id(), "*").toLocalIterator(prefetchPartitions=True)
@@ -512,7 +431,9 @@ def _publish_rows(plan: _Plan, rows: DataFrame, box: MessageBox, executors: bool
     return outcomes
 
 
-def _failure(job: str, report: PublishReport, failed: Sequence[_Outcome]) -> MessageBoxError:
+def _failure(
+    job: str, report: PublishReport, failed: Sequence[PartitionOutcome]
+) -> MessageBoxError:
     """The first failed partition's error (of its class), with the job's report noted."""
     name, text = failed[0].error or ("", "")
     cls = getattr(errors, name, None)
@@ -541,6 +462,8 @@ def publish_dataframe(
     trusted: bool = False,
     parallel: bool | None = None,
     validate: bool = True,
+    deliver_at: str | None = None,
+    expires_at: str | None = None,
 ) -> PublishReport:
     """Publish every row of ``df`` as one message into the MessageBox at ``url`` (a URL,
     or a MessageBox whose URL the executors open), idempotently under the name ``job``
@@ -553,7 +476,9 @@ def publish_dataframe(
     :meth:`MessageBox.publish <messagebox.engine.MessageBox.publish>`'s. ``parallel``
     publishes from the executors (the default where the database allows several
     processes, PostgreSQL) or from the driver (False; DuckDB always). ``validate``
-    checks first that keys are unique and not null.
+    checks first that keys are unique and not null. ``deliver_at`` and ``expires_at``
+    name timestamp columns: each row's message is due, and expires, then (a null: not
+    scheduled, no expiry; docs/concepts.md: Scheduled delivery, Expiry).
 
     Returns the report; raises the first refusal (a
     :class:`~messagebox.errors.MessageBoxError` naming the partition and the key) after
@@ -561,7 +486,8 @@ def publish_dataframe(
     """
     start = time.monotonic()
     job, routing = _check_options(job, batch_size, policy)
-    selected, names, stamps = _plan_columns(df, key, body, properties, trusted)
+    times = {k: v for k, v in (("deliver_at", deliver_at), ("expires_at", expires_at)) if v}
+    selected, names, stamps = _plan_columns(df, key, body, properties, trusted, times)
     box = url if isinstance(url, MessageBox) else MessageBox(url)  # creates the schema once
     try:
         one_process = box.one_process
@@ -577,6 +503,7 @@ def publish_dataframe(
             names=names,
             timestamps=stamps,
             has_body=body is not None,
+            times=tuple(times),
             batch_size=batch_size,
             policy=routing,
             trusted=trusted,

@@ -42,9 +42,11 @@ UPDATE mb_queue
 WHERE id IN (SELECT unnest(CAST($ids AS BIGINT[])))
 
 -- name: plain_ready --
--- A host's plain entries that a claim may take now (claim, claim_mixed).
+-- A host's plain entries that a claim may take now (claim, claim_mixed): due, and not
+-- expired (the expiry sweep takes those: expiry.py).
 WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
   AND available_at <= now()
+  AND (expires_at IS NULL OR expires_at > now())
   AND (lease_expires IS NULL OR lease_expires < now())
 
 -- name: claim --
@@ -66,6 +68,9 @@ LIMIT $n
 -- heads), so neither kind takes more than half the batch while the other waits. The
 -- heads come from one pass over the host's instance entries (each one's oldest row by
 -- arg_min, its latest lease by max): a CTE and a join back took 0.7 ms more a claim.
+-- An entry not yet due that was never delivered (scheduled) is not yet the instance's,
+-- nor one expired and not in hand (the expiry sweep takes it): neither holds the
+-- instance's other messages. A suspended entry holds them unless it expired.
 -- include: claim_values
 FROM mb_queue
 WHERE id IN (
@@ -79,6 +84,8 @@ WHERE id IN (
                        arg_min(ordered, id) AS ordered, max(lease_expires) AS last_lease
                 FROM mb_queue
                 WHERE host = $host AND instance_id IS NOT NULL
+                  AND NOT (attempts = 0 AND available_at > now())
+                  AND (expires_at IS NULL OR expires_at > now() OR lease_expires >= now())
                 GROUP BY instance_id
             ) h
             WHERE (h.last_lease IS NULL OR h.last_lease < now())
@@ -87,6 +94,7 @@ WHERE id IN (
               AND NOT EXISTS (
                   SELECT 1 FROM mb_suspended s
                   WHERE s.instance_id = h.instance_id AND s.resumable
+                    AND s.reason <> 'expired'
               )
             ORDER BY h.priority DESC, h.id
             LIMIT $n
@@ -108,16 +116,23 @@ WHERE id IN (
 -- name: ordered_heads --
 -- The ordered subscriptions' heads (claim_ordered, blocked_heads): a subscription's head
 -- is its oldest entry that no suspended step holds, so that one whose every entry is
--- held leaves the others their turn; busy while one of its entries is leased. (Guarded
+-- held leaves the others their turn; busy while one of its entries is leased. An
+-- expired entry is passed over (the expiry sweep takes it); one not due yet is a head
+-- like any other, and holds the later ones (`wall`: the run ends before it). (Guarded
 -- NOT INs: an anti-join on every row cost half a millisecond a claim.)
 held AS (
     SELECT s.instance_id FROM mb_suspended s
-    WHERE s.resumable AND s.instance_id IS NOT NULL
+    WHERE s.resumable AND s.instance_id IS NOT NULL AND s.reason <> 'expired'
 ),
 heads AS (
     SELECT sub,
-           min(id) FILTER (WHERE instance_id IS NULL
-                           OR instance_id NOT IN (SELECT instance_id FROM held)) AS id,
+           min(id) FILTER (WHERE (instance_id IS NULL
+                                  OR instance_id NOT IN (SELECT instance_id FROM held))
+                             AND (expires_at IS NULL OR expires_at > now())) AS id,
+           min(id) FILTER (WHERE available_at > now()
+                             AND (instance_id IS NULL
+                                  OR instance_id NOT IN (SELECT instance_id FROM held))
+                             AND (expires_at IS NULL OR expires_at > now())) AS wall,
            max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy
     FROM mb_queue WHERE host = $host AND ordered GROUP BY sub
 )
@@ -138,7 +153,7 @@ WHERE id IN (
 -- include: ordered_heads
     ,
     free AS (
-        SELECT h.sub
+        SELECT h.sub, h.wall
         FROM heads h
         JOIN mb_queue q ON q.id = h.id
         WHERE h.busy = 0 AND q.state = 'ready' AND q.available_at <= now()
@@ -150,6 +165,8 @@ WHERE id IN (
     FROM mb_queue q
     JOIN free f ON q.sub = f.sub
     WHERE q.state = 'ready' AND q.available_at <= now()
+      AND (f.wall IS NULL OR q.id < f.wall)  -- a scheduled entry holds the later ones
+      AND (q.expires_at IS NULL OR q.expires_at > now())
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
       AND (q.instance_id IS NULL OR q.instance_id NOT IN (SELECT instance_id FROM held))
     ORDER BY q.id

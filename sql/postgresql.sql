@@ -104,6 +104,7 @@ BEGIN
     SELECT q.id FROM mb_queue q
     WHERE q.host = p_host AND q.state = 'ready' AND NOT q.ordered AND q.instance_id IS NULL
       AND q.available_at <= now()
+      AND (q.expires_at IS NULL OR q.expires_at > now())  -- the expiry sweep takes it
       AND (q.lease_expires IS NULL OR q.lease_expires < now())
       AND q.id <> ALL(p_skip)
     ORDER BY q.priority DESC, q.id
@@ -124,7 +125,9 @@ $fn$
 -- suspended (resumable) step holds the instance's later messages, and the run ends at
 -- one whose instance another claim is taking (claim_instance's lock), or that has an
 -- older entry of another subscription, or one leased: it waits for that, and what
--- follows it in the subscription waits for it.
+-- follows it in the subscription waits for it. An expired entry is passed over (the
+-- expiry sweep takes it); one not due yet (scheduled) ends the run: it holds the
+-- later ones.
 CREATE OR REPLACE FUNCTION mb_ordered_run(p_host text, p_sub bigint, p_n bigint)
 RETURNS SETOF bigint
 -- include: claim_function_settings
@@ -143,17 +146,22 @@ BEGIN
         RETURN;
     END IF;
     FOR r IN
-        SELECT q.id, q.instance_id FROM mb_queue q
+        SELECT q.id, q.instance_id, q.available_at, q.expires_at FROM mb_queue q
         WHERE q.host = p_host AND q.ordered AND q.sub = p_sub
-          AND q.state = 'ready' AND q.available_at <= now()
+          AND q.state = 'ready'
           AND (q.lease_expires IS NULL OR q.lease_expires < now())
         ORDER BY q.id
     LOOP
+        CONTINUE WHEN r.expires_at <= now();
         IF r.instance_id IS NOT NULL THEN
             CONTINUE WHEN EXISTS (
                 SELECT 1 FROM mb_suspended s
                 WHERE s.instance_id = r.instance_id AND s.resumable
+                  AND s.reason <> 'expired'
             );
+        END IF;
+        EXIT WHEN r.available_at > now();
+        IF r.instance_id IS NOT NULL THEN
             EXIT WHEN NOT pg_try_advisory_xact_lock(724011, hashtext(r.instance_id));
             EXIT WHEN EXISTS (
                 SELECT 1 FROM mb_queue o
@@ -189,7 +197,8 @@ CREATE INDEX IF NOT EXISTS mb_queue_run_lease ON mb_queue (host, sub, run_lease)
 -- subscriptions one after another by mb_queue_ordered (a skip scan), each tested for
 -- an entry in hand by mb_queue_run_lease, its head the first of its entries by
 -- mb_queue_ordered. An aggregate of the host's whole ordered backlog took 300 ms a
--- claim at 400,000 entries, every claim, even with nothing to take.
+-- claim at 400,000 entries, every claim, even with nothing to take. An expired entry is
+-- passed over (the expiry sweep takes it); one not due yet is a head like any other.
 CREATE OR REPLACE FUNCTION mb_ordered_heads(p_host text)
 RETURNS TABLE (head_sub bigint, head_id bigint)
 -- include: claim_function_settings
@@ -208,13 +217,15 @@ BEGIN
             WHERE q.host = p_host AND q.sub = s AND q.run_lease >= now()
         ) THEN
             FOR r IN
-                SELECT q.id, q.instance_id FROM mb_queue q
+                SELECT q.id, q.instance_id, q.expires_at FROM mb_queue q
                 WHERE q.host = p_host AND q.ordered AND q.sub = s
                 ORDER BY q.sub, q.id
             LOOP
+                CONTINUE WHEN r.expires_at <= now();
                 CONTINUE WHEN r.instance_id IS NOT NULL AND EXISTS (
                     SELECT 1 FROM mb_suspended h
                     WHERE h.instance_id = r.instance_id AND h.resumable
+                      AND h.reason <> 'expired'
                 );
                 head_sub := s;
                 head_id := r.id;
@@ -233,6 +244,9 @@ $fn$
 -- mb_claimable): never analysed, a queue of 600,000 instance entries made the planner
 -- test every ready entry of the host and sort them, 3.5 s a claim of 800 (16-79 ms
 -- analysed). Columns named apart from the table's: PL/pgSQL would take them for its own.
+-- An entry not yet due that was never delivered (scheduled) is not yet the instance's,
+-- nor one expired and not in hand (the expiry sweep takes it): neither holds the
+-- instance's other messages; nor does a suspended one that expired.
 CREATE OR REPLACE FUNCTION mb_instance_heads(p_host text, p_n bigint)
 RETURNS TABLE (head_id bigint, head_instance text, head_priority integer)
 -- include: claim_function_settings
@@ -243,6 +257,7 @@ BEGIN
     FROM mb_queue q
     WHERE q.host = p_host AND q.state = 'ready' AND q.instance_id IS NOT NULL
       AND q.available_at <= now()
+      AND (q.expires_at IS NULL OR q.expires_at > now())
       -- leased heads (the steps in flight, at the front of the queue) are passed over
       -- by the scan itself: probed for older entries, 3,200 of them made a claim of 800
       -- take 15 ms against 3
@@ -250,11 +265,13 @@ BEGIN
       AND NOT EXISTS (  -- the instance's oldest entry, and none of its entries leased
           SELECT 1 FROM mb_queue o
           WHERE o.host = q.host AND o.instance_id = q.instance_id
-            AND (o.id < q.id OR o.lease_expires >= now())
+            AND (o.lease_expires >= now()
+                 OR o.id < q.id AND NOT (o.attempts = 0 AND o.available_at > now())
+                    AND (o.expires_at IS NULL OR o.expires_at > now()))
       )
       AND NOT EXISTS (  -- a suspended step holds its instance's later messages
           SELECT 1 FROM mb_suspended s
-          WHERE s.instance_id = q.instance_id AND s.resumable
+          WHERE s.instance_id = q.instance_id AND s.resumable AND s.reason <> 'expired'
       )
       -- an ordered subscription's entry goes with its run (mb_ordered_run), in
       -- publish order, never as a head beside it

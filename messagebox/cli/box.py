@@ -31,6 +31,8 @@ AUDITED = frozenset(
         ("suspended", "resubmit"),
         ("failures", "resume"),
         ("failures", "terminate"),
+        ("scheduled", "deliver-now"),
+        ("scheduled", "cancel"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),

@@ -36,6 +36,7 @@ from messagebox.cli.operations import (
 )
 from messagebox.cli.resubmit import suspended_resubmit
 from messagebox.cli.routing import route_explain
+from messagebox.cli.scheduled import scheduled_act, scheduled_list
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
@@ -86,6 +87,9 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("failures", "show"): failures_show,
     ("failures", "resume"): failures_act,
     ("failures", "terminate"): failures_act,
+    ("scheduled", "list"): scheduled_list,
+    ("scheduled", "deliver-now"): scheduled_act,
+    ("scheduled", "cancel"): scheduled_act,
     ("cleanup", ""): cleanup,
     ("stats", ""): stats,
     ("check", ""): check,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import ExitStack
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from messagebox.cli import confirm, inputs
+from messagebox.cli import confirm, inputs, time_args
 from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal, age, jsonable, last_line, size
 from messagebox.models import REROUTABLE
@@ -34,8 +35,15 @@ def publish(args: argparse.Namespace, out: Terminal) -> None:
 
     promoted = inputs.properties(args)
     written = inputs.assignments(args.written, "--written")
+    times: dict[str, Any] = {
+        "deliver_at": time_args.instant(args.deliver_at, "--deliver-at"),
+        "expires_at": time_args.instant(args.expires_at, "--expires-at"),
+        "ttl": time_args.seconds(args.ttl, "--ttl"),
+    }
+    delay = time_args.seconds(args.delay, "--delay")
     files = _files_to_publish(args)
-    Message(b"", promoted=promoted, written=written)  # refuses bad properties before any I/O
+    # refuses bad properties and times before any I/O
+    Message(b"", promoted=promoted, written=written, **times)
     stdin = inputs.stdin_bytes(out) if "-" in files else b""
     results: list[tuple[str, Any]] = []
     with open_box(args) as box, out.progress("publishing") as step:
@@ -49,11 +57,12 @@ def publish(args: argparse.Namespace, out: Terminal) -> None:
                         stdin if name == "-" else files_open.enter_context(inputs.open_file(name)),
                         promoted=promoted,
                         written=written,
+                        **times,
                     )
                     for name in chunk
                 ]
                 try:
-                    routed = box.publish(batch, policy=args.policy)
+                    routed = box.publish(batch, policy=args.policy, delay=delay)
                 except MessageBoxError:
                     if results:
                         out.note(
@@ -118,7 +127,17 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
         out.emit(stats)
         return
     out.table(
-        ["host", "subscription", "service", "depth", "ready", "held", "leased", "oldest"],
+        [
+            "host",
+            "subscription",
+            "service",
+            "depth",
+            "ready",
+            "held",
+            "leased",
+            "scheduled",
+            "oldest",
+        ],
         [
             [
                 q.host,
@@ -128,12 +147,18 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
                 q.ready,
                 q.held,
                 q.leased,
+                scheduled_text(q.scheduled, q.next_due_at),
                 age(q.oldest_age_seconds),
             ]
             for q in stats
         ],
         empty="every queue is empty",
     )
+
+
+def scheduled_text(n: int, next_due: datetime | None) -> str:
+    """``3 (next at 2024-05-01T10:00:00+00:00)``, or ``0``."""
+    return f"{n} (next at {next_due.isoformat(timespec='seconds')})" if n and next_due else str(n)
 
 
 def instances(args: argparse.Namespace, out: Terminal) -> None:
@@ -337,6 +362,7 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
     if args.all_matching and not given:
         raise inputs.UsageError(f"--all-matching needs at least one filter ({FILTERS})")
     confirm.require_yes(args)
+    expiry = _resume_expiry(args) if action == "resume" else {}
     with open_box(args) as box:
         run = box.resume if action == "resume" else box.terminate
         if args.ids and action == "resume":
@@ -352,11 +378,11 @@ def suspended_act(args: argparse.Namespace, out: Terminal) -> None:
         if args.dry_run:
             done = _would_act(box, args, out)
         elif args.ids:
-            done = run(*args.ids)
+            done = run(*args.ids, **expiry)
         else:
             query = inputs.suspended_query(box, args)
             with out.progress(f"{action}") as step:
-                done = run(**query, batch=BULK_BATCH, progress=step)
+                done = run(**query, batch=BULK_BATCH, progress=step, **expiry)
         args.audit_count = len(done)
     past = {"resume": "resumed", "terminate": "terminated"}[action]
     if args.dry_run:
@@ -408,6 +434,16 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
             f"which never match it; to publish it as {wanted[0]}: -p {name}:{wanted[0]}={raw}"
         )
     return notes
+
+
+def _resume_expiry(args: argparse.Namespace) -> dict[str, Any]:
+    """``suspended resume``'s ``--ttl`` or ``--expires-at``, as ``resume`` takes them."""
+    if args.ttl is not None and args.expires_at is not None:
+        raise inputs.UsageError("give --ttl or --expires-at, not both")
+    return {
+        "ttl": time_args.seconds(args.ttl, "--ttl"),
+        "expires_at": time_args.instant(args.expires_at, "--expires-at"),
+    }
 
 
 def _would_act(box: MessageBox, args: argparse.Namespace, out: Terminal) -> list[int]:

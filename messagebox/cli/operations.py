@@ -36,6 +36,7 @@ def cleanup(args: argparse.Namespace, out: Terminal) -> None:
         f"dead instances; purged {report.purged_subscriptions} instance "
         f"subscriptions; trimmed {report.tracking_events} tracked events "
         f"in {report.seconds:.2f} s"
+        + (f"; {report.expired} expired entries swept" if report.expired else "")
         + (" (skipped: another cleanup is running)" if report.skipped else "")
     )
 

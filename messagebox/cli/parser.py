@@ -8,6 +8,7 @@ import math
 import textwrap
 from typing import Any
 
+from messagebox.cli import time_args
 from messagebox.cli.config_args import config_parser
 from messagebox.cli.failures import failures_parser
 from messagebox.cli.resubmit import resubmit_parser
@@ -136,6 +137,7 @@ def build() -> argparse.ArgumentParser:
         default=1000,
         help="files per transaction (default 1000): each batch is stored whole or not at all",
     )
+    time_args.publish_options(publish)
 
     subs = command(sub, "subscriptions", "list, add, change and remove subscriptions")
     subs_sub = subs.add_subparsers(dest="action", metavar="ACTION")
@@ -171,6 +173,12 @@ def build() -> argparse.ArgumentParser:
         default="suspend",
         choices=["suspend", "stop"],
         help="ordered: what a message that exhausts its retries does (default suspend)",
+    )
+    add.add_argument(
+        "--on-expiry",
+        default="suspend",
+        choices=["suspend", "drop"],
+        help="an entry that expires before delivery: suspend it (default) or drop it",
     )
     add.add_argument(
         "--state",
@@ -254,7 +262,7 @@ def build() -> argparse.ArgumentParser:
     show_message.add_argument("--part", help="this part instead of the body")
 
     queues = command(
-        sub, "queues", "entries per host and subscription: ready, held, leased, oldest"
+        sub, "queues", "entries per host and subscription: ready, held, leased, scheduled, oldest"
     )
     queues.add_argument("--host", help="only this host")
     instances = command(sub, "instances", "running host instances and their heartbeats")
@@ -296,12 +304,15 @@ def build() -> argparse.ArgumentParser:
             action="store_true",
             help="with --all-matching: do not ask to confirm (needed without a terminal)",
         )
+        if action == "resume":
+            time_args.resume_options(act)
         _suspended_filters(act)
     reroute = command(
         sus_sub, "reroute", "route routing failures and removed subscriptions' entries again"
     )
     reroute.add_argument("ids", nargs="*", type=_entry_id, metavar="ID", help="default: all")
     resubmit_parser(sus_sub, command, _entry_id, _property_options)
+    time_args.scheduled_parser(sub, command, _positive)
 
     failures_parser(sub, command, _positive)
     cleanup = command(

@@ -16,8 +16,8 @@ device and inode), else the command is refused.
 
 **Served commands** (an allow-list, :data:`messagebox.console.served.SERVED`):
 ``init``, ``publish``, ``subscriptions``, ``route explain``, ``services``, ``hosts``,
-``messages show``, ``queues``, ``instances``, ``suspended``, ``cleanup``, ``stats``,
-``check``, ``tracking``, ``metrics``, ``export``, ``plan``, ``apply``, ``versions``,
+``messages show``, ``queues``, ``instances``, ``suspended``, ``scheduled``, ``cleanup``,
+``stats``, ``check``, ``tracking``, ``metrics``, ``export``, ``plan``, ``apply``, ``versions``,
 ``rollback``, ``lint``, ``spark route`` and ``spark what-if``. Any other is refused, exit code 2,
 naming it (``host run`` and ``console`` start a process of their own: the command line
 says so without sending them).

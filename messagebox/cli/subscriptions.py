@@ -26,6 +26,7 @@ def _subscription_json(sub: Any) -> dict[str, Any]:
         "priority": sub.priority,
         "ordered": sub.ordered,
         "on_failure": sub.on_failure,
+        "on_expiry": sub.on_expiry,
         "instance_id": sub.instance_id,
         "correlation": list(sub.correlation),
         "created_at": sub.created_at,
@@ -46,8 +47,19 @@ def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
     from messagebox.predicates import format_filter
 
     out.table(
-        ["id", "name", "service", "host", "state", "filter"],
-        [[s.id, s.name, s.service, s.host, s.state.value, format_filter(s.filter)] for s in subs],
+        ["id", "name", "service", "host", "state", "on expiry", "filter"],
+        [
+            [
+                s.id,
+                s.name,
+                s.service,
+                s.host,
+                s.state.value,
+                s.on_expiry.value,
+                format_filter(s.filter),
+            ]
+            for s in subs
+        ],
         empty="no subscriptions",
     )
 
@@ -76,6 +88,7 @@ def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
             priority=args.priority,
             ordered=args.ordered,
             on_failure=args.on_failure,
+            on_expiry=args.on_expiry,
             state=args.state,
         )
         traps = box.type_traps({sub.name: sub.filter})

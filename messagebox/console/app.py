@@ -53,6 +53,7 @@ ROUTES: list[BaseRoute] = [
     ),
     Route("/hosts/remove", lifecycle.remove_host, methods=["POST"], name="remove_host"),
     Route("/hosts/settings", lifecycle.host_settings, methods=["POST"], name="host_settings"),
+    Route("/scheduled/{action}", lifecycle.scheduled, methods=["POST"], name="scheduled"),
     Route("/suspended", incidents.suspended, name="suspended"),
     Route("/suspended/bulk", incidents.bulk, methods=["POST"], name="bulk"),
     Route("/failures", incidents.failures, name="failures"),

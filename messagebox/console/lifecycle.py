@@ -1,7 +1,8 @@
 """The console's lifecycle actions: a subscription's filter edited in place, a service
-started, stopped or unenlisted, an empty host removed. Each is a POST that needs an
-operator (:func:`messagebox.console.auth.operator`), is checked before anything changes,
-and is recorded in the audit log."""
+started, stopped or unenlisted, an empty host removed, a subscription's scheduled
+entries delivered now or cancelled. Each is a POST that needs an operator
+(:func:`messagebox.console.auth.operator`), is checked before anything changes, and is
+recorded in the audit log."""
 
 from __future__ import annotations
 
@@ -116,3 +117,35 @@ async def remove_host(request: Request) -> Response:
     await run_in_threadpool(c.box.remove_host, name)
     await run_in_threadpool(c.audit, caller, "hosts remove", name, None)
     return _back(request, "overview", f"host {name} removed")
+
+
+SCHEDULED_ACTIONS = {"deliver-now": "delivered now", "cancel": "cancelled"}
+"""The actions on a subscription's scheduled entries, and what each says it did."""
+
+
+async def scheduled(request: Request) -> Response:
+    """Deliver now, or cancel, every scheduled entry of a subscription (the form field
+    ``subscription``: its id), or one entry (the form field ``entry``)."""
+    c = _console(request)
+    async with request.form() as form:
+        caller = auth.operator(request, form)
+        sub = form.get("subscription")
+        entry = form.get("entry")
+    action = request.path_params["action"]
+    if action not in SCHEDULED_ACTIONS:
+        raise HTTPException(404, f"no action {action!r} on scheduled entries")
+    ids: list[int] = []
+    ref: int | None = None
+    if isinstance(entry, str) and entry.isascii() and entry.isdigit():
+        ids = [int(entry)]
+    elif isinstance(sub, str) and sub.isascii() and sub.isdigit():
+        ref = int(sub)
+    else:
+        raise HTTPException(400, "name the subscription (its id) or the entry; nothing was changed")
+    run = c.box.deliver_now if action == "deliver-now" else c.box.cancel_scheduled
+    done = await run_in_threadpool(lambda: run(*ids, subscription=ref))
+    target = f"queue entry {ids[0]}" if ids else f"subscription {ref}"
+    await run_in_threadpool(c.audit, caller, f"scheduled {action}", target, len(done))
+    return _back(
+        request, "overview", f"{target}: {len(done)} scheduled entries {SCHEDULED_ACTIONS[action]}"
+    )

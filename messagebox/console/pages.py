@@ -56,7 +56,7 @@ PREVIEW_BYTES = 4096
 """A part's preview shows at most this many bytes of it."""
 HEX_PREVIEW_BYTES = 256
 """A binary part's preview shows this many bytes in hex."""
-CHART_EVENTS = ("published", "routed", "delivered", "failed", "suspended")
+CHART_EVENTS = ("published", "routed", "delivered", "failed", "suspended", "expired")
 REFRESH_SECONDS = 10
 """The overview reloads itself this often (``?refresh=off`` stops it); the failures and
 suspended pages do with ``?refresh=on``."""

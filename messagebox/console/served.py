@@ -6,11 +6,12 @@
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
 ``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``suspended``
 (``list``, ``show``, ``resume``, ``terminate``, ``reroute``, ``resubmit``), ``failures``
-(``list``, ``show``, ``resume``, ``terminate``), ``cleanup``, ``stats``,
-``check``, ``tracking`` (``status``, ``enable``, ``disable``, ``events``), ``metrics``,
-``export``, ``plan``, ``apply``, ``versions``, ``rollback``, ``lint``, ``spark route``
-and ``spark what-if``. Any other command (``host run``, ``console``, or one added to the
-command line and not here) is refused with exit code 2, naming it.
+(``list``, ``show``, ``resume``, ``terminate``), ``scheduled`` (``list``, ``deliver-now``,
+``cancel``), ``cleanup``, ``stats``, ``check``, ``tracking`` (``status``, ``enable``,
+``disable``, ``events``), ``metrics``, ``export``, ``plan``, ``apply``, ``versions``,
+``rollback``, ``lint``, ``spark route`` and ``spark what-if``. Any other command (``host
+run``, ``console``, or one added to the command line and not here) is refused with exit
+code 2, naming it.
 
 A served command reads the files and standard input sent with it, never this machine's
 (:data:`messagebox.cli.inputs.SENT`), and writes only its answer; except ``spark
@@ -56,6 +57,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "instances": "",
         "suspended": "list show resume terminate reroute resubmit",
         "failures": " list show resume terminate",
+        "scheduled": "list deliver-now cancel",
         "cleanup": "",
         "stats": "",
         "check": "",

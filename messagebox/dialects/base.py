@@ -346,6 +346,10 @@ class Dialect:
     def lock_subscriptions(self, conn: sa.Connection) -> None:
         """Serialise subscription changes across processes for the rest of the transaction."""
 
+    def lock_schema(self, conn: sa.Connection) -> None:
+        """Serialise schema creation and upgrades across processes for the rest of the
+        transaction."""
+
     def adopt(self, external: object) -> AbstractContextManager[sa.Connection]:
         """A connection the caller owns, in its open transaction, as a SQLAlchemy
         connection to run this package's statements on (``publish(connection=)``);

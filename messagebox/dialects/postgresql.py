@@ -298,8 +298,11 @@ class PostgreSQLDialect(Dialect):
         except psycopg.Error as exc:
             raise sa.exc.DisconnectionError(str(exc)) from exc
 
-    def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
+    def lock_schema(self, conn: sa.Connection) -> None:
         conn.exec_driver_sql(sql.load(self.name, "lock_schema"))
+
+    def create_schema(self, conn: sa.Connection, metadata: sa.MetaData) -> None:
+        self.lock_schema(conn)
         create_all(conn, metadata, indexes=True)
         for statement in (
             "run_lease_column",

@@ -140,7 +140,14 @@ def test_the_overview_draws_the_last_hour(box: MessageBox) -> None:
     found = re.search(r"id=\"chart-rates\"[^>]*data-totals='([^']*)'", html)
     assert found, html
     totals = json.loads(found.group(1).replace("&#34;", '"'))
-    assert totals == {"published": 4, "routed": 4, "delivered": 0, "failed": 0, "suspended": 0}
+    assert totals == {
+        "published": 4,
+        "routed": 4,
+        "delivered": 0,
+        "failed": 0,
+        "suspended": 0,
+        "expired": 0,
+    }
     depth = re.search(r"id=\"chart-depth\"[^>]*data-totals='([^']*)'", html)
     assert depth
     assert json.loads(depth.group(1).replace("&#34;", '"')) == {"h": 4}

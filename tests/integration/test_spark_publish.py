@@ -295,3 +295,24 @@ def test_keys_recorded_after_the_check_are_skipped_not_published_twice(
     assert (report.published, report.skipped) == (5, 5)
     counts = table_counts(box)
     assert counts["mb_spool"] == counts["mb_receipt"] == 10
+
+
+def test_rows_give_their_messages_due_times_and_expiries(spark: Any, box: MessageBox) -> None:
+    # Given rows with a due time (one null: due at once) and an expiry column
+    box.create_host("h")
+    box.subscribe("eu", host="h", filter=P("o.Region") == "EU")
+    now = box.now()
+    later, end = now + timedelta(hours=1), now + timedelta(hours=3)
+    df = spark.createDataFrame(
+        [(1, "EU", later, end), (2, "EU", None, None)],
+        "key BIGINT, `o.Region` STRING, due TIMESTAMP, ends TIMESTAMP",
+    )
+    report = publish_dataframe(df, box, job="t", deliver_at="due", expires_at="ends")
+    # Then the first is scheduled, with its expiry; the second is due now, expiring never;
+    # and neither time column became a property
+    assert report.published == 2
+    [e] = box.scheduled()
+    assert (e.message_id, e.due_at, e.expires_at) == (message_id("t", 1), later, end)
+    assert box.read_message(message_id("t", 2)).promoted == {"o.Region": "EU"}
+    with pytest.raises(ValidationError, match=r"deliver_at column 'o\.Region' must be a timestamp"):
+        publish_dataframe(df, box, job="u", deliver_at="o.Region")

@@ -222,6 +222,7 @@ def test_every_event_kind_is_named_once() -> None:
         "delivered",
         "failed",
         "suspended",
+        "expired",
         "resumed",
         "terminated",
     )

@@ -30,6 +30,14 @@ def test_no_values_give_the_defaults() -> None:
             {"handler_timeout_seconds": -1},
             "handler_timeout_seconds: input should be greater than or equal to 0.01, not -1",
         ),
+        (
+            {"message_ttl_seconds": 0},
+            "message_ttl_seconds: input should be greater than or equal to 0.01, not 0",
+        ),
+        (
+            {"message_ttl_seconds": 366 * 86_400},
+            "message_ttl_seconds: input should be less than or equal to 31536000",
+        ),
     ],
 )
 def test_bad_settings_are_one_error_naming_each(values: dict[str, object], says: str) -> None:
@@ -137,3 +145,10 @@ def test_bad_stored_settings_read_as_defaults_and_say_so(
 
 def test_sound_stored_settings_have_nothing_to_say() -> None:
     assert HostSettings.from_stored(HostSettings().model_dump_json()) == (HostSettings(), ())
+
+
+def test_a_host_ttl_is_none_by_default_and_at_most_a_year() -> None:
+    assert HostSettings().message_ttl_seconds is None
+    year = HostSettings.checked("host 'h'", {"message_ttl_seconds": 365 * 86_400})
+    assert year.message_ttl_seconds == 365 * 86_400
+    assert HostSettings.from_stored('{"message_ttl_seconds": null}') == (HostSettings(), ())

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from messagebox.models import HostSettings, Kind, OnFailure, State
+from messagebox.models import HostSettings, Kind, OnExpiry, OnFailure, State
 from messagebox.routing_file import (
     Declared,
     RoutingConfig,
@@ -41,6 +41,7 @@ host_settings = st.builds(
     dequeue_threads=st.integers(1, 256),
     claim_batch=st.integers(1, 10_000),
     max_attempts=st.integers(1, 9),
+    message_ttl_seconds=st.one_of(st.none(), st.floats(0.01, 365 * 86_400.0)),
     unserved=st.sampled_from(["warn", "refuse"]),
 )
 
@@ -64,6 +65,7 @@ def configs(draw: st.DrawFn) -> RoutingConfig:
             if kind is Kind.INSTANCE
             else draw(st.sampled_from([(), ("t.b", "t.c")])),
             state=draw(st.sampled_from(list(State))),
+            on_expiry=draw(st.sampled_from(list(OnExpiry))),
         )
     return RoutingConfig(hosts=hosts, subscriptions=subs)
 
@@ -85,10 +87,11 @@ def test_what_dump_writes_load_reads_back_equal(config: RoutingConfig) -> None:
             decl.ordered,
             decl.priority,
         )
-        assert (back.on_failure, back.correlation, back.state) == (
+        assert (back.on_failure, back.correlation, back.state, back.on_expiry) == (
             decl.on_failure,
             decl.correlation,
             decl.state,
+            decl.on_expiry,
         )
     assert dump(again) == text
     jsonschema.validate(_toml_as_json(text), json_schema())
@@ -130,6 +133,14 @@ ONE = '[hosts.a]\n[[subscriptions]]\nservice = "s"\nhost = "a"\nfilter = "a.b ==
             "f.toml:6: subscriptions[0].priority",
         ),
         (
+            ONE + 'on_expiry = "keep"\n',
+            "f.toml:6: subscriptions[0].on_expiry: Input should be 'suspend' or 'drop'",
+        ),
+        (
+            "[hosts.a]\nmessage_ttl_seconds = -1\n",
+            "f.toml:2: hosts.a.message_ttl_seconds: Input should be greater than or equal to 0.01",
+        ),
+        (
             ONE + 'kind = "instance"\n',
             "f.toml:2: subscriptions[0]: subscription 0 of 's': an instance subscription needs",
         ),
@@ -155,3 +166,17 @@ def test_an_error_after_a_multi_line_filter_names_its_own_line() -> None:
         load(text, "f.toml")
     with pytest.raises(RoutingFileError, match=r"f.toml:15: subscriptions\[1\].kind"):
         load(text.replace("priority = 5000", "priority = 5"), "f.toml")
+
+
+def test_on_expiry_and_a_host_ttl_are_written_only_when_not_the_default() -> None:
+    config = load(
+        '[hosts.a]\nmessage_ttl_seconds = 3600\n[[subscriptions]]\nservice = "s"\n'
+        'host = "a"\nfilter = "a.b == 1"\non_expiry = "drop"\n'
+        '[[subscriptions]]\nservice = "t"\nhost = "a"\nfilter = "a.b == 2"\n'
+    )
+    assert config.hosts["a"].message_ttl_seconds == 3600
+    assert [d.on_expiry for d in config.subscriptions.values()] == [OnExpiry.DROP, OnExpiry.SUSPEND]
+    text = dump(config)
+    assert text.count("on_expiry") == 1
+    assert "on_expiry = 'drop'" in text
+    assert "message_ttl_seconds = 3600" in text
