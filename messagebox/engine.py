@@ -52,10 +52,12 @@ from messagebox.suspension import SuspendedQuery
 from messagebox.watching import Watching
 
 if TYPE_CHECKING:
-    from messagebox.browse import FoundMessage, QueueEntry, ServiceInstanceView
+    from messagebox.browse import FoundMessage, QueueEntry
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
     from messagebox.failures import FailureGroup
+    from messagebox.instance_history import InstanceDetail
+    from messagebox.orchestrations import ServiceInstanceView, Terminated
 
 
 class MessageBox(RoutingAsCode, Watching):
@@ -338,8 +340,9 @@ class MessageBox(RoutingAsCode, Watching):
         return self.operations.queue_depth(host)
 
     def queue_stats(self, host: str | None = None) -> list[QueueStats]:
-        """Per host and subscription: entries ready, held and leased, and the age of the
-        oldest (by the database clock). An unknown host raises
+        """Per host and subscription: entries ready, held (the service is stopped),
+        blocked (behind a suspended entry of their service instance) and leased, and the
+        age of the oldest (by the database clock). An unknown host raises
         :class:`~messagebox.errors.UnknownHost`."""
         return self.operations.queue_stats(host)
 
@@ -386,7 +389,8 @@ class MessageBox(RoutingAsCode, Watching):
         self, host: str, *, state: str | None = None, limit: int = 100
     ) -> list[QueueEntry]:
         """The first ``limit`` entries of a host's queue in claim order, optionally of
-        one state (``ready``, ``held``, ``leased``), changing nothing."""
+        one state (``ready``, ``held``, ``blocked``, ``leased``), each with what holds
+        it, changing nothing."""
         from messagebox.browse import QUEUE_STATES
 
         if state is not None and state not in QUEUE_STATES:
@@ -408,9 +412,45 @@ class MessageBox(RoutingAsCode, Watching):
         self, *, service: str | None = None, state: str | None = None, limit: int = 200
     ) -> list[ServiceInstanceView]:
         """Instances of long-running services (orchestrations), newest first, each with
-        the names of the instance subscriptions it waits on, its pending timers and its
-        queued entries."""
+        its correlation values, the names of the instance subscriptions it waits on, its
+        pending timers and its queued and suspended entries. ``state``: ``running``,
+        ``suspended``, ``completed``, ``terminated`` or ``pending`` (its first step has
+        not committed)."""
         return self.operations.service_instances(service, state, limit)
+
+    def find_instances(
+        self,
+        correlation: Mapping[str, Value],
+        *,
+        service: str | None = None,
+        state: str | None = None,
+        limit: int = 200,
+    ) -> list[ServiceInstanceView]:
+        """The instances whose correlation values include these (``{"orders.OrderId":
+        "A123"}``; ``42`` finds ``42.0``), newest first, as :meth:`service_instances`."""
+        from messagebox.properties import canonical_name, normalize_value
+
+        try:
+            wanted = {canonical_name(k): normalize_value(v) for k, v in correlation.items()}
+        except ValueError as exc:
+            raise ValidationError(f"correlation: {exc}") from exc
+        if not wanted:
+            raise ValidationError("give at least one correlation value (NAME=VALUE)")
+        return self.operations.service_instances(service, state, limit, wanted)
+
+    def service_instance(self, instance_id: str) -> InstanceDetail:
+        """One instance in full: its saved state, the messages that reached it in its
+        order with what became of each, what its steps published, and their tracked
+        events (:class:`~messagebox.instance_history.InstanceDetail`). An unknown id
+        raises :class:`~messagebox.errors.UnknownInstance`."""
+        return self.operations.service_instance(instance_id)
+
+    def terminate_instance(self, instance_id: str) -> Terminated:
+        """End an instance for good, as ``terminated``: its queued messages and its
+        suspended entries are terminated (their messages released), its timers, convoy
+        and instance subscriptions removed; a step of it in flight commits nothing. An
+        instance that has ended already is refused (ValidationError)."""
+        return self.operations.terminate_instance(instance_id)
 
     def count_suspended(
         self, *, reason: str | None = None, host: str | None = None, service: str | None = None

@@ -9,7 +9,8 @@ MessageBoxError
 │   ├── UnknownHost
 │   ├── UnknownSubscription
 │   ├── UnknownMessage
-│   └── UnknownSuspendedEntry
+│   ├── UnknownSuspendedEntry
+│   └── UnknownInstance             no orchestration (service) instance of that id
 ├── AlreadyExists                   a host or subscription name is taken
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
@@ -66,6 +67,10 @@ class UnknownMessage(NotFound):
 
 class UnknownSuspendedEntry(NotFound):
     """No such suspended entry."""
+
+
+class UnknownInstance(NotFound):
+    """No such service instance."""
 
 
 class AlreadyExists(MessageBoxError):

@@ -133,7 +133,7 @@ class StoreCollector(Collector):
         queues, hosts, counts, ages = self.box.operations.snapshot()
         depth = GaugeMetricFamily(
             "messagebox_queue_depth",
-            "Entries on a host's queue, by state (ready, held, leased)",
+            "Entries on a host's queue, by state (ready, held, blocked, leased)",
             labels=["host", "state"],
         )
         oldest = GaugeMetricFamily(
@@ -145,10 +145,10 @@ class StoreCollector(Collector):
         age: dict[str, float] = {}
         for row in queues:
             c = per_host.setdefault(row.host, Counts())
-            c.update(ready=row.ready, held=row.held, leased=row.leased)
+            c.update(ready=row.ready, held=row.held, blocked=row.blocked, leased=row.leased)
             age[row.host] = max(age.get(row.host, 0.0), row.oldest_age_seconds)
         for host, c in sorted(per_host.items()):
-            for state in ("ready", "held", "leased"):
+            for state in ("ready", "held", "blocked", "leased"):
                 depth.add_metric([host, state], c[state])
             oldest.add_metric([host], age.get(host, 0.0))
         suspended = GaugeMetricFamily(

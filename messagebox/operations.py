@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 
 from messagebox import audit as audits
-from messagebox import browse, clock, registry, rollup, router, schema, suspension, tracking
+from messagebox import (
+    browse,
+    clock,
+    orchestrations,
+    registry,
+    rollup,
+    router,
+    schema,
+    suspension,
+    tracking,
+)
 from messagebox import stats as box_stats
 from messagebox.catalog import check_host
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
@@ -31,6 +41,7 @@ from messagebox.models import (
     SuspendedEntry,
     Throughput,
 )
+from messagebox.properties import Value
 from messagebox.store import Store
 from messagebox.suspension import SuspendedQuery
 from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
@@ -38,6 +49,7 @@ from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
 if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
+    from messagebox.instance_history import InstanceDetail
 
 Action = Callable[[sa.Connection, Any, SuspendedQuery, int | None], list[int]]
 """A suspended-queue action (:func:`suspension.resume`, :func:`suspension.terminate`)."""
@@ -242,10 +254,26 @@ class Operations:
             return browse.find_by_property(conn, name, value, limit)
 
     def service_instances(
-        self, service: str | None, state: str | None, limit: int
-    ) -> list[browse.ServiceInstanceView]:
+        self,
+        service: str | None,
+        state: str | None,
+        limit: int,
+        correlation: Mapping[str, Value] | None = None,
+    ) -> list[orchestrations.ServiceInstanceView]:
         with self._store.transaction() as conn:
-            return browse.service_instances(conn, service=service, state=state, limit=limit)
+            return orchestrations.list_instances(
+                conn, service=service, state=state, correlation=correlation, limit=limit
+            )
+
+    def service_instance(self, instance_id: str) -> InstanceDetail:
+        from messagebox.instance_history import detail
+
+        with self._store.transaction() as conn:
+            return detail(conn, instance_id)
+
+    def terminate_instance(self, instance_id: str) -> orchestrations.Terminated:
+        with self._store.transaction(serial=True) as conn:
+            return orchestrations.terminate(conn, self._store.dialect, instance_id)
 
     def count_suspended(self, query: SuspendedQuery) -> int:
         s = schema.suspended

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import schema, subscriptions
+from messagebox import schema, subscriptions, suspension
 from messagebox.models import HostStats, QueueState, QueueStats, Stats, Throughput
 from messagebox.tracking import EVENTS
 
@@ -20,6 +20,18 @@ from messagebox.tracking import EVENTS
 def _leased() -> sa.ColumnElement[bool]:
     q = schema.queue
     return sa.and_(q.c.lease_expires.is_not(None), q.c.lease_expires > sa.func.now())
+
+
+def _held_and_blocked() -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
+    """Of the unleased entries: held (the service is stopped) and blocked (ready, but a
+    suspended step of their service instance holds them; :func:`suspension.holding`)."""
+    q = schema.queue
+    free = sa.not_(_leased())
+    held = sa.and_(q.c.state == QueueState.HELD.value, free)
+    blocked = sa.and_(
+        q.c.state == QueueState.READY.value, free, q.c.instance_id.in_(suspension.holding())
+    )
+    return held, blocked
 
 
 def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
@@ -30,7 +42,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     """Entries per host and subscription: how many, in which state, and the oldest."""
     q, s = schema.queue, schema.subscription
     leased = _leased()
-    held = sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased))
+    held, blocked = _held_and_blocked()
     query = (
         sa.select(
             q.c.host,
@@ -40,6 +52,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
             sa.func.count().label("depth"),
             _count(leased).label("leased"),
             _count(held).label("held"),
+            _count(blocked).label("blocked"),
             sa.func.min(q.c.enqueued_at).label("oldest"),
         )
         .select_from(q.outerjoin(s, s.c.id == q.c.sub))
@@ -51,7 +64,12 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     now = conn.execute(sa.select(sa.func.now())).scalar_one()
     out = []
     for r in conn.execute(query):
-        depth, n_leased, n_held = int(r.depth), int(r.leased), int(r.held)
+        depth, n_leased, n_held, n_blocked = (
+            int(r.depth),
+            int(r.leased),
+            int(r.held),
+            int(r.blocked),
+        )
         out.append(
             QueueStats(
                 host=r.host,
@@ -59,8 +77,9 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
                 name=r.name,
                 service=r.service,
                 depth=depth,
-                ready=depth - n_leased - n_held,
+                ready=depth - n_leased - n_held - n_blocked,
                 held=n_held,
+                blocked=n_blocked,
                 leased=n_leased,
                 oldest_enqueued_at=r.oldest,
                 # enqueued by a transaction that began after this one: never a negative age
@@ -111,13 +130,9 @@ def _total(conn: sa.Connection, table: sa.Table) -> int:
 def counts(conn: sa.Connection) -> Stats:
     """Counts of every kind of thing the box holds."""
     q, p = schema.queue, schema.part
-    leased = _leased()
-    total, n_leased, n_held = conn.execute(
-        sa.select(
-            sa.func.count(),
-            _count(leased),
-            _count(sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased))),
-        ).select_from(q)
+    held, blocked = _held_and_blocked()
+    total, n_leased, n_held, n_blocked = conn.execute(
+        sa.select(sa.func.count(), _count(_leased()), _count(held), _count(blocked)).select_from(q)
     ).one()
     parts, part_bytes = conn.execute(
         sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(p.c.size), 0)).select_from(p)
@@ -127,8 +142,9 @@ def counts(conn: sa.Connection) -> Stats:
         parts=int(parts),
         part_bytes=int(part_bytes),
         queued={
-            "ready": int(total) - int(n_leased) - int(n_held),
+            "ready": int(total) - int(n_leased) - int(n_held) - int(n_blocked),
             "held": int(n_held),
+            "blocked": int(n_blocked),
             "leased": int(n_leased),
         },
         suspended=_by(conn, schema.suspended.c.reason),

@@ -19,8 +19,14 @@
     hosts list | hosts add NAME [--set KEY=VALUE ...] | hosts set NAME --set KEY=VALUE ...
     hosts remove NAME                      a host nothing refers to any more
     messages show ID [--part NAME]         a stored message's body (--json: its context)
-    queues [--host H]                      depth per host and subscription, oldest entry
+    queues [--host H]                      ready, held, blocked, leased per subscription
     instances [--host H]                   running host instances and their heartbeats
+    orchestrations list [--service S] [--state S] [--limit N]
+                                           orchestration instances, newest first
+    orchestrations find NAME=VALUE ... [--service S] [--state S]
+                                           the instances with these correlation values
+    orchestrations show ID                 one instance: state, messages, timers, history
+    orchestrations terminate ID [--yes]    end it; its queued messages are terminated
     suspended list [FILTERS] [--limit N]   FILTERS: --reason R --host H --service S
                                            --subscription REF --older-than 2h
     suspended show ID                      the entry, its error, its message's context
@@ -51,9 +57,9 @@
 
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (which
 function runs each command), the commands by group in ``subscriptions`` (and hosts),
-``messages`` (publishing, queues, suspended entries), ``routing`` (``route explain``) and
-``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the store),
-``terminal`` (tables, JSON, progress).
+``messages`` (publishing, queues, suspended entries), ``orchestrations`` (orchestration
+instances), ``routing`` (``route explain``) and ``operations`` (init, cleanup, stats,
+tracking, metrics), ``box`` (opening the store), ``terminal`` (tables, JSON, progress).
 
 A DuckDB store held by a running process (``host run``, ``console``) is reached through
 it: the command is sent to that process (:mod:`messagebox.cli.remote`), found from the
@@ -152,24 +158,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _confirmed(args: argparse.Namespace) -> bool:
-    """Ask at a terminal before ``suspended terminate --all-matching`` (not with
-    ``--yes`` or ``--dry-run``, nor when standard input is not a terminal: a script)."""
-    if not (
-        args.command == "suspended"
-        and getattr(args, "action", None) == "terminate"
-        and args.all_matching
-        and not args.dry_run
-        and not args.yes
-        and sys.stdin.isatty()
-    ):
+    """Ask at a terminal before ``suspended terminate --all-matching`` and
+    ``orchestrations terminate`` (not with ``--yes`` or ``--dry-run``, nor when standard
+    input is not a terminal: a script)."""
+    action = getattr(args, "action", None)
+    if action != "terminate" or getattr(args, "yes", False) or not sys.stdin.isatty():
         return True
-    print(
-        "This deletes every suspended entry matching the filters, with no way back "
-        "(--dry-run lists them). Terminate them? [y/N] ",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
+    if args.command == "suspended" and args.all_matching and not args.dry_run:
+        question = (
+            "This deletes every suspended entry matching the filters, with no way back "
+            "(--dry-run lists them). Terminate them?"
+        )
+    elif args.command == "orchestrations":
+        question = (
+            f"This ends orchestration instance {args.id} for good: its queued messages and "
+            "suspended entries are deleted, its timers cancelled. Terminate it?"
+        )
+    else:
+        return True
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 

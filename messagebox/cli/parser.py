@@ -9,6 +9,7 @@ import textwrap
 from typing import Any
 
 from messagebox.cli.config_args import config_parser
+from messagebox.cli.orchestration_args import orchestrations_parser
 from messagebox.defaults import DEFAULT_URL
 
 EPILOG = (
@@ -235,11 +236,17 @@ def build() -> argparse.ArgumentParser:
     show_message.add_argument("--part", help="this part instead of the body")
 
     queues = command(
-        sub, "queues", "entries per host and subscription: ready, held, leased, oldest"
+        sub,
+        "queues",
+        "entries per host and subscription: ready, held, blocked, leased, oldest",
+        description="Entries per host and subscription: ready; held (the service is "
+        "stopped); blocked (a suspended entry of their orchestration instance holds them "
+        "until it is resumed or terminated); leased (being delivered); the oldest's age.",
     )
     queues.add_argument("--host", help="only this host")
     instances = command(sub, "instances", "running host instances and their heartbeats")
     instances.add_argument("--host", help="only this host's")
+    orchestrations_parser(sub, command, _positive)
 
     suspended = command(sub, "suspended", "list, show, resume, terminate suspended entries")
     sus_sub = suspended.add_subparsers(dest="action", required=True, metavar="ACTION")

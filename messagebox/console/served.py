@@ -4,8 +4,9 @@
 **Served commands** (:data:`SERVED`, an allow-list): ``init``, ``publish``,
 ``subscriptions`` (``list``, ``add``, ``remove``, ``set-filter``), ``route explain``,
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
-``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``suspended``
-(``list``, ``show``, ``resume``, ``terminate``, ``reroute``), ``cleanup``, ``stats``,
+``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``orchestrations``
+(``list``, ``find``, ``show``, ``terminate``), ``suspended`` (``list``, ``show``,
+``resume``, ``terminate``, ``reroute``), ``cleanup``, ``stats``,
 ``check``, ``tracking`` (``status``, ``enable``, ``disable``, ``events``), ``metrics``,
 ``export``, ``plan``, ``apply``, ``versions``, ``rollback``, ``lint``, ``spark route``
 and ``spark what-if``. Any other command (``host run``, ``console``, or one added to the
@@ -53,6 +54,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "messages": "show",
         "queues": "",
         "instances": "",
+        "orchestrations": " list find show terminate",
         "suspended": "list show resume terminate reroute",
         "cleanup": "",
         "stats": "",

@@ -336,7 +336,7 @@ def test_stats_count_everything(url: str) -> None:
         "messages": 3,
         "parts": 3,
         "part_bytes": 19,  # <big/> <small/> <us/>
-        "queued": {"ready": 2, "held": 0, "leased": 0},
+        "queued": {"ready": 2, "held": 0, "blocked": 0, "leased": 0},
         "suspended": {ROUTING_FAILURE: 1, SERVICE_UNENLISTED: 1},
         "subscriptions": {"started": 2},
         "hosts": 2,
