@@ -35,7 +35,7 @@ def orchestrations_parser(sub: Any, command: Any, positive: Any) -> None:
         "one instance: correlation values, saved state, its messages in order with their "
         "outcomes, what it published, timers",
     )
-    show.add_argument("id", help="the instance id")
+    show.add_argument("id", metavar="ID", help="the instance id")
     terminate = command(
         orch_sub,
         "terminate",
@@ -45,7 +45,7 @@ def orchestrations_parser(sub: Any, command: Any, positive: Any) -> None:
         "released), its timers, convoy and instance subscriptions removed; a step of it "
         "in flight commits nothing. At a terminal it asks to confirm.",
     )
-    terminate.add_argument("id", help="the instance id")
+    terminate.add_argument("id", metavar="ID", help="the instance id")
     terminate.add_argument(
         "--yes", action="store_true", help="at a terminal: do not ask to confirm"
     )
