@@ -5,10 +5,12 @@ transaction.
 
 Made from what the store keeps: the queue entries waiting for the instance, its
 suspended entries and timers; and, while tracking is on, the ``delivered`` events of its
-steps (their detail names the instance: :func:`messagebox.service_instances.step_detail`)
-and every event of those messages. Its steps' publications are found by their ids,
-which the instance and the step's version fix
-(:func:`messagebox.service_instances.message_ids`), in the spool or in tracking.
+steps and the ``terminated`` events of its termination (their detail names the
+instance: :func:`messagebox.service_instances.step_detail`,
+:func:`messagebox.orchestrations.terminated_detail`), with every event of those
+messages. Its steps' publications are found by their ids, which the instance and the
+step's version fix (:func:`messagebox.service_instances.message_ids`), in the spool or
+in tracking.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sqlalchemy as sa
 from messagebox import arrays, ids, orchestrations, schema, tracking
 from messagebox.models import QueueState
 from messagebox.orchestrations import ServiceInstanceView
-from messagebox.service_instances import TIMER_PUBLISHER, message_ids, step_detail
+from messagebox.service_instances import TIMER_PUBLISHER, message_ids
 from messagebox.tracking import TrackedEvent
 
 MAX_STEPS = 1000
@@ -46,11 +48,12 @@ class InstanceMessage:
     message_id: uuid.UUID
     subscription: int | None
     outcome: str
-    """``handled`` (a step consumed it), ``suspended``, or, still queued, ``ready``,
-    ``blocked`` (behind its instance's suspended entry), ``held`` (the service is
-    stopped) or ``leased`` (its step is running)."""
+    """``handled`` (a step consumed it), ``terminated`` (with the instance),
+    ``suspended``, or, still queued, ``ready``, ``blocked`` (behind its instance's
+    suspended entry), ``held`` (the service is stopped) or ``leased`` (its step is
+    running)."""
     at: datetime | None
-    """When it was handled, suspended, or queued."""
+    """When it was handled, terminated, suspended, or queued."""
     detail: str | None
     """Handled: the host instance; suspended: the reason and error; leased: the host
     instance; blocked: what blocks it."""
@@ -80,10 +83,11 @@ class InstanceDetail:
 
     instance: ServiceInstanceView
     version: int | None
-    """Its version: the steps committed (None while pending)."""
+    """Its version: the steps committed (None while pending; 0 when it was terminated
+    pending)."""
     data: Any
     """Its saved data as stored (JSON: ``state``, the orchestration's state, and
-    ``timers``); None while pending."""
+    ``timers``); None while no step has committed."""
     messages: tuple[InstanceMessage, ...]
     published: tuple[Publication, ...]
     history: tuple[TrackedEvent, ...]
@@ -98,16 +102,16 @@ def detail(conn: sa.Connection, instance_id: str) -> InstanceDetail:
     row = orchestrations.read(conn, instance_id)
     [view] = orchestrations.views(conn, [row])
     waiting, suspended = _entries(conn, instance_id)
-    handled = _handled(conn, instance_id, row.created_at, row.updated_at) if row.version else []
+    ended = _ended(conn, instance_id, row.created_at, row.updated_at) if row.data else []
     published = _published(conn, instance_id, row.version or 0)
-    in_ids = [ids.as_uuid(r.msg) for r in (*waiting, *suspended, *handled)]
+    in_ids = [ids.as_uuid(r.msg) for r in (*waiting, *suspended, *ended)]
     events = _events(conn, [*in_ids, *published])
     timeouts = _timeouts(conn, in_ids) | {
         e.message_id
         for e in events
         if e.event == tracking.PUBLISHED and e.detail == TIMER_PUBLISHER
     }
-    messages = _messages(waiting, suspended, handled, events, timeouts)
+    messages = _messages(waiting, suspended, ended, events, timeouts)
     routed: dict[uuid.UUID, list[int]] = {}
     for e in events:
         if e.event == tracking.ROUTED and e.subscription is not None:
@@ -115,7 +119,7 @@ def detail(conn: sa.Connection, instance_id: str) -> InstanceDetail:
     return InstanceDetail(
         instance=view,
         version=row.version,
-        data=None if row.data is None else json.loads(row.data),
+        data=json.loads(row.data) if row.data is not None and row.version else None,
         messages=tuple(messages),
         published=tuple(
             Publication(m, step, at, tuple(routed.get(m, ())))
@@ -127,8 +131,8 @@ def detail(conn: sa.Connection, instance_id: str) -> InstanceDetail:
 
 
 def _entries(conn: sa.Connection, instance_id: str) -> tuple[list[Any], list[Any]]:
-    """Its queued entries (each with ``shown``, its state as a peek shows it, and the
-    database's ``now``) and its suspended entries, by id."""
+    """Its queued entries (each with ``shown``: ``leased``, ``held`` or empty) and its
+    suspended entries, by id."""
     q, s = schema.queue, schema.suspended
     leased = q.c.lease_owner.is_not(None) & (q.c.lease_expires > sa.func.now())
     shown = sa.case((leased, "leased"), (q.c.state == QueueState.HELD.value, "held"), else_="")
@@ -141,18 +145,20 @@ def _entries(conn: sa.Connection, instance_id: str) -> tuple[list[Any], list[Any
     return list(waiting), list(suspended)
 
 
-def _handled(
+def _ended(
     conn: sa.Connection, instance_id: str, created_at: datetime, updated_at: datetime
 ) -> list[Any]:
-    """The ``delivered`` events of its steps, found by their detail within its life."""
+    """The tracked events that name the instance in their detail, within its life: the
+    ``delivered`` events of its steps' messages, the ``terminated`` events of the
+    messages its termination took."""
     t = schema.tracking
-    pattern = "%" + step_detail("", instance_id).replace("_", "\\_").replace("%", "\\%")
+    pattern = "%instance " + instance_id.replace("_", "\\_").replace("%", "\\%") + "%"
     return list(
         conn.execute(
-            sa.select(t.c.msg, t.c.entry, t.c.sub, t.c.tracked_at, t.c.detail).where(
+            sa.select(t.c.event, t.c.msg, t.c.entry, t.c.sub, t.c.tracked_at, t.c.detail).where(
                 t.c.tracked_at >= created_at - _SLACK,
                 t.c.tracked_at <= updated_at + _SLACK,
-                t.c.event == tracking.DELIVERED,
+                t.c.event.in_([tracking.DELIVERED, tracking.TERMINATED]),
                 t.c.detail.like(pattern, escape="\\"),
             )
         )
@@ -225,7 +231,7 @@ def _events(conn: sa.Connection, msgs: Sequence[uuid.UUID]) -> list[TrackedEvent
 def _messages(
     waiting: Sequence[Any],
     suspended: Sequence[Any],
-    handled: Sequence[Any],
+    ended: Sequence[Any],
     events: Sequence[TrackedEvent],
     timers: set[uuid.UUID],
 ) -> list[InstanceMessage]:
@@ -233,11 +239,12 @@ def _messages(
     failures = Counter((e.message_id, e.entry) for e in events if e.event == tracking.FAILED)
     step = min((r.id for r in suspended if r.resumable), default=None)
     found: dict[int, InstanceMessage] = {}
-    for r in handled:
+    for r in ended:
         msg = ids.as_uuid(r.msg)
-        owner = r.detail.rsplit(", instance ", 1)[0]
+        handled = r.event == tracking.DELIVERED
         found[int(r.entry)] = InstanceMessage(
-            int(r.entry), msg, r.sub, "handled", r.tracked_at, owner,
+            int(r.entry), msg, r.sub, "handled" if handled else "terminated", r.tracked_at,
+            r.detail.rsplit(", instance ", 1)[0] if handled else "the instance was terminated",
             failures[(msg, r.entry)], msg in timers,
         )  # fmt: skip
     for r in suspended:

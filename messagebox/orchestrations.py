@@ -40,8 +40,11 @@ from messagebox.properties import (
 PENDING = "pending"
 """The listed state of an instance whose first step has not committed."""
 STATES = (*(s.value for s in InstanceState), PENDING)
-TERMINATED_DETAIL = "its service instance was terminated"
-"""The detail of the ``terminated`` events of a terminated instance's messages."""
+
+
+def terminated_detail(instance_id: str) -> str:
+    """The detail of the ``terminated`` events of a terminated instance's messages."""
+    return f"its service instance {instance_id} was terminated"
 
 
 @dataclass(frozen=True)
@@ -130,19 +133,31 @@ def list_instances(
     whose correlation values include ``correlation``'s."""
     if state is not None and state not in STATES:
         raise ValidationError(f"unknown instance state {state!r}; one of: {', '.join(STATES)}")
-    rows: list[_Row] = []
-    if state != PENDING:
-        rows += _stored_rows(conn, service, state, correlation or {}, limit)
+    # the pending first: where each statement sees what has committed by then
+    # (PostgreSQL), an instance whose first step commits in between is read twice, and
+    # its stored row wins, rather than not at all
+    found: dict[str, _Row] = {}
     if state in (None, PENDING):
-        rows += _pending_rows(conn, service, correlation or {}, limit)
-    rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        found.update((r.id, r) for r in _pending_rows(conn, service, correlation or {}, limit))
+    if state != PENDING:
+        found.update(
+            (r.id, r) for r in _stored_rows(conn, service, state, correlation or {}, limit)
+        )
+    rows = sorted(found.values(), key=lambda r: (r.created_at, r.id), reverse=True)
     return views(conn, rows[:limit])
 
 
-def _fragment(name: str, value: Value) -> str:
-    """What a stored correlation's JSON holds for a text value (a LIKE's pattern)."""
-    text = orjson.dumps({name: ["s", value]}).decode()[1:-1]
+def _containing(text: str) -> str:
+    """A LIKE pattern (escape ``\\``) for what holds ``text``."""
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _fragment(name: str, value: Value) -> str:
+    """A LIKE pattern for a stored correlation holding ``name``: a text value, or (any
+    other) the name: those are checked in Python (``42`` is ``42.0``)."""
+    if isinstance(value, str):
+        return _containing(orjson.dumps({name: ["s", value]}).decode()[1:-1])
+    return _containing(orjson.dumps(name).decode())
 
 
 def _matches(found: Mapping[str, Value], wanted: Mapping[str, Value]) -> bool:
@@ -163,9 +178,8 @@ def _stored_rows(
         query = query.where(si.c.service == service)
     if state is not None:
         query = query.where(si.c.state == state)
-    for name, value in correlation.items():  # text narrows in SQL; the rest is checked here
-        pattern = _fragment(name, value) if isinstance(value, str) else f"%{json.dumps(name)}%"
-        query = query.where(si.c.correlation.like(pattern, escape="\\"))
+    for name, value in correlation.items():  # narrowed in SQL, checked here
+        query = query.where(si.c.correlation.like(_fragment(name, value), escape="\\"))
     if not correlation:
         return [_stored(r) for r in conn.execute(query.limit(limit))]
     found = []
@@ -193,8 +207,7 @@ def _pending_rows(
     for value in correlation.values():
         if isinstance(value, str):  # the key holds ["s", value]
             text = json.dumps(["s", value], separators=(",", ":"), ensure_ascii=False)
-            escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            query = query.where(c.c.key.like(f"%{escaped}%", escape="\\"))
+            query = query.where(c.c.key.like(_containing(text), escape="\\"))
     if not correlation:
         query = query.limit(limit)
     rows = conn.execute(query).all()
@@ -353,6 +366,7 @@ def terminate(conn: sa.Connection, dialect: Dialect, instance_id: str) -> Termin
     In the order a step takes its rows (its queue entry, then the instance): a step in
     flight either commits first, or finds its entry gone and commits nothing."""
     q, s, si = schema.queue, schema.suspended, schema.service_instance
+    before = _open(read(conn, instance_id))  # a read: no lock taken out of order
     queued = conn.execute(
         q.delete().where(q.c.instance_id == instance_id).returning(*schema.queue_columns())
     ).all()
@@ -363,17 +377,10 @@ def terminate(conn: sa.Connection, dialect: Dialect, instance_id: str) -> Termin
         .values(state=InstanceState.TERMINATED.value, updated_at=now, completed_at=now)
         .returning(si.c.service)
     ).first()
-    if ended is None:
-        row = read(conn, instance_id)  # unknown: UnknownInstance (and all rolls back)
-        if row.state in ENDED:
-            raise ValidationError(
-                f"service instance {instance_id} has {row.state} already "
-                f"({row.completed_at}); nothing was terminated"
-            )
-        _store_terminated(conn, row, now)
-        service = row.service
-    else:
-        service = ended.service
+    if ended is None:  # pending, unless its step committed meanwhile (and it ended)
+        _open(read(conn, instance_id))
+        _store_terminated(conn, before, now)  # its first message is gone by now
+    service = before.service
     suspended = conn.execute(
         s.delete()
         .where(s.c.instance_id == instance_id)
@@ -385,7 +392,8 @@ def terminate(conn: sa.Connection, dialect: Dialect, instance_id: str) -> Termin
     ).scalar_one()
     gone = [*queued, *suspended]
     spool.release(conn, dialect, [r.msg for r in gone])
-    tracking.record_rows(conn, dialect, tracking.TERMINATED, gone, TERMINATED_DETAIL)
+    detail = terminated_detail(instance_id)
+    tracking.record_rows(conn, dialect, tracking.TERMINATED, gone, detail)
     service_instances.complete(conn, dialect, {instance_id: service}, now)  # timers, convoy…
     return Terminated(
         instance_id,
@@ -394,6 +402,16 @@ def terminate(conn: sa.Connection, dialect: Dialect, instance_id: str) -> Termin
         tuple(sorted(r.id for r in suspended)),
         int(timers),
     )
+
+
+def _open(row: _Row) -> _Row:
+    """``row``, unless it has ended (:class:`ValidationError`: nothing is terminated)."""
+    if row.state in ENDED:
+        raise ValidationError(
+            f"service instance {row.id} has {row.state} already ({row.completed_at}); "
+            "nothing was terminated"
+        )
+    return row
 
 
 def _store_terminated(conn: sa.Connection, row: _Row, now: datetime) -> None:

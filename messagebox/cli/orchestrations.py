@@ -144,6 +144,8 @@ def _show(d: InstanceDetail, names: dict[int, str], out: Terminal) -> None:
             ],
             empty="",
         )
+    if d.history:
+        out.note(f"({len(d.history)} tracked events of these messages: --json shows them)")
     if not d.tracking:
         out.note("tracking is off: handled steps are not recorded (`messagebox tracking enable`)")
 

@@ -7,6 +7,7 @@ it would do and a confirmation, then (with ``confirm``) done and audited."""
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +39,12 @@ def _to_instance(request: Request, instance_id: str, query: str = "") -> Respons
     return RedirectResponse(path + query, status_code=303)
 
 
+def _assignments(text: str) -> list[str]:
+    """``NAME=VALUE`` items separated by blanks (a value may hold blanks: an item starts
+    where ``NAME=`` or ``NAME:TYPE=`` does)."""
+    return [item.strip() for item in re.split(r"\s+(?=[\w.-]+(?::\w+)?=)", text) if item.strip()]
+
+
 def instances(request: Request) -> Response:
     """Instances of long-running services: correlation values, state, what each waits
     for, its timers; ``q``: ``NAME=VALUE`` finds by correlation value, an id opens it."""
@@ -51,7 +58,7 @@ def instances(request: Request) -> Response:
         return _to_instance(request, q)
     if q:
         try:
-            rows = find(c.box, q.split(), service=service, state=state, limit=FOUND)
+            rows = find(c.box, _assignments(q), service=service, state=state, limit=FOUND)
         except UsageError as exc:  # a bad NAME=VALUE
             raise ValidationError(
                 f"search for an instance id, or NAME=VALUE (NAME:TYPE=VALUE): {exc}"

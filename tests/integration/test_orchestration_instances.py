@@ -23,7 +23,7 @@ from messagebox.console import create_app
 from messagebox.errors import UnknownInstance, ValidationError
 from messagebox.hosts import Delivery, HostInstance, Orchestration, activate, receive, timeout
 from messagebox.models import ROUTING_FAILURE
-from messagebox.orchestrations import TERMINATED_DETAIL
+from messagebox.orchestrations import terminated_detail
 from messagebox.predicates import P
 from tests.cli_support import run_cli
 from tests.integration.orchestration_support import FAST, make_app, msg, wait_until
@@ -101,7 +101,7 @@ def test_an_instance_is_found_by_its_correlation_value(box: MessageBox, running)
     # Given orders A123 (its payment suspended) and B7, and an order 42 (a number)
     a123 = stuck_order(box, running)
     box.publish([msg("order", 42)])
-    wait_until(lambda: len(box.service_instances()) == 3, what="order 42's instance")
+    wait_until(lambda: len(box.service_instances(state="running")) == 2, what="order 42's")
     # When the operator looks for A123's instance by its order id
     [found] = box.find_instances({"t.OrderId": "A123"})
     # Then it is that one, with its correlation value and what it holds
@@ -129,6 +129,10 @@ def test_an_instance_is_found_by_its_correlation_value(box: MessageBox, running)
     # and the console's search box on /instances
     page = console(box).get("/instances", params={"q": "t.OrderId=A123"}).text
     assert re.findall(r'<tr id="instance-([^"]+)">', page) == [a123]
+    assert f'href="/instances/{a123}"' in page
+    went = console(box).get("/instances", params={"q": a123})  # an id opens its page
+    assert went.headers["location"] == f"/instances/{a123}"
+    assert console(box).get("/instances", params={"q": "t.OrderId A123="}).status_code == 400
     assert f'href="/instances/{a123}"' in page
 
 
@@ -188,7 +192,7 @@ def test_terminating_an_instance_terminates_its_messages_and_cancels_its_timers(
         assert box.references(m) == 0
         assert [(e.event, e.detail) for e in box.tracked(m)][-1] == (
             "terminated",
-            TERMINATED_DETAIL,
+            terminated_detail(a123),
         )
     # and the instance has ended as terminated, its timer and convoy gone
     [ended] = box.find_instances({"t.OrderId": "A123"})
@@ -199,6 +203,12 @@ def test_terminating_an_instance_terminates_its_messages_and_cancels_its_timers(
         t, c = mb_schema.timer, mb_schema.convoy
         assert conn.execute(sa.select(t).where(t.c.instance_id == a123)).first() is None
         assert conn.execute(sa.select(c).where(c.c.instance_id == a123)).first() is None
+    # and its page still shows every message it had, those two terminated with it
+    d = box.service_instance(a123)
+    assert [m.outcome for m in d.messages] == ["handled", "handled", "terminated", "terminated"]
+    assert [m.entry for m in d.messages[2:]] == [suspended.id, waiting.id]
+    # and the store is consistent (references released with the entries)
+    assert box.check() == []
     # and order B7 is untouched
     [b7] = box.find_instances({"t.OrderId": "B7"})
     assert (b7.state, len(b7.timers)) == ("running", 1)
@@ -333,7 +343,12 @@ def test_a_pending_instance_is_found_and_terminated(box: MessageBox, running) ->
     done = box.terminate_instance(pending.id)
     assert (len(done.entries), len(done.suspended)) == (1, 1)
     [ended] = box.find_instances({"t.OrderId": "P1"})
-    assert (ended.id, ended.state) == (pending.id, "terminated")
+    assert (ended.id, ended.state, ended.correlation) == (
+        pending.id,
+        "terminated",
+        {"t.OrderId": "P1"},
+    )
+    assert box.service_instance(pending.id).data is None
     assert box.suspended() == []
     assert box.queue_depth() == []
 
