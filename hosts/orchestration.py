@@ -403,9 +403,12 @@ class OrchestrationService:
                 f"orchestration {self.name!r}: instance {instance_id} has completed (or was "
                 "purged); this message was never consumed"
             )
-        if stored is not None and stored.state is InstanceState.COMPLETED:
+        if stored is not None and stored.state in (
+            InstanceState.COMPLETED,
+            InstanceState.TERMINATED,
+        ):
             raise InstanceCompleted(
-                f"orchestration {self.name!r}: instance {instance_id} completed at "
+                f"orchestration {self.name!r}: instance {instance_id} {stored.state.value} at "
                 f"{stored.completed_at}; this message was never consumed"
             )
         if instance_id is None:  # no correlation: each activation is an instance

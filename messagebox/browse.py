@@ -1,20 +1,23 @@
 """Reads for looking around during an incident: the entries on a host's queue (ready,
-held, leased), stored messages with a promoted property of a given value, and the
-instances of long-running services with what each waits for."""
+held, blocked, leased, with what holds them) and stored messages with a promoted
+property of a given value. (Orchestration instances: :mod:`messagebox.orchestrations`.)"""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import ids, schema
+from messagebox import arrays, ids, schema, suspension
+from messagebox.models import OnFailure, QueueState
 from messagebox.properties import Value, encode_context
 
-QUEUE_STATES = ("ready", "held", "leased")
+QUEUE_STATES = ("ready", "held", "blocked", "leased")
 
 
 @dataclass(frozen=True)
@@ -25,13 +28,29 @@ class QueueEntry:
     message_id: uuid.UUID
     subscription: int
     state: str
-    """``ready``, ``held`` (its subscription is stopped) or ``leased`` (being delivered)."""
+    """``ready``, ``held`` (its subscription is stopped), ``blocked`` (a suspended entry
+    of its service instance holds it) or ``leased`` (being delivered)."""
     priority: int
     attempts: int
     enqueued_at: datetime
     available_at: datetime
     lease_owner: str | None
     instance_id: str | None
+    held_by: int | None = None
+    """The suspended entry that holds it: for ``blocked``, its instance's suspended
+    step; for ``held``, on an ordered subscription that stops on failure, the entry
+    whose failure stopped it (None: the service was stopped otherwise)."""
+
+    @property
+    def holder(self) -> str | None:
+        """What holds it, in words (None when nothing does)."""
+        if self.state == "blocked":
+            return f"blocked by suspended entry {self.held_by}"
+        if self.state == "held" and self.held_by is not None:
+            return f"held: its ordered subscription stopped when entry {self.held_by} was suspended"
+        if self.state == "held":
+            return "held: its service is stopped"
+        return None
 
 
 @dataclass(frozen=True)
@@ -41,32 +60,18 @@ class FoundMessage:
     publisher: str
 
 
-@dataclass(frozen=True)
-class ServiceInstanceView:
-    """An instance of a long-running service and what it waits for."""
-
-    id: str
-    service: str
-    host: str
-    state: str
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
-    waiting_for: tuple[str, ...]
-    """The names of the instance subscriptions that route to it: its own, and, while it
-    runs, its service's correlated ones (the messages it waits for)."""
-    timers: tuple[tuple[str, datetime], ...]
-    """Its pending timeouts: (name, due)."""
-    queued: int
-    """Entries on its queue, not yet handled."""
-
-
 def peek_queue(conn: sa.Connection, host: str, state: str | None, limit: int) -> list[QueueEntry]:
     """The first ``limit`` entries of ``host``'s queue in claim order (priority, then
-    age), optionally of one state."""
+    age), optionally of one state, each with what holds it."""
     q = schema.queue
     leased = q.c.lease_owner.is_not(None) & (q.c.lease_expires > sa.func.now())
-    shown = sa.case((leased, "leased"), (q.c.state == "held", "held"), else_="ready")
+    held = q.c.state == QueueState.HELD.value
+    shown = sa.case(
+        (leased, "leased"),
+        (held, "held"),
+        (q.c.instance_id.in_(suspension.holding()), "blocked"),
+        else_="ready",
+    )
     query = (
         sa.select(
             q.c.id,
@@ -86,6 +91,8 @@ def peek_queue(conn: sa.Connection, host: str, state: str | None, limit: int) ->
     )
     if state is not None:
         query = query.where(shown == state)
+    rows = conn.execute(query).all()
+    holders = _holders(conn, rows)
     return [
         QueueEntry(
             int(r.id),
@@ -98,9 +105,51 @@ def peek_queue(conn: sa.Connection, host: str, state: str | None, limit: int) ->
             r.available_at,
             r.lease_owner,
             r.instance_id,
+            holders.get(int(r.id)),
         )
-        for r in conn.execute(query)
+        for r in rows
     ]
+
+
+def _holders(conn: sa.Connection, rows: Sequence[Any]) -> dict[int, int]:
+    """The suspended entry holding each held or blocked entry of ``rows``, where one
+    does: a blocked entry's instance's suspended step; a held entry's ordered
+    subscription's suspended entry, when it stops on failure."""
+    s, sub = schema.suspended, schema.subscription
+    instances = sorted({r.instance_id for r in rows if r.shown == "blocked"})
+    subs = sorted({int(r.sub) for r in rows if r.shown == "held"})
+    steps: dict[str, int] = {}
+    if instances:
+        steps = {
+            i: int(n)
+            for i, n in conn.execute(
+                sa.select(s.c.instance_id, sa.func.min(s.c.id))
+                .where(arrays.one_of(conn, s.c.instance_id, instances), s.c.resumable == sa.true())
+                .group_by(s.c.instance_id)
+            )
+        }
+    stoppers: dict[int, int] = {}
+    if subs:
+        stoppers = {
+            int(i): int(n)
+            for i, n in conn.execute(
+                sa.select(s.c.sub, sa.func.min(s.c.id))
+                .join(sub, sub.c.id == s.c.sub)
+                .where(
+                    arrays.one_of(conn, s.c.sub, subs),
+                    s.c.resumable == sa.true(),
+                    s.c.ordered == sa.true(),
+                    sub.c.on_failure == OnFailure.STOP.value,
+                )
+                .group_by(s.c.sub)
+            )
+        }
+    found: dict[int, int] = {}
+    for r in rows:
+        n = steps.get(r.instance_id) if r.shown == "blocked" else stoppers.get(int(r.sub))
+        if r.shown in ("held", "blocked") and n is not None:
+            found[int(r.id)] = n
+    return found
 
 
 def _like_escaped(text: str) -> str:
@@ -136,62 +185,3 @@ def find_by_property(
         if len(found) >= limit:
             break
     return found
-
-
-def service_instances(
-    conn: sa.Connection, *, service: str | None, state: str | None, limit: int
-) -> list[ServiceInstanceView]:
-    """Instances of long-running services, newest first, with their instance
-    subscriptions, pending timers and queued entries."""
-    si, sub, t, q = schema.service_instance, schema.subscription, schema.timer, schema.queue
-    query = sa.select(si).order_by(si.c.created_at.desc(), si.c.id).limit(limit)
-    if service is not None:
-        query = query.where(si.c.service == service)
-    if state is not None:
-        query = query.where(si.c.state == state)
-    rows = list(conn.execute(query))
-    ids = [r.id for r in rows]
-    if not ids:
-        return []
-    waiting: dict[str, list[str]] = {}  # by instance id, or by service (correlated)
-    services = sorted({r.service for r in rows})
-    for instance_id, service, name in conn.execute(
-        sa.select(sub.c.instance_id, sub.c.service, sub.c.name)
-        .where(
-            sub.c.kind == "instance",
-            sa.or_(sub.c.instance_id.in_(ids), sub.c.service.in_(services)),
-        )
-        .order_by(sub.c.id)
-    ):
-        waiting.setdefault(instance_id or f"service:{service}", []).append(name)
-    timers: dict[str, list[tuple[str, datetime]]] = {}
-    for instance_id, name, due in conn.execute(
-        sa.select(t.c.instance_id, t.c.name, t.c.due_at)
-        .where(t.c.instance_id.in_(ids))
-        .order_by(t.c.due_at)
-    ):
-        timers.setdefault(instance_id, []).append((name, due))
-    queued = {
-        str(instance_id): int(n)
-        for instance_id, n in conn.execute(
-            sa.select(q.c.instance_id, sa.func.count())
-            .where(q.c.instance_id.in_(ids))
-            .group_by(q.c.instance_id)
-        )
-    }
-    return [
-        ServiceInstanceView(
-            r.id,
-            r.service,
-            r.host,
-            r.state,
-            r.created_at,
-            r.updated_at,
-            r.completed_at,
-            tuple(waiting.get(r.id, ()))
-            + (() if r.state == "completed" else tuple(waiting.get(f"service:{r.service}", ()))),
-            tuple(timers.get(r.id, ())),
-            int(queued.get(r.id, 0)),
-        )
-        for r in rows
-    ]

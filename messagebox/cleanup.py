@@ -43,7 +43,7 @@ from messagebox import (
     subscriptions,
     tracking,
 )
-from messagebox.models import InstanceState
+from messagebox.models import ENDED
 from messagebox.store import Store
 
 
@@ -186,7 +186,7 @@ def _purge_completed(
     report.purged_instances += len(orphans)
     rows = conn.execute(
         sa.select(si.c.id, si.c.service, si.c.completed_at).where(
-            si.c.state == InstanceState.COMPLETED.value,
+            si.c.state.in_(sorted(ENDED)),  # completed or terminated
             si.c.completed_at < store.dialect.now_plus(-retention),
         )
     ).all()

@@ -42,26 +42,26 @@ from messagebox.models import (
     State,
     Stats,
     Subscription,
-    SuspendedEntry,
 )
-from messagebox.operations import Operations, new_expiry, suspended_query
+from messagebox.operations import Operations
 from messagebox.properties import Value
 from messagebox.publishing import Messages
 from messagebox.resubmission import Resubmits
 from messagebox.scheduling import Scheduling
 from messagebox.store import URL, Store
 from messagebox.store import StoreURL as StoreURL  # hosts name it
-from messagebox.suspension import SuspendedQuery
+from messagebox.suspended_entries import SuspendedEntries
 from messagebox.watching import Watching
 
 if TYPE_CHECKING:
-    from messagebox.browse import FoundMessage, QueueEntry, ServiceInstanceView
+    from messagebox.browse import FoundMessage, QueueEntry
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
-    from messagebox.failures import FailureGroup
+    from messagebox.instance_history import InstanceDetail
+    from messagebox.orchestrations import ServiceInstanceView, Terminated
 
 
-class MessageBox(RoutingAsCode, Watching, Scheduling):
+class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
     """A content-based publish/subscribe router over one database.
 
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
@@ -351,8 +351,9 @@ class MessageBox(RoutingAsCode, Watching, Scheduling):
         return self.operations.queue_depth(host)
 
     def queue_stats(self, host: str | None = None) -> list[QueueStats]:
-        """Per host and subscription: entries ready, held and leased, and the age of the
-        oldest (by the database clock). An unknown host raises
+        """Per host and subscription: entries ready, held (the service is stopped),
+        blocked (behind a suspended entry of their service instance) and leased, and the
+        age of the oldest (by the database clock). An unknown host raises
         :class:`~messagebox.errors.UnknownHost`."""
         return self.operations.queue_stats(host)
 
@@ -366,46 +367,12 @@ class MessageBox(RoutingAsCode, Watching, Scheduling):
         by reason, subscriptions by state, hosts, host and service instances."""
         return self.operations.stats()
 
-    def suspended(
-        self,
-        *,
-        reason: str | None = None,
-        host: str | None = None,
-        service: str | None = None,
-        subscription: int | None = None,
-        message_id: uuid.UUID | str | None = None,
-        before: datetime | None = None,
-        limit: int = 1000,
-        offset: int = 0,
-        newest_first: bool = False,
-        ids: Sequence[int] | None = None,
-        error: str | None = None,
-        group: str | None = None,
-    ) -> list[SuspendedEntry]:
-        """Suspended entries, oldest first (by suspension time, then id; newest first
-        with ``newest_first``), after skipping ``offset`` of them, optionally only those
-        of ``ids`` and filtered (``before``: suspended before that time; ``error``: text
-        the error contains, in any case; ``group``: a failure group's id, see
-        :meth:`failure_group`; an unknown ``host`` raises
-        :class:`~messagebox.errors.UnknownHost`)."""
-        query = SuspendedQuery(
-            ids=None if ids is None else tuple(ids),
-            reason=reason,
-            host=host,
-            service=service,
-            subscription=subscription,
-            message_id=None if message_id is None else uuid.UUID(str(message_id)),
-            before=before,
-            error=error,
-            group=group,
-        )
-        return self.operations.suspended(query, limit, offset=offset, newest_first=newest_first)
-
     def peek_queue(
         self, host: str, *, state: str | None = None, limit: int = 100
     ) -> list[QueueEntry]:
         """The first ``limit`` entries of a host's queue in claim order, optionally of
-        one state (``ready``, ``held``, ``leased``), changing nothing."""
+        one state (``ready``, ``held``, ``blocked``, ``leased``), each with what holds
+        it, changing nothing."""
         from messagebox.browse import QUEUE_STATES
 
         if state is not None and state not in QUEUE_STATES:
@@ -427,91 +394,45 @@ class MessageBox(RoutingAsCode, Watching, Scheduling):
         self, *, service: str | None = None, state: str | None = None, limit: int = 200
     ) -> list[ServiceInstanceView]:
         """Instances of long-running services (orchestrations), newest first, each with
-        the names of the instance subscriptions it waits on, its pending timers and its
-        queued entries."""
+        its correlation values, the names of the instance subscriptions it waits on, its
+        pending timers and its queued and suspended entries. ``state``: ``running``,
+        ``suspended``, ``completed``, ``terminated`` or ``pending`` (its first step has
+        not committed)."""
         return self.operations.service_instances(service, state, limit)
 
-    def count_suspended(
+    def find_instances(
         self,
+        correlation: Mapping[str, Value],
         *,
-        reason: str | None = None,
-        host: str | None = None,
         service: str | None = None,
-        error: str | None = None,
-        group: str | None = None,
-    ) -> int:
-        """How many suspended entries match the filters (as :meth:`suspended`'s)."""
-        return self.operations.count_suspended(
-            SuspendedQuery(reason=reason, host=host, service=service, error=error, group=group)
-        )
+        state: str | None = None,
+        limit: int = 200,
+    ) -> list[ServiceInstanceView]:
+        """The instances whose correlation values include these (``{"orders.OrderId":
+        "A123"}``; ``42`` finds ``42.0``), newest first, as :meth:`service_instances`."""
+        from messagebox.properties import canonical_name, normalize_value
 
-    def failure_groups(self, scan: int = 100_000) -> list[FailureGroup]:
-        """The ``scan`` newest suspended entries grouped by how they failed: reason,
-        service, exception type and where it was raised (or, without a traceback, the
-        message with its ids masked), largest group first (:mod:`messagebox.failures`)."""
-        return self.operations.failure_groups(scan)
+        try:
+            wanted = {canonical_name(k): normalize_value(v) for k, v in correlation.items()}
+        except ValueError as exc:
+            raise ValidationError(f"correlation: {exc}") from exc
+        if not wanted:
+            raise ValidationError("give at least one correlation value (NAME=VALUE)")
+        return self.operations.service_instances(service, state, limit, wanted)
 
-    def failure_group(self, group_id: str, scan: int = 100_000) -> FailureGroup:
-        """One failure group, by its id (stable: a hash of what groups its entries);
-        :class:`~messagebox.errors.UnknownFailureGroup` when none of the ``scan``
-        newest entries is in it."""
-        return self.operations.failure_group(group_id, scan)
+    def service_instance(self, instance_id: str) -> InstanceDetail:
+        """One instance in full: its saved state, the messages that reached it in its
+        order with what became of each, what its steps published, and their tracked
+        events (:class:`~messagebox.instance_history.InstanceDetail`). An unknown id
+        raises :class:`~messagebox.errors.UnknownInstance`."""
+        return self.operations.service_instance(instance_id)
 
-    def suspended_entry(self, entry_id: int) -> SuspendedEntry:
-        """One suspended entry, by id."""
-        return self.operations.suspended_entry(entry_id)
-
-    def resume(
-        self,
-        *entry_ids: int,
-        reason: str | None = None,
-        host: str | None = None,
-        service: str | None = None,
-        subscription: int | None = None,
-        before: datetime | None = None,
-        error: str | None = None,
-        group: str | None = None,
-        batch: int | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        ttl: float | None = None,
-        expires_at: datetime | None = None,
-    ) -> list[int]:
-        """Put suspended entries back on their queues: the given ids (each must exist
-        and be resumable), or every resumable entry matching the filters (those of
-        :meth:`suspended`; ``group``: a failure group's entries now). They keep
-        their place in publish order and start again from attempt 1. Returns the ids.
-        They expire ``ttl`` seconds after the resume, or at ``expires_at`` (an
-        ``expired`` entry resumed without either never expires).
-
-        Ids are resumed in one transaction, all or none. Filters too, unless ``batch``
-        is given: then ``batch`` entries per transaction, lowest ids first, calling
-        ``progress(done, total)`` after each (``total`` is counted at the start).
-        """
-        query = suspended_query(
-            entry_ids, reason, host, service, subscription, before, error, group
-        )
-        return self.operations.resume(query, batch, progress, new_expiry(ttl, expires_at))
-
-    def terminate(
-        self,
-        *entry_ids: int,
-        reason: str | None = None,
-        host: str | None = None,
-        service: str | None = None,
-        subscription: int | None = None,
-        before: datetime | None = None,
-        error: str | None = None,
-        group: str | None = None,
-        batch: int | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> list[int]:
-        """Delete suspended entries (the given ids, or every one matching the filters)
-        and release their references; cleanup then removes unreferenced messages.
-        ``batch`` and ``progress`` work as for :meth:`resume`."""
-        query = suspended_query(
-            entry_ids, reason, host, service, subscription, before, error, group
-        )
-        return self.operations.terminate(query, batch, progress)
+    def terminate_instance(self, instance_id: str) -> Terminated:
+        """End an instance for good, as ``terminated``: its queued messages and its
+        suspended entries are terminated (their messages released), its timers, convoy
+        and instance subscriptions removed; a step of it in flight commits nothing. An
+        instance that has ended already is refused (ValidationError)."""
+        return self.operations.terminate_instance(instance_id)
 
     def resubmit(
         self,
@@ -533,15 +454,6 @@ class MessageBox(RoutingAsCode, Watching, Scheduling):
         batch = resubmission.messages(stored, body, properties or {}, location)
         policy = RoutingPolicy.SUSPEND if location is None else location.policy
         return self.messages.resubmit(entry_id, stored.id, batch, policy)
-
-    def reroute(self, *entry_ids: int) -> dict[int, tuple[int, ...]]:
-        """Route suspended routing failures, and entries whose subscription was removed,
-        again (all of them when no id is given).
-
-        Those that now match a subscription move to their hosts' queues; the rest stay
-        suspended. Returns the subscriptions each moved entry went to.
-        """
-        return self.operations.reroute(entry_ids)
 
     def instances(self, host: str | None = None) -> list[InstanceInfo]:
         """Registered host instances, with their last heartbeat (of one host, if given: an

@@ -10,8 +10,9 @@ MessageBoxError
 │   ├── UnknownSubscription
 │   ├── UnknownMessage
 │   ├── UnknownSuspendedEntry
-│   └── UnknownFailureGroup         no failure group has the id (among the entries scanned)
-│   └── UnknownScheduledEntry       not on a queue, or due already
+│   ├── UnknownFailureGroup         no failure group has the id (among the entries scanned)
+│   ├── UnknownScheduledEntry       not on a queue, or due already
+│   └── UnknownInstance             no orchestration (service) instance of that id
 ├── AlreadyExists                   a host or subscription name is taken
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
@@ -76,6 +77,10 @@ class UnknownFailureGroup(NotFound):
 
 class UnknownScheduledEntry(NotFound):
     """No such scheduled queue entry (not on a queue, or due already)."""
+
+
+class UnknownInstance(NotFound):
+    """No such service instance."""
 
 
 class AlreadyExists(MessageBoxError):

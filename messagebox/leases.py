@@ -48,7 +48,8 @@ MAX_BACKOFF_SECONDS = 3600.0
 
 
 class Entry(NamedTuple):
-    """A queue entry as tracking records its delivery (:func:`delivered`)."""
+    """A queue entry as tracking records its delivery (a step's:
+    :func:`messagebox.service_instances.commit_steps`)."""
 
     id: int
     msg: uuid.UUID
@@ -434,11 +435,6 @@ def _suspend(
     if stop:
         hold(conn, stop, State.STOPPED)
         result.stopped_subscriptions = tuple(stop)
-
-
-def delivered(conn: sa.Connection, dialect: Dialect, rows: Sequence[Any], owner: str) -> None:
-    """Track completed deliveries (rows with id, msg, sub and host)."""
-    tracking.record_rows(conn, dialect, tracking.DELIVERED, rows, owner)
 
 
 def _failed(conn: sa.Connection, dialect: Dialect, failures: Sequence[tuple[Failure, str]]) -> None:

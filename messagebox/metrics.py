@@ -139,7 +139,7 @@ class StoreCollector(Collector):
         queues, hosts, counts, ages = self.box.operations.snapshot()
         depth = GaugeMetricFamily(
             "messagebox_queue_depth",
-            "Entries on a host's queue, by state (ready, held, leased, scheduled)",
+            "Entries on a host's queue, by state (ready, held, blocked, leased, scheduled)",
             labels=["host", "state"],
         )
         oldest = GaugeMetricFamily(
@@ -151,10 +151,16 @@ class StoreCollector(Collector):
         age: dict[str, float] = {}
         for row in queues:
             c = per_host.setdefault(row.host, Counts())
-            c.update(ready=row.ready, held=row.held, leased=row.leased, scheduled=row.scheduled)
+            c.update(
+                ready=row.ready,
+                held=row.held,
+                blocked=row.blocked,
+                leased=row.leased,
+                scheduled=row.scheduled,
+            )
             age[row.host] = max(age.get(row.host, 0.0), row.oldest_age_seconds)
         for host, c in sorted(per_host.items()):
-            for state in ("ready", "held", "leased", "scheduled"):
+            for state in ("ready", "held", "blocked", "leased", "scheduled"):
                 depth.add_metric([host, state], c[state])
             oldest.add_metric([host], age.get(host, 0.0))
         suspended = GaugeMetricFamily(

@@ -69,6 +69,13 @@ class InstanceState(StrEnum):
     until the failed entry is resumed or terminated."""
     COMPLETED = "completed"
     """Done: its convoy, timers and instance subscriptions are gone."""
+    TERMINATED = "terminated"
+    """Ended by an operator (``MessageBox.terminate_instance``): as completed, and its
+    queued and suspended messages were terminated."""
+
+
+ENDED = frozenset({InstanceState.COMPLETED.value, InstanceState.TERMINATED.value})
+"""The states of a service instance that has ended: no step runs on it again."""
 
 
 class OnFailure(StrEnum):
@@ -464,11 +471,14 @@ class QueueStats:
     """The subscription's name and service (None if it was removed meanwhile)."""
     service: str | None
     depth: int
-    """Every entry: ready + held + leased + scheduled."""
+    """Every entry: ready + held + blocked + leased + scheduled."""
     ready: int
     """Waiting to be claimed (or for their retry time)."""
     held: int
     """Held while the service is stopped."""
+    blocked: int
+    """Blocked behind a suspended entry of their service instance: a suspended step
+    holds its instance's later messages until it is resumed or terminated."""
     leased: int
     """Claimed by a host instance whose lease has not expired."""
     oldest_enqueued_at: datetime
@@ -507,7 +517,7 @@ class Stats:
     parts: int
     part_bytes: int
     queued: dict[str, int]
-    """Queue entries by state: ready, held, leased, scheduled."""
+    """Queue entries by state: ready, held, blocked, leased, scheduled."""
     suspended: dict[str, int]
     """Suspended entries by reason."""
     subscriptions: dict[str, int]
@@ -516,7 +526,7 @@ class Stats:
     host_instances: int
     """Registered host instances (live or not yet found dead)."""
     service_instances: dict[str, int]
-    """Orchestration instances by state: running, suspended, completed."""
+    """Orchestration instances by state: running, suspended, completed, terminated."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -18,6 +18,7 @@ from messagebox import (
     browse,
     clock,
     failures,
+    orchestrations,
     registry,
     rollup,
     router,
@@ -43,6 +44,7 @@ from messagebox.models import (
     SuspendedEntry,
     Throughput,
 )
+from messagebox.properties import Value
 from messagebox.scheduled import ScheduledEntry, ScheduledQuery
 from messagebox.store import Store
 from messagebox.suspension import SuspendedQuery
@@ -51,6 +53,7 @@ from messagebox.tracking import EventQuery, TrackedEvent, TrackingSettings
 if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
+    from messagebox.instance_history import InstanceDetail
 
 Action = Callable[[sa.Connection, Any, SuspendedQuery, int | None], list[int]]
 """A suspended-queue action (:func:`suspension.resume`, :func:`suspension.terminate`)."""
@@ -271,10 +274,26 @@ class Operations:
             return browse.find_by_property(conn, name, value, limit)
 
     def service_instances(
-        self, service: str | None, state: str | None, limit: int
-    ) -> list[browse.ServiceInstanceView]:
+        self,
+        service: str | None,
+        state: str | None,
+        limit: int,
+        correlation: Mapping[str, Value] | None = None,
+    ) -> list[orchestrations.ServiceInstanceView]:
         with self._store.transaction() as conn:
-            return browse.service_instances(conn, service=service, state=state, limit=limit)
+            return orchestrations.list_instances(
+                conn, service=service, state=state, correlation=correlation, limit=limit
+            )
+
+    def service_instance(self, instance_id: str) -> InstanceDetail:
+        from messagebox.instance_history import detail
+
+        with self._store.transaction() as conn:
+            return detail(conn, instance_id)
+
+    def terminate_instance(self, instance_id: str) -> orchestrations.Terminated:
+        with self._store.transaction(serial=True) as conn:
+            return orchestrations.terminate(conn, self._store.dialect, instance_id)
 
     def count_suspended(self, query: SuspendedQuery) -> int:
         s = schema.suspended

@@ -206,7 +206,23 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
             f"queue entry {lost[0]} is no longer leased by {owner}; its step was not committed"
         )
     spool.release(conn, dialect, [r.msg for r in gone])
-    leases.delivered(conn, dialect, gone, owner)
+    of = {s.entry_id: s.instance_id for s in steps}
+    tracking.record(  # the detail names the instance: its history finds its steps by it
+        conn,
+        dialect,
+        tracking.DELIVERED,
+        [r.msg for r in gone],
+        subs=[r.sub for r in gone],
+        hosts=[r.host for r in gone],
+        entries=[r.id for r in gone],
+        details=[step_detail(owner, of[r.id]) for r in gone],
+    )
+
+
+def step_detail(owner: str, instance_id: str) -> str:
+    """The detail of the ``delivered`` event of a step's message: the host instance, and
+    the service instance the step ran on."""
+    return f"{owner}, instance {instance_id}"
 
 
 def _may_have_timers(step: Step) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema, subscriptions
+from messagebox import clock, schema, subscriptions, suspension
 from messagebox.models import HostStats, QueueState, QueueStats, Stats, Throughput
 from messagebox.tracking import EVENTS
 
@@ -29,6 +29,23 @@ def scheduled() -> sa.ColumnElement[bool]:
     return sa.and_(q.c.attempts == 0, q.c.available_at > sa.func.now())
 
 
+def _states() -> tuple[sa.ColumnElement[bool], ...]:
+    """Of the unleased entries, apart: scheduled (not due yet), held (the service is
+    stopped) and blocked (ready, but a suspended step of their service instance holds
+    them; :func:`suspension.holding`). The rest of the unleased ones are ready."""
+    q = schema.queue
+    free = sa.not_(_leased())
+    later = sa.and_(scheduled(), free)
+    held = sa.and_(q.c.state == QueueState.HELD.value, free, sa.not_(later))
+    blocked = sa.and_(
+        q.c.state == QueueState.READY.value,
+        free,
+        sa.not_(later),
+        q.c.instance_id.in_(suspension.holding()),
+    )
+    return later, held, blocked
+
+
 def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
     return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
 
@@ -38,8 +55,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     when the next scheduled one is due."""
     q, s = schema.queue, schema.subscription
     leased = _leased()
-    later = sa.and_(scheduled(), sa.not_(leased))
-    held = sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased), sa.not_(later))
+    later, held, blocked = _states()
     query = (
         sa.select(
             q.c.host,
@@ -51,6 +67,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
             _count(held).label("held"),
             _count(later).label("scheduled"),
             sa.func.min(sa.case((later, q.c.available_at))).label("next_due"),
+            _count(blocked).label("blocked"),
             sa.func.min(q.c.enqueued_at).label("oldest"),
         )
         .select_from(q.outerjoin(s, s.c.id == q.c.sub))
@@ -63,7 +80,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     out = []
     for r in conn.execute(query):
         depth, n_leased, n_held = int(r.depth), int(r.leased), int(r.held)
-        n_later = int(r.scheduled)
+        n_later, n_blocked = int(r.scheduled), int(r.blocked)
         out.append(
             QueueStats(
                 host=r.host,
@@ -71,8 +88,9 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
                 name=r.name,
                 service=r.service,
                 depth=depth,
-                ready=depth - n_leased - n_held - n_later,
+                ready=depth - n_leased - n_held - n_later - n_blocked,
                 held=n_held,
+                blocked=n_blocked,
                 leased=n_leased,
                 oldest_enqueued_at=r.oldest,
                 # enqueued by a transaction that began after this one: never a negative age
@@ -125,14 +143,14 @@ def _total(conn: sa.Connection, table: sa.Table) -> int:
 def counts(conn: sa.Connection) -> Stats:
     """Counts of every kind of thing the box holds."""
     q, p = schema.queue, schema.part
-    leased = _leased()
-    later = sa.and_(scheduled(), sa.not_(leased))
-    total, n_leased, n_held, n_later = conn.execute(
+    later, held, blocked = _states()
+    total, n_leased, n_held, n_later, n_blocked = conn.execute(
         sa.select(
             sa.func.count(),
-            _count(leased),
-            _count(sa.and_(q.c.state == QueueState.HELD.value, sa.not_(leased), sa.not_(later))),
+            _count(_leased()),
+            _count(held),
             _count(later),
+            _count(blocked),
         ).select_from(q)
     ).one()
     parts, part_bytes = conn.execute(
@@ -143,8 +161,9 @@ def counts(conn: sa.Connection) -> Stats:
         parts=int(parts),
         part_bytes=int(part_bytes),
         queued={
-            "ready": int(total) - int(n_leased) - int(n_held) - int(n_later),
+            "ready": int(total) - int(n_leased) - int(n_held) - int(n_later) - int(n_blocked),
             "held": int(n_held),
+            "blocked": int(n_blocked),
             "leased": int(n_leased),
             "scheduled": int(n_later),
         },

@@ -20,6 +20,7 @@ from messagebox.dialects import Dialect
 from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
 from messagebox.ids import allocate
 from messagebox.models import (
+    ENDED,
     Host,
     HostSettings,
     Kind,
@@ -359,13 +360,18 @@ def replace_filter(conn: sa.Connection, dialect: Dialect, sub_id: int, filt: Fil
 
 def host_usage(conn: sa.Connection, name: str) -> dict[str, int]:
     """What still refers to a host: queued and suspended entries, registered host
-    instances, service instances that have not completed, pending timers."""
+    instances, service instances that have not ended (completed or terminated), pending
+    timers."""
     si = schema.service_instance
     counted = (
         ("queued entries", schema.queue, schema.queue.c.host == name),
         ("suspended entries", schema.suspended, schema.suspended.c.host == name),
         ("registered host instances", schema.instance, schema.instance.c.host == name),
-        ("service instances not completed", si, (si.c.host == name) & (si.c.state != "completed")),
+        (
+            "service instances not ended",
+            si,
+            (si.c.host == name) & si.c.state.not_in(sorted(ENDED)),
+        ),
         ("pending timers", schema.timer, schema.timer.c.host == name),
     )
     return {

@@ -168,6 +168,15 @@ def suspend_instances(conn: sa.Connection, instance_ids: Sequence[str]) -> None:
         )
 
 
+def holding() -> sa.Select[tuple[str | None]]:
+    """The service instances a suspended (resumable) entry holds: their queued entries
+    wait, the claim passing them over, until it is resumed or terminated."""
+    s = schema.suspended
+    return sa.select(s.c.instance_id).where(
+        s.c.resumable == sa.true(), s.c.instance_id.is_not(None)
+    )
+
+
 def _unsuspend_instances(conn: sa.Connection, instance_ids: Iterable[str | None]) -> None:
     ids = sorted({i for i in instance_ids if i})
     if ids:

@@ -85,8 +85,9 @@ class TrackingSettings:
 @dataclass(frozen=True)
 class TrackedEvent:
     """One thing that happened to a message. ``entry`` is the queue or suspended entry
-    it concerns; ``detail``: the publisher (published), the host instance (delivered),
-    the error (failed), the reason (suspended)."""
+    it concerns; ``detail``: the publisher (published), the host instance (delivered;
+    an orchestration step's names its instance too), the error (failed), the reason
+    (suspended), the instance terminated (terminated with it)."""
 
     at: datetime
     event: str

@@ -20,8 +20,14 @@
     hosts list | hosts add NAME [--set KEY=VALUE ...] | hosts set NAME --set KEY=VALUE ...
     hosts remove NAME                      a host nothing refers to any more
     messages show ID [--part NAME]         a stored message's body (--json: its context)
-    queues [--host H]                      depth per host and subscription, oldest entry
+    queues [--host H]                      ready, held, blocked, leased per subscription
     instances [--host H]                   running host instances and their heartbeats
+    orchestrations list [--service S] [--state S] [--limit N]
+                                           orchestration instances, newest first
+    orchestrations find NAME=VALUE ... [--service S] [--state S]
+                                           the instances with these correlation values
+    orchestrations show ID                 one instance: state, messages, timers, history
+    orchestrations terminate ID [--yes]    end it; its queued messages are terminated
     suspended list [FILTERS] [--limit N]   FILTERS: --reason R --host H --service S
                                            --subscription REF --older-than 2h
                                            --error TEXT --group ID
@@ -60,9 +66,9 @@
 
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (which
 function runs each command), the commands by group in ``subscriptions`` (and hosts),
-``messages`` (publishing, queues, suspended entries), ``routing`` (``route explain``) and
-``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the store),
-``terminal`` (tables, JSON, progress).
+``messages`` (publishing, queues, suspended entries), ``orchestrations`` (orchestration
+instances), ``routing`` (``route explain``) and ``operations`` (init, cleanup, stats,
+tracking, metrics), ``box`` (opening the store), ``terminal`` (tables, JSON, progress).
 
 A DuckDB store held by a running process (``host run``, ``console``) is reached through
 it: the command is sent to that process (:mod:`messagebox.cli.remote`), found from the

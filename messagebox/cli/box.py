@@ -33,6 +33,7 @@ AUDITED = frozenset(
         ("failures", "terminate"),
         ("scheduled", "deliver-now"),
         ("scheduled", "cancel"),
+        ("orchestrations", "terminate"),
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),
@@ -67,7 +68,8 @@ def open_box(args: argparse.Namespace, *, create: bool = False) -> Iterator[Mess
     """The MessageBox at the command's URL; only ``init`` creates one. A command that
     a running process serves uses that process's MessageBox (``args.served_box``), left
     open. A command in :data:`AUDITED` is audited when it ends (with the number of
-    entries it changed when it says, ``args.audit_count``), and when it fails, with the
+    entries it changed and what it acted on when it says, ``args.audit_count`` and
+    ``args.audit_target``), and when it fails, with the
     error: a bulk change commits batch by batch, so a failure may follow changes."""
     from messagebox.engine import MessageBox
     from messagebox.errors import NoSchema
@@ -114,6 +116,7 @@ def _audit(box: MessageBox, args: argparse.Namespace, failed: str | None = None)
         who=served_for or audit.local_user(),
         role="token" if served_for else "local",
         via=audit.SERVED if served_for else audit.CLI,
+        target=getattr(args, "audit_target", None),
         count=getattr(args, "audit_count", None),
         detail=detail,
     )

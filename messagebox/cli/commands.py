@@ -3,6 +3,7 @@ MessageBox and shows the result (a table or JSON) through a :class:`~messagebox.
 terminal.Terminal`; the logic lives in the library, this is presentation. The commands
 are grouped: :mod:`~messagebox.cli.subscriptions` (subscriptions and hosts),
 :mod:`~messagebox.cli.messages` (publishing, queues, suspended entries),
+:mod:`~messagebox.cli.orchestrations` (orchestration instances),
 :mod:`~messagebox.cli.routing` (``route explain``) and :mod:`~messagebox.cli.operations`
 (schema, cleanup, statistics, tracking, metrics)."""
 
@@ -33,6 +34,11 @@ from messagebox.cli.operations import (
     tracking_enable,
     tracking_events,
     tracking_status,
+)
+from messagebox.cli.orchestrations import (
+    orchestrations_list,
+    orchestrations_show,
+    orchestrations_terminate,
 )
 from messagebox.cli.resubmit import suspended_resubmit
 from messagebox.cli.routing import route_explain
@@ -76,6 +82,11 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("messages", "show"): message_show,
     ("queues", ""): queues,
     ("instances", ""): instances,
+    ("orchestrations", ""): orchestrations_list,
+    ("orchestrations", "list"): orchestrations_list,
+    ("orchestrations", "find"): orchestrations_list,
+    ("orchestrations", "show"): orchestrations_show,
+    ("orchestrations", "terminate"): orchestrations_terminate,
     ("suspended", "list"): suspended_list,
     ("suspended", "show"): suspended_show,
     ("suspended", "resume"): suspended_act,

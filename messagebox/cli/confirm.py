@@ -1,6 +1,7 @@
-"""Bulk changes ask first: ``suspended resume|terminate --all-matching`` and ``failures
-resume|terminate`` change every entry a filter or a failure group selects, so at a
-terminal the command line asks before it starts (:func:`ask`), and without one (a script,
+"""Bulk changes ask first: ``suspended resume|terminate --all-matching``, ``failures
+resume|terminate`` and ``orchestrations terminate`` change every entry a filter, a
+failure group or an orchestration instance holds, so at a terminal the command line
+asks before it starts (:func:`ask`), and without one (a script,
 a pipe: ``echo n | messagebox …``) it refuses unless ``--yes`` says the change is meant
 (:func:`require_yes`). ``--dry-run`` changes nothing and asks nothing. A command sent to
 a serving process is asked about here, at the terminal, and goes with ``--yes``."""
@@ -25,12 +26,16 @@ def bulk_action(args: argparse.Namespace) -> str | None:
         return None
     if args.command == "failures" or (args.command == "suspended" and args.all_matching):
         return str(action)
+    if args.command == "orchestrations" and action == "terminate":
+        return "terminate"
     return None
 
 
 def _what(args: argparse.Namespace) -> str:
     if args.command == "failures":
         return f"entry of failure group {args.group}"
+    if args.command == "orchestrations":
+        return f"queued message and suspended entry of orchestration instance {args.id}"
     return "suspended entry matching the filters"
 
 

@@ -120,7 +120,9 @@ def _files_to_publish(args: argparse.Namespace) -> list[str]:
 
 
 def queues(args: argparse.Namespace, out: Terminal) -> None:
-    """Each subscription's queue: its depth by state and its oldest entry's age."""
+    """Each subscription's queue: its depth by state (ready, held: the service is
+    stopped, blocked: behind a suspended entry of their instance, leased) and its oldest
+    entry's age."""
     with open_box(args) as box:
         stats = box.queue_stats(inputs.known_host(box, args.host))
     if out.json:
@@ -134,6 +136,7 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
             "depth",
             "ready",
             "held",
+            "blocked",
             "leased",
             "scheduled",
             "oldest",
@@ -146,6 +149,7 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
                 q.depth,
                 q.ready,
                 q.held,
+                q.blocked,
                 q.leased,
                 scheduled_text(q.scheduled, q.next_due_at),
                 age(q.oldest_age_seconds),

@@ -27,7 +27,17 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from messagebox.cli.remote import duckdb_file, store_identity
-from messagebox.console import api, auth, browsing, incidents, lifecycle, pages, state, versions
+from messagebox.console import (
+    api,
+    auth,
+    browsing,
+    incidents,
+    lifecycle,
+    orchestrations,
+    pages,
+    state,
+    versions,
+)
 from messagebox.console.clients import ClientAddress, TrustedProxies
 from messagebox.console.hostcheck import AllowedHosts, HostCheck
 from messagebox.console.paths import ServedPaths
@@ -69,7 +79,14 @@ ROUTES: list[BaseRoute] = [
     Route("/explain", pages.explain, name="explain"),
     Route("/queue", browsing.queue, name="queue"),
     Route("/search", browsing.search, name="search"),
-    Route("/instances", browsing.instances, name="instances"),
+    Route("/instances", orchestrations.instances, name="instances"),
+    Route("/instances/{instance_id}", orchestrations.instance, name="instance"),
+    Route(
+        "/instances/{instance_id}/terminate",
+        orchestrations.terminate,
+        methods=["POST"],
+        name="terminate_instance",
+    ),
     Route("/tracking", pages.tracking, name="tracking"),
     Route("/metrics", pages.metrics, name="metrics"),
     *api.ROUTES,

@@ -1,6 +1,7 @@
-"""The console's pages for looking around: a host's queue (peek at ready, held and leased
-entries, changing nothing), search (a message id, or a promoted property's value), and
-the instances of long-running services with what each waits for."""
+"""The console's pages for looking around: a host's queue (peek at ready, held, blocked
+and leased entries, with what holds them, changing nothing) and search (a message id,
+or a promoted property's value). Orchestration instances:
+:mod:`messagebox.console.orchestrations`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
 PEEK = 200
 FOUND = 100
-INSTANCE_STATES = ("running", "suspended", "completed")
 
 
 def _console(request: Request) -> Console:
@@ -74,27 +74,6 @@ def search(request: Request) -> Response:
             ) from exc
         found = c.box.find_messages(name, value, limit=FOUND)
     return c.render(request, "search.html", title="Search", q=q, found=found, limit=FOUND)
-
-
-def instances(request: Request) -> Response:
-    """Instances of long-running services: state, what each waits for, its timers."""
-    c = _console(request)
-    service = request.query_params.get("service") or None
-    state = request.query_params.get("state") or None
-    if state is not None and state not in INSTANCE_STATES:
-        raise HTTPException(400, f"unknown state {state!r}; one of: {', '.join(INSTANCE_STATES)}")
-    rows = c.box.service_instances(service=service, state=state)
-    zombies = c.box.count_suspended(reason="completed-with-discarded-messages")
-    return c.render(
-        request,
-        "instances.html",
-        title="Service instances",
-        rows=rows,
-        service=service,
-        state=state,
-        states=INSTANCE_STATES,
-        zombies=zombies,
-    )
 
 
 async def part(request: Request) -> Response:

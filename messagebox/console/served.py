@@ -4,14 +4,15 @@
 **Served commands** (:data:`SERVED`, an allow-list): ``init``, ``publish``,
 ``subscriptions`` (``list``, ``add``, ``remove``, ``set-filter``), ``route explain``,
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
-``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``suspended``
-(``list``, ``show``, ``resume``, ``terminate``, ``reroute``, ``resubmit``), ``failures``
-(``list``, ``show``, ``resume``, ``terminate``), ``scheduled`` (``list``, ``deliver-now``,
-``cancel``), ``cleanup``, ``stats``, ``check``, ``tracking`` (``status``, ``enable``,
-``disable``, ``events``), ``metrics``, ``export``, ``plan``, ``apply``, ``versions``,
-``rollback``, ``lint``, ``spark route`` and ``spark what-if``. Any other command (``host
-run``, ``console``, or one added to the command line and not here) is refused with exit
-code 2, naming it.
+``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``orchestrations``
+(``list``, ``find``, ``show``, ``terminate``), ``suspended`` (``list``, ``show``,
+``resume``, ``terminate``, ``reroute``, ``resubmit``), ``failures`` (``list``, ``show``,
+``resume``, ``terminate``), ``scheduled`` (``list``, ``deliver-now``, ``cancel``),
+``cleanup``, ``stats``, ``check``, ``tracking`` (``status``, ``enable``, ``disable``,
+``events``), ``metrics``, ``export``, ``plan``, ``apply``, ``versions``, ``rollback``,
+``lint``, ``spark route`` and ``spark what-if``. Any other command (``host run``,
+``console``, or one added to the command line and not here) is refused with exit code 2,
+naming it.
 
 A served command reads the files and standard input sent with it, never this machine's
 (:data:`messagebox.cli.inputs.SENT`), and writes only its answer; except ``spark
@@ -55,6 +56,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "messages": "show",
         "queues": "",
         "instances": "",
+        "orchestrations": " list find show terminate",
         "suspended": "list show resume terminate reroute resubmit",
         "failures": " list show resume terminate",
         "scheduled": "list deliver-now cancel",

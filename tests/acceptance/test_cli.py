@@ -338,7 +338,7 @@ def test_stats_count_everything(url: str) -> None:
         "messages": 3,
         "parts": 3,
         "part_bytes": 19,  # <big/> <small/> <us/>
-        "queued": {"ready": 2, "held": 0, "leased": 0, "scheduled": 0},
+        "queued": {"ready": 2, "held": 0, "blocked": 0, "leased": 0, "scheduled": 0},
         "suspended": {ROUTING_FAILURE: 1, SERVICE_UNENLISTED: 1},
         "subscriptions": {"started": 2},
         "hosts": 2,
@@ -765,3 +765,36 @@ def test_process_bulk_terminate_asks_at_a_terminal(url: str) -> None:
         assert b"Terminate them? [y/N]" in err
         with MessageBox(url) as box:
             assert box.count_suspended(reason="routing-failure") == left
+
+
+def test_process_orchestration_terminate_asks_at_a_terminal(url: str) -> None:
+    import os
+    import pty
+
+    # Given a pending orchestration instance: routing made its convoy, no step ran yet
+    with MessageBox(url) as box:
+        box.create_host("orders")
+        box.subscribe("fulfil", host="orders", filter=P("t.Kind") == "order",
+                      correlation=["t.OrderId"])  # fmt: skip
+        box.publish([Message(b"o", promoted={"t.Kind": "order", "t.OrderId": "A1"})])
+        [pending] = box.find_instances({"t.OrderId": "A1"})
+    argv = [sys.executable, "-m", "messagebox.cli", "--url", url, "orchestrations", "terminate",
+            pending.id]  # fmt: skip
+    # When the operator is asked at a terminal: no leaves it, yes terminates it
+    for answer, code, state in ((b"n\n", 1, "pending"), (b"y\n", 0, "terminated")):
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=ROOT, env=process_env(),
+            )  # fmt: skip
+            os.write(leader, answer)
+            _, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert proc.returncode == code, err
+        assert f"This ends orchestration instance {pending.id} for good".encode() in err
+        with MessageBox(url) as box:
+            [found] = box.find_instances({"t.OrderId": "A1"})
+            assert found.state == state

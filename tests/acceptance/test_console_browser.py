@@ -25,11 +25,20 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from pydantic import BaseModel
 
 from messagebox import Message, MessageBox, rollup
 from messagebox.console import create_app
 from messagebox.console.cli import TOKEN_ENV
-from messagebox.hosts import Delivery, HostInstance
+from messagebox.hosts import (
+    Delivery,
+    HostApp,
+    HostInstance,
+    Orchestration,
+    activate,
+    receive,
+    timeout,
+)
 from messagebox.predicates import P
 from tests.conftest import IN_CI, free_port, wait_for
 
@@ -317,6 +326,90 @@ def test_an_operator_opens_a_failure_group_of_fifty_and_resumes_it(
             wait_for(lambda: len(delivered) == 50, "the 50 deliveries after resume")
             assert sorted(delivered) == list(range(50))
             assert box.count_suspended() == 3
+    finally:
+        inst.stop(5.0)
+        box.close()
+
+
+class Order(BaseModel):
+    total: float = 0
+
+
+class Fulfilment(Orchestration[Order]):
+    """An order waits for its payment (which never comes here)."""
+
+    correlation = ("orders.OrderId",)
+
+    @activate(P("orders.Kind") == "order")
+    def order(self, msg: Delivery) -> None:
+        self.state.total = float(msg.properties["orders.Total"])  # type: ignore[arg-type]
+        self.wait_for("payment", timeout=3600)
+
+    @receive(P("orders.Kind") == "payment")
+    def payment(self, msg: Delivery) -> None:
+        self.complete()
+
+    @timeout("payment")
+    def unpaid(self) -> None:
+        self.complete()
+
+
+def test_an_operator_finds_an_orchestration_instance_by_its_order_id_and_terminates_it(
+    tmp_path: Path, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    url = f"duckdb:///{tmp_path / 'box.duckdb'}"
+    box = MessageBox(url)
+    box.configure_tracking(True)
+    app = HostApp("orders", **{k: v for k, v in FAST.items() if k != "max_attempts"})
+    app.orchestration(Fulfilment)
+    inst = app.instance(url).start()
+    try:
+        # Given two orders, each waiting for its payment
+        box.publish(
+            [
+                Message(b"<order/>", promoted={"orders.Kind": "order", "orders.OrderId": o,
+                                               "orders.Total": total})
+                for o, total in (("A123", 100.0), ("B7", 5.0))
+            ]
+        )  # fmt: skip
+        wait_for(lambda: [len(i.timers) for i in box.service_instances()] == [1, 1], "both orders")
+        [a123] = box.find_instances({"orders.OrderId": "A123"})
+        with serving(box, TOKEN) as base:
+            # When the operator searches the instances for order A123
+            browser.get(f"{base}/instances")
+            search = browser.find_element(By.ID, "find-instance")
+            search.find_element(By.NAME, "q").send_keys("orders.OrderId=A123")
+            search.find_element(By.TAG_NAME, "button").click()
+            # Then only its instance is listed, with its order id
+            row = browser.find_element(By.ID, f"instance-{a123.id}")
+            assert 'orders.OrderId="A123"' in row.text
+            assert len(browser.find_elements(By.CSS_SELECTOR, "#service-instances tbody tr")) == 1
+            # When the operator opens it
+            row.find_element(By.TAG_NAME, "a").click()
+            # Then its page shows its correlation value, saved state, handled order, timer
+            assert browser.find_element(By.ID, "correlation").text == 'orders.OrderId="A123"'
+            assert '"total": 100.0' in browser.find_element(By.ID, "state").text
+            [step] = browser.find_elements(By.CSS_SELECTOR, "#steps tbody tr")
+            assert "handled" in step.text
+            assert "payment" in browser.find_element(By.ID, "timers").text
+            # When the operator terminates it, with the token, and confirms
+            form = browser.find_element(By.ID, "terminate")
+            form.find_element(By.NAME, "token").send_keys(TOKEN)
+            form.find_element(By.CSS_SELECTOR, "button.terminate").click()
+            confirm = browser.find_element(By.ID, "confirm")
+            assert "1 timer cancelled" in browser.find_element(By.ID, "confirm-terminate").text
+            confirm.find_element(By.NAME, "token").send_keys(TOKEN)
+            confirm.find_element(By.TAG_NAME, "button").click()
+            # Then it is terminated, and B7 goes on
+            assert browser.find_element(By.ID, "notice").text == "Instance terminated."
+            assert browser.find_element(By.ID, "instance-state").text.startswith("terminated")
+            [b7] = box.find_instances({"orders.OrderId": "B7"})
+            assert b7.state == "running"
+            assert [a.action for a in box.audit_log()] == ["orchestrations terminate"]
     finally:
         inst.stop(5.0)
         box.close()

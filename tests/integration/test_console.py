@@ -91,7 +91,7 @@ def test_the_overview_shows_hosts_instances_queues_and_counts(shop: MessageBox) 
     [queue] = shop.queue_stats()
     assert f"<td>ship-eu ({queue.subscription})</td>" in html
     assert "Every queue is empty" not in html
-    assert "(ready 1, held 0, leased 0, scheduled 0)" in html
+    assert "(ready 1, held 0, blocked 0, leased 0, scheduled 0)" in html
     assert "service-unenlisted 1" in html
     assert "Message tracking is disabled" in html
 

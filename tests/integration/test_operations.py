@@ -138,7 +138,7 @@ def test_stats_count_every_kind_of_thing(shop: MessageBox) -> None:
     assert stats.messages == 3
     assert stats.parts == 3
     assert stats.part_bytes == 3
-    assert stats.queued == {"ready": 2, "held": 0, "leased": 0, "scheduled": 0}
+    assert stats.queued == {"ready": 2, "held": 0, "blocked": 0, "leased": 0, "scheduled": 0}
     assert stats.suspended == {ROUTING_FAILURE: 1, SERVICE_UNENLISTED: 1}
     assert stats.subscriptions == {"started": 1, "unenlisted": 1}
     assert (stats.hosts, stats.host_instances, stats.service_instances) == (2, 0, {})
