@@ -45,9 +45,9 @@ def ask(args: argparse.Namespace) -> bool | None:
     action = bulk_action(args)
     if action is None or args.yes or not sys.stdin.isatty():
         return None
+    listed = " (--dry-run lists them)" if hasattr(args, "dry_run") else ""
     print(
-        f"This {WHAT[action].format(what=_what(args))} (--dry-run lists them). "
-        f"{action.capitalize()} them? [y/N] ",
+        f"This {WHAT[action].format(what=_what(args))}{listed}. {action.capitalize()} them? [y/N] ",
         end="",
         file=sys.stderr,
         flush=True,
@@ -61,7 +61,8 @@ def require_yes(args: argparse.Namespace) -> None:
     action = bulk_action(args)
     if action is not None and not args.yes:
         past = "resumed" if action == "resume" else "terminated"
+        listed = " (--dry-run lists them)" if hasattr(args, "dry_run") else ""
         raise UsageError(
             f"this {WHAT[action].format(what=_what(args))}; without a terminal to ask at, "
-            f"give --yes to {action} them (--dry-run lists them); nothing was {past}"
+            f"give --yes to {action} them{listed}; nothing was {past}"
         )

@@ -794,7 +794,7 @@ def test_process_orchestration_terminate_asks_at_a_terminal(url: str) -> None:
             os.close(leader)
             os.close(follower)
         assert proc.returncode == code, err
-        assert f"This ends orchestration instance {pending.id} for good".encode() in err
+        assert f"of orchestration instance {pending.id}, with no way back".encode() in err
         with MessageBox(url) as box:
             [found] = box.find_instances({"t.OrderId": "A1"})
             assert found.state == state

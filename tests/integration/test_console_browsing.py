@@ -99,8 +99,12 @@ def test_service_instances_show_what_they_wait_for(
     app, _ = make_app(Waiting)
     running(app)
     box.publish([msg("order", "A"), msg("order", "B")])
-    wait_until(lambda: len(box.service_instances()) == 2, what="two instances")
-    wait_until(lambda: all(i.waiting_for for i in box.service_instances()), what="waiting")
+
+    def running_and_waiting() -> bool:
+        found = box.service_instances(state="running")
+        return len(found) == 2 and all(i.waiting_for for i in found)
+
+    wait_until(running_and_waiting, what="two instances running and waiting")
     [one, _] = box.service_instances(state="running")
     assert one.service == Waiting.name
     assert one.waiting_for == (f"{Waiting.name}.payment",)

@@ -65,7 +65,14 @@ def test_the_overview_charts_the_window_asked_for(
     assert f"<h2>{title}</h2>" in html
     totals, drawn = _chart(html, "chart-rates")
     assert drawn == points
-    assert totals == {"published": 4, "routed": 4, "delivered": 0, "failed": 0, "suspended": 0}
+    assert totals == {
+        "published": 4,
+        "routed": 4,
+        "delivered": 0,
+        "failed": 0,
+        "suspended": 0,
+        "expired": 0,
+    }
     depth, _ = _chart(html, "chart-depth")
     assert depth == {"h": 4}  # the one sample, in one point whatever the window
     links = re.search(r'<p class="windows" id="chart-windows">(.*?)</p>', html, re.S)

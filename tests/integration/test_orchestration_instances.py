@@ -270,7 +270,7 @@ def test_entries_held_behind_a_suspended_step_are_counted_and_shown_as_blocked(
     # Then the waiting payment is counted blocked, not ready
     [stats] = box.queue_stats("orch")
     assert (stats.depth, stats.ready, stats.held, stats.blocked, stats.leased) == (1, 0, 0, 1, 0)
-    assert box.stats().queued == {"ready": 0, "held": 0, "blocked": 1, "leased": 0}
+    assert box.stats().queued == {"ready": 0, "held": 0, "blocked": 1, "leased": 0, "scheduled": 0}
     # and a peek shows it blocked, with the suspended entry that holds it
     [entry] = box.peek_queue("orch")
     assert (entry.state, entry.held_by, entry.instance_id) == ("blocked", suspended.id, a123)
