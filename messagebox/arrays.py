@@ -11,6 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from messagebox import capabilities
+
 _hex = operator.attrgetter("hex")
 """A UUID's 32 hex digits, which PostgreSQL reads as the UUID (a third of the time of
 its hyphenated form, made by ``UUID.__str__`` in Python)."""
@@ -61,7 +63,7 @@ def array_param(conn: sa.Connection, values: Sequence[Any]) -> Any:
     literal (psycopg dumps a list item by item, escaping text with a regular expression:
     200 JSON states took 2.0 ms against 0.1); elsewhere, or for text PostgreSQL refuses
     (a NUL), the list itself."""
-    return pg_array(values) if conn.dialect.name == "postgresql" else values
+    return pg_array(values) if capabilities.of(conn).arrays_as_text else values
 
 
 def pg_array(values: Iterable[Any]) -> str | list[Any]:
@@ -136,7 +138,7 @@ def one_of(
     (20k to 10M rows: 100 ids deleted in 1.6 ms against 2.4 at 1M rows), or for a long
     list a semi-join on the array (``DUCKDB_SEMI_JOIN_FROM``)."""
     values = list(values)
-    if conn.dialect.name == "postgresql":
+    if capabilities.of(conn).arrays_as_text:
         element = _ELEMENTS.get(type(column.type))
         if element is not None:
             return column == sa.any_(sa.bindparam(None, values, type_=_ArrayLiteral(element)))

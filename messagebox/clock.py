@@ -11,6 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from messagebox import capabilities
+
 LocalClock = Callable[[], datetime]
 """A source of this process's own time, in UTC."""
 
@@ -86,7 +88,7 @@ def fetchable(conn: sa.Connection, at: sa.ColumnElement[Any]) -> sa.ColumnElemen
     """A time column as a hot statement fetches it: on DuckDB its microseconds since the
     epoch (a time with a zone costs about 3 us a value to fetch there); read it back
     with :func:`fetched`. DuckDB's claim statements return their times the same way."""
-    return sa.func.epoch_us(at) if conn.dialect.name == "duckdb" else at
+    return sa.func.epoch_us(at) if capabilities.of(conn).times_as_epoch else at
 
 
 def fetched(at: datetime | int) -> datetime:

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import compiled
+from messagebox import capabilities, compiled
 from messagebox.compiled import native
 from messagebox.schema import ID_BLOCK, block_seq
 
@@ -61,7 +61,7 @@ def as_uuid(value: object) -> uuid.UUID:
 def fetchable(conn: sa.Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     """A UUID column as a hot statement fetches it: on DuckDB its 16 bytes, read back
     with :func:`as_uuid` (see there); elsewhere the column."""
-    if conn.dialect.name == "duckdb":
+    if capabilities.of(conn).uuids_as_bytes:
         return sa.cast(column, sa.LargeBinary).label(getattr(column, "name", None))
     return column
 

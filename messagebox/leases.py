@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, ids, schema, tracking
+from messagebox import arrays, capabilities, clock, ids, schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.models import (
     CRASHED_HOST,
@@ -541,7 +541,7 @@ def queue_depths(conn: sa.Connection, hosts: Sequence[str]) -> dict[str, int]:
     entries in 2.5 ms against 4.0)."""
     q = schema.queue
     query = sa.select(q.c.host, sa.func.count()).group_by(q.c.host)
-    if conn.dialect.name == "postgresql":  # the claim index gives each host's alone
+    if capabilities.of(conn).counts_host_by_index:
         query = query.where(q.c.host.in_(list(hosts)))
     depths = dict.fromkeys(hosts, 0)
     depths.update({h: int(n) for h, n in conn.execute(query).all()})

@@ -76,7 +76,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     )
     if host is not None:
         query = query.where(q.c.host == host)
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    now = clock.now(conn)
     out = []
     for r in conn.execute(query):
         depth, n_leased, n_held = int(r.depth), int(r.leased), int(r.held)
@@ -94,7 +94,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
                 leased=n_leased,
                 oldest_enqueued_at=r.oldest,
                 # enqueued by a transaction that began after this one: never a negative age
-                oldest_age_seconds=max((now - r.oldest).total_seconds(), 0.0),
+                oldest_age_seconds=max((now - clock.utc(r.oldest)).total_seconds(), 0.0),
                 scheduled=n_later,
                 next_due_at=None if r.next_due is None else clock.utc(r.next_due),
             )
@@ -106,9 +106,11 @@ def heartbeat_ages(conn: sa.Connection) -> list[tuple[str, str, float]]:
     """Every registered host instance as (host, instance id, seconds since its last
     heartbeat), by the database clock."""
     i = schema.instance
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    now = clock.now(conn)
     rows = conn.execute(sa.select(i.c.host, i.c.id, i.c.heartbeat_at).order_by(i.c.host, i.c.id))
-    return [(r.host, r.id, max((now - r.heartbeat_at).total_seconds(), 0.0)) for r in rows]
+    return [
+        (r.host, r.id, max((now - clock.utc(r.heartbeat_at)).total_seconds(), 0.0)) for r in rows
+    ]
 
 
 def host_stats(conn: sa.Connection) -> list[HostStats]:
@@ -179,7 +181,7 @@ def throughput(conn: sa.Connection, windows: Sequence[float]) -> list[Throughput
     """Tracked events per kind within each window (seconds back from the database's
     ``now()``), one pass over the longest window."""
     t = schema.tracking
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    now = clock.now(conn)
     starts = [now - timedelta(seconds=w) for w in windows]
     if not starts:
         return []

@@ -53,7 +53,7 @@ def suspend_rows(
         resumable = reason not in NOT_RESUMABLE
     if errors is None and reason in _REASON_TEXT:
         errors = {r.id: _REASON_TEXT[reason] for r in rows}
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    now = clock.now(conn)
     errors = errors or {}
     dialect.insert(
         conn,
@@ -328,7 +328,7 @@ def resume(
     rows = [r for r in rows if r.resumable and r.host is not None]
     if not rows:
         return []
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    now = clock.now(conn)
     expires_at = expiry.of(clock.utc(now))
     conn.execute(s.delete().where(s.c.id.in_([r.id for r in rows])))
     dialect.insert(

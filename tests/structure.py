@@ -9,7 +9,10 @@ the test suite).
   they nor the front (``MessageBox``, the CLI, the console, the metrics) open a
   transaction or import a driver;
 - one process clock: no package module but ``messagebox/clock.py`` reads the time of day
-  (``datetime.now``, ``datetime.utcnow``, ``time.time``), so a test can set it for all.
+  (``datetime.now``, ``datetime.utcnow``, ``time.time``), so a test can set it for all;
+  nor the database's (``SELECT now()``), which each transaction reads once through it;
+- capabilities, not names: no module outside ``messagebox/dialects/`` and
+  ``messagebox/capabilities.py`` branches on a backend's name (``dialect.name``).
 
 Prints each breach and exits 1; exits 0 when there is none.
 """
@@ -38,6 +41,9 @@ LONG_FUNCTIONS_ALLOWED = {"messagebox/cli/parser.py"}
 DRIVERS = re.compile(r"sqlalchemy|psycopg|duckdb")
 CLOCK = "messagebox/clock.py"
 TIME_OF_DAY = re.compile(r"datetime\.(now|utcnow)\(|time\.time\(\)")
+DATABASE_TIME = re.compile(r"select\(sa\.func\.now\(\)\)")
+BACKEND_NAME = re.compile(r"dialect\.name\s*(==|!=|in\b|not\s+in\b)")
+NAMES_ALLOWED = ("messagebox/dialects/", "messagebox/capabilities.py")
 
 
 def sources(packages: tuple[str, ...] = PACKAGES) -> Iterator[Path]:
@@ -100,8 +106,20 @@ def clock_reads() -> list[str]:
         if path.relative_to(ROOT).as_posix() == CLOCK:
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if TIME_OF_DAY.search(line):
+            if TIME_OF_DAY.search(line) or DATABASE_TIME.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{number}: reads the clock: {line.strip()}")
+    return found
+
+
+def backend_names() -> list[str]:
+    found = []
+    for path in sources(PACKAGES[:-1]):  # a bench may name what it measures
+        name = path.relative_to(ROOT).as_posix()
+        if name.startswith(NAMES_ALLOWED):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if BACKEND_NAME.search(line):
+                found.append(f"{name}:{number}: branches on a backend's name: {line.strip()}")
     return found
 
 
@@ -112,13 +130,15 @@ def main() -> int:
         + driver_mentions()
         + front_reaching_storage()
         + clock_reads()
+        + backend_names()
     )
     for breach in breaches:
         print(breach)
     if not breaches:
         print(
             f"no module over {MAX_MODULE_LINES} lines, no function over "
-            f"{MAX_FUNCTION_LINES}, no driver above the storage layer, one process clock"
+            f"{MAX_FUNCTION_LINES}, no driver above the storage layer, one process clock, "
+            "no backend's name"
         )
     return 1 if breaches else 0
 

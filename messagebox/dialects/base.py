@@ -13,7 +13,8 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, overload
 
 import sqlalchemy as sa
 
-from messagebox import arrays, notify, sql
+from messagebox import arrays, capabilities, notify, sql
+from messagebox.capabilities import Capabilities
 from messagebox.errors import BackendUnavailable, MessageBoxError, StorageError, ValidationError
 from messagebox.fence import Fence
 
@@ -206,6 +207,12 @@ class Dialect:
     claims_mixed: ClassVar[bool] = False
     """True when the dialect claims instance heads and other entries in one statement
     (``claim_mixed``)."""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """What code holding only a connection may ask (:mod:`messagebox.capabilities`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        capabilities.register(cls.name, cls.capabilities)
 
     def __init__(self) -> None:
         route = sql.load(self.name, "route")

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import IsolationLevel
 
 from messagebox import clock, sql
+from messagebox.capabilities import Capabilities
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import (
     Dialect,
@@ -227,6 +228,7 @@ class DuckDBDialect(Dialect):
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (duckdb.Error,)
     one_process: ClassVar[bool] = True
     claims_mixed: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(times_as_epoch=True, uuids_as_bytes=True)
 
     def __init__(self) -> None:
         super().__init__()

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from psycopg.conninfo import make_conninfo
 
 from messagebox import arrays, clock, notify, schema, sql
+from messagebox.capabilities import Capabilities
 from messagebox.dialects._ddl import create_all
 from messagebox.dialects.base import (
     Dialect,
@@ -245,6 +246,9 @@ class PostgreSQLDialect(Dialect):
     supports_skip_locked: ClassVar[bool] = True
     has_row_locks: ClassVar[bool] = True
     supports_notify: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        arrays_as_text=True, counts_host_by_index=True
+    )
     prelude_sql: ClassVar[str] = sql.load("postgresql", "publish_prelude")
     fence_changes_sql: ClassVar[str] = sql.load("postgresql", "fence_changes")
 

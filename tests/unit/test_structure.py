@@ -24,6 +24,10 @@ def test_only_the_clock_module_reads_the_time_of_day() -> None:
     assert structure.clock_reads() == []
 
 
+def test_only_the_dialects_name_a_backend() -> None:
+    assert structure.backend_names() == []
+
+
 def test_the_checks_find_what_they_look_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -34,6 +38,9 @@ def test_the_checks_find_what_they_look_for(
         f"import sqlalchemy\n\n\ndef long():\n{body}\n    return datetime.now(UTC)\n"
         + "\n" * structure.MAX_MODULE_LINES
     )
+    (tmp_path / "messagebox" / "named.py").write_text(
+        'if conn.dialect.name == "duckdb":\n    at = conn.execute(sa.select(sa.func.now()))\n'
+    )
     monkeypatch.setattr(structure, "ROOT", tmp_path)
     assert structure.long_modules() == [f"hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines"]
     assert structure.long_functions() == [
@@ -41,6 +48,8 @@ def test_the_checks_find_what_they_look_for(
     ]
     assert [b.split(": ")[0] for b in structure.driver_mentions()] == ["hosts/bad.py:1"]
     assert [b.split(": ")[0] for b in structure.front_reaching_storage()] == ["hosts/bad.py:1"]
-    assert [b.split(": ")[0] for b in structure.clock_reads()] == [
-        f"hosts/bad.py:{structure.MAX_FUNCTION_LINES + 5}"
+    assert sorted(b.split(": ")[0] for b in structure.clock_reads()) == [
+        f"hosts/bad.py:{structure.MAX_FUNCTION_LINES + 5}",
+        "messagebox/named.py:2",
     ]
+    assert [b.split(": ")[0] for b in structure.backend_names()] == ["messagebox/named.py:1"]
