@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, NamedTuple
 
@@ -92,6 +92,9 @@ class Store:
         self.engine = self.dialect.create_engine(self.url)
         self.tally = rollup.Tally()
         """This process's per-minute counts, written every few seconds."""
+        self.count_hooks: list[Callable[[Any], None]] = []
+        """Called after each commit that tracked events, with their counts (the
+        metrics subscribe here: the store does not call up into them)."""
         self.tracking = tracking.SettingsCache()
         """This process's view of the store's tracking settings (re-read every few s)."""
         self.host_ttls = expiry.HostTtls()
@@ -296,9 +299,8 @@ class Store:
             self.recent.put(done.kept)
             self.recent.forget(done.gone)
         if done.counts:
-            from messagebox import metrics  # on the first change: reading starts faster
-
-            metrics.apply(done.counts)  # committed: count it
+            for hook in self.count_hooks:
+                hook(done.counts)  # committed: count it
             self.tally.add(done.counts)
         if done.wakes:
             notify.signal(self.key, done.wakes)
