@@ -123,6 +123,9 @@ def test_three_processes_handle_each_pair_exactly_once(
     setup: tuple[MessageBox, Path], pg_url: str
 ) -> None:
     box, out = setup
+    # exactly once while no process dies: none may be taken for dead because a loaded
+    # machine delayed its heartbeats past the 1 s the kill tests use
+    box.configure_host("workers", dead_after_seconds=30.0)
     procs = start_workers(pg_url, out, 3)
     try:
         publish(box, 10_000)
