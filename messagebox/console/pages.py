@@ -489,7 +489,7 @@ def _terminate(box: MessageBox, entry_id: int) -> None:
 async def _act(request: Request, action: str) -> Response:
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
     entry_id = _entry_id(request.path_params["entry_id"])
     run = _resume if action == "resume" else _terminate
     await run_in_threadpool(run, c.box, entry_id)
