@@ -178,11 +178,12 @@ def run(args: argparse.Namespace) -> int:
 
     logs.configure("INFO", args.log_format)
     with box:
-        mode = (
-            "resume, terminate and message contents need the token"
-            if secret is not None
-            else f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
-        )
+        if secret is not None:
+            mode = "resume, terminate and message contents need the token"
+        elif box.has_users():
+            mode = f"users log in at /login (no token: {TOKEN_ENV} or --token-file adds one)"
+        else:
+            mode = f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
         app = create_app(
             box,
             token=secret,
