@@ -143,10 +143,7 @@ def stored_version(box: MessageBox) -> str | None:
 
 @pytest.mark.parametrize(
     "old",
-    [
-        "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
-        "17", "18", "19",
-    ],  # fmt: skip
+    [str(v) for v in range(2, 20)],
 )
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
@@ -230,9 +227,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert sub.name == "sub"
         [orphan] = box.suspended()
         # 6 to 16 could not leave it resumable
-        if old not in (
-            "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19",
-        ):  # fmt: skip
+        if old not in [str(v) for v in range(6, 20)]:
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         assert sub.on_expiry == "suspend"  # 19: the column's default
