@@ -51,9 +51,9 @@ class Accounts:
 
     def add_user(self, name: str, role: str, password: str) -> User:
         """Add a user of the console with this role (``reader``, ``operator``,
-        ``admin``) and password (refused when weak: :func:`messagebox.passwords.
-        check_password`; kept as an Argon2id hash). A name taken already raises
-        :class:`~messagebox.errors.AlreadyExists`."""
+        ``admin``) and password (refused when weak:
+        :func:`~messagebox.passwords.check_password`; kept as an Argon2id hash). A name
+        taken already raises :class:`~messagebox.errors.AlreadyExists`."""
         passwords.check_name(name)
         passwords.check_role(role)
         passwords.check_password(password, name)
