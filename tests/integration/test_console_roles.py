@@ -51,7 +51,7 @@ def app_routes(box: MessageBox) -> list[tuple[str, str]]:
     found = []
     for route in app.routes:
         methods = sorted(getattr(route, "methods", None) or {"GET"})
-        found += [(route.name, m) for m in methods if m != "HEAD"]
+        found += [(getattr(route, "name", ""), m) for m in methods if m != "HEAD"]
     return found
 
 
