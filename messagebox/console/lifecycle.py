@@ -1,8 +1,10 @@
 """The console's lifecycle actions: a subscription's filter edited in place, a service
-started, stopped or unenlisted, an empty host removed, a subscription's scheduled
-entries delivered now or cancelled. Each is a POST that needs an operator
-(:func:`messagebox.console.auth.actor`), is checked before anything changes, and is
-recorded in the audit log."""
+started, stopped or unenlisted, an empty host removed or its settings changed, a
+subscription's scheduled entries delivered now or cancelled. Each is a POST that needs
+the role :mod:`messagebox.console.access` names (an operator for services and scheduled
+entries, an admin for a filter and a host), checked with its CSRF token or token
+(:func:`messagebox.console.auth.actor`) before anything changes, and recorded in the
+audit log."""
 
 from __future__ import annotations
 

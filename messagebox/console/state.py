@@ -42,11 +42,6 @@ class Console:
     )
     """Turns to check a password (:mod:`messagebox.console.login`)."""
 
-    @property
-    def actions(self) -> bool:
-        """Whether the console has a token (actions by token are enabled)."""
-        return self.token is not None
-
     def render(
         self, request: Request, template: str, *, status: int = 200, **context: Any
     ) -> Response:
