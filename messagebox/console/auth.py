@@ -63,6 +63,8 @@ RULE = "messagebox.rule"
 USERS = "messagebox.users"
 """The request scope's key of whether the store has users (asked for anonymous callers)."""
 
+HASHING_AT_ONCE = 2
+"""Passwords checked at once (:mod:`.login`): each takes 64 MiB for a moment."""
 IDLE_SECONDS = 3600.0
 LIFETIME_SECONDS = 8 * 3600.0
 MIN_IDLE_SECONDS = 300.0

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from messagebox.console.state import Console
     from messagebox.users import User
 
-HASHING_AT_ONCE = 2
+HASHING_AT_ONCE = auth.HASHING_AT_ONCE
 HASHING_WAIT_SECONDS = 10.0
 NOT_A_NAME = "(not a user's name)"
 """The lock-out key and log field of a login with a malformed user's name."""
@@ -42,8 +42,15 @@ def _console(request: Request) -> Console:
 
 
 def _safe_next(target: object, root: str) -> str:
-    """Where to go after logging in: a path of this console only."""
-    if not isinstance(target, str) or not target.startswith("/") or target.startswith("//"):
+    """Where to go after logging in: a path of this console only (not ``//host``, nor
+    ``/\\host``, which browsers read as another host, nor one with control characters)."""
+    if (
+        not isinstance(target, str)
+        or not target.startswith("/")
+        or target.startswith(("//", "/\\"))
+        or len(target) > 4096
+        or any(c == "\\" or not c.isprintable() for c in target)
+    ):
         return root + "/"
     return target
 

@@ -38,7 +38,7 @@ class Console:
     user_lockout: Lockout = field(default_factory=lambda: Lockout(auth.user_policy))
     """Failed logins by user name."""
     hashing: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(2)
+        default_factory=lambda: threading.BoundedSemaphore(auth.HASHING_AT_ONCE)
     )
     """Turns to check a password (:mod:`messagebox.console.login`)."""
 

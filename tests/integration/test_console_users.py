@@ -287,3 +287,16 @@ def test_the_login_page_of_a_console_without_secrets_offers_users_only(box: Mess
     assert 'id="login"' in page
     assert 'id="login-token"' not in page
     assert csrf_of('<input name="csrf" value="x">') == "x"
+
+
+@pytest.mark.parametrize(
+    "target", ["//evil.example/", "/\\evil.example", "https://evil.example/", "/x\r\nSet-Cookie: a"]
+)
+def test_after_logging_in_only_a_path_of_the_console_is_followed(
+    shop: MessageBox, target: str
+) -> None:
+    ensure_user(shop, "alice", "reader")
+    client = browser(shop)
+    done = client.post("/login", data={"user": "alice", "password": PASSWORD, "next": target})
+    assert done.status_code == 303
+    assert done.headers["location"] == "/"

@@ -203,3 +203,18 @@ def test_a_token_s_session_is_bound_to_that_token(box: MessageBox) -> None:
     assert not bound_to(found, token, None)
     assert "s3cret" not in repr(rows(box, schema.session))
     assert box.close_sessions("token:operator") == 1
+
+
+def test_a_session_used_by_many_requests_at_once_stays_open(box: MessageBox) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    box.add_user("alice", "reader", PASSWORD)
+    token = box.open_session("alice", "reader", lifetime=HOUR)
+    s = schema.session
+    for _ in range(5):
+        with box.store.transaction() as conn:  # unseen for a minute: each request marks it
+            conn.execute(s.update().values(last_seen=box.store.dialect.now_plus(-60.0)))
+        with ThreadPoolExecutor(8) as pool:
+            found = list(pool.map(lambda _: box.find_session(token, idle=HOUR), range(16)))
+        assert all(f is not None and f.who == "alice" for f in found)
+    assert box.open_sessions() == {"alice": 1}
