@@ -122,8 +122,8 @@ class Accounts:
         passwords.check_role(role)
         if not MIN_SESSION_SECONDS <= lifetime <= MAX_SESSION_SECONDS:
             raise ValidationError(
-                f"a session lasts from {MIN_SESSION_SECONDS:g} s to {MAX_SESSION_SECONDS:g} "
-                f"s, not {lifetime!r}"
+                f"a session lasts from {MIN_SESSION_SECONDS:,.0f} to "
+                f"{MAX_SESSION_SECONDS:,.0f} seconds, not {lifetime!r}"
             )
         token = secrets.token_urlsafe(32)
         bound = None if secret is None else binding(token, secret)

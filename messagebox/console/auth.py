@@ -93,19 +93,30 @@ class SessionSettings:
     def __post_init__(self) -> None:
         if not MIN_IDLE_SECONDS <= self.idle <= MAX_IDLE_SECONDS:
             raise ValueError(
-                f"a session's idle time is from {MIN_IDLE_SECONDS:g} to {MAX_IDLE_SECONDS:g} "
-                f"seconds, not {self.idle!r}"
+                f"a session's idle time is from {span(MIN_IDLE_SECONDS)} to "
+                f"{span(MAX_IDLE_SECONDS)}, not {span(self.idle)}"
             )
         if not MIN_SESSION_SECONDS <= self.lifetime <= MAX_SESSION_SECONDS:
             raise ValueError(
-                f"a session's lifetime is from {MIN_SESSION_SECONDS:g} to "
-                f"{MAX_SESSION_SECONDS:g} seconds, not {self.lifetime!r}"
+                f"a session's lifetime is from {span(MIN_SESSION_SECONDS)} to "
+                f"{span(MAX_SESSION_SECONDS)}, not {span(self.lifetime)}"
             )
         if self.lifetime < self.idle:
             raise ValueError(
-                f"a session's lifetime ({self.lifetime:g} s) is shorter than its idle time "
-                f"({self.idle:g} s)"
+                f"a session's lifetime ({span(self.lifetime)}) is shorter than its idle "
+                f"time ({span(self.idle)})"
             )
+
+
+def span(seconds: float) -> str:
+    """``seconds`` in the largest whole unit: ``30 days``, ``5 minutes``, ``1.5 s``."""
+    if not math.isfinite(seconds) or seconds <= 0 or seconds != int(seconds):
+        return f"{seconds:g} s"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n:,} {unit}{'s' if n != 1 else ''}"
+    return f"{int(seconds):,} s"
 
 
 @dataclass(frozen=True)

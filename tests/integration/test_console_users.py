@@ -300,3 +300,29 @@ def test_after_logging_in_only_a_path_of_the_console_is_followed(
     done = client.post("/login", data={"user": "alice", "password": PASSWORD, "next": target})
     assert done.status_code == 303
     assert done.headers["location"] == "/"
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        (
+            {"MESSAGEBOX_CONSOLE_SESSION_IDLE": "1s"},
+            "idle time is from 5 minutes to 1 day, not 1 s",
+        ),
+        ({"MESSAGEBOX_CONSOLE_SESSION_LIFETIME": "90d"}, "from 1 minute to 30 days, not 90 days"),
+        ({"MESSAGEBOX_CONSOLE_SESSION_IDLE": "soon"}, "expected an age such as 90s"),
+        (
+            {"MESSAGEBOX_CONSOLE_SESSION_IDLE": "2h", "MESSAGEBOX_CONSOLE_SESSION_LIFETIME": "1h"},
+            "lifetime (1 hour) is shorter than its idle time (2 hours)",
+        ),
+    ],
+)
+def test_session_times_out_of_bounds_are_bad_usage(
+    duckdb_url: str, env: dict[str, str], why: str
+) -> None:
+    from tests.cli_support import run_cli
+
+    done = run_cli(["--url", duckdb_url, "console", "--port", "1"], env=env)
+    assert done.returncode == 2
+    assert why in done.stderr
+    assert SessionSettings(idle=1800, lifetime=12 * 3600).lifetime == 43200
