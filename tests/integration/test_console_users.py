@@ -326,3 +326,22 @@ def test_session_times_out_of_bounds_are_bad_usage(
     assert done.returncode == 2
     assert why in done.stderr
     assert SessionSettings(idle=1800, lifetime=12 * 3600).lifetime == 43200
+
+
+def test_logins_past_the_passwords_checked_at_once_are_told_to_come_back(
+    shop: MessageBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from messagebox.console import login as console_login
+
+    ensure_user(shop, "alice", "reader")
+    client = browser(shop)
+    turns = client.app.state.console.hashing
+    for _ in range(auth.HASHING_AT_ONCE):  # every turn taken by logins under way
+        assert turns.acquire(timeout=1)
+    monkeypatch.setattr(console_login, "HASHING_WAIT_SECONDS", 0.05)
+    answer = post_login(client, "alice", PASSWORD)
+    assert answer.status_code == 503
+    assert "too many logins at once" in answer.text
+    for _ in range(auth.HASHING_AT_ONCE):
+        turns.release()
+    assert post_login(client, "alice", PASSWORD).status_code == 303
