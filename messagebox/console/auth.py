@@ -47,8 +47,6 @@ from messagebox.passwords import ADMIN, OPERATOR, READER, at_least
 if TYPE_CHECKING:
     from messagebox.console.state import Console
 
-__all__ = ["ADMIN", "OPERATOR", "READER"]
-
 COOKIE = "mb_session"
 LOGIN_ATTEMPTS = 5
 """Failed secrets from one address (or for one user) within :data:`LOGIN_WINDOW` that
