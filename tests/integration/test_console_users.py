@@ -335,7 +335,7 @@ def test_logins_past_the_passwords_checked_at_once_are_told_to_come_back(
 
     ensure_user(shop, "alice", "reader")
     client = browser(shop)
-    turns = client.app.state.console.hashing
+    turns = client.app.state.console.hashing  # type: ignore[attr-defined]
     for _ in range(auth.HASHING_AT_ONCE):  # every turn taken by logins under way
         assert turns.acquire(timeout=1)
     monkeypatch.setattr(console_login, "HASHING_WAIT_SECONDS", 0.05)
