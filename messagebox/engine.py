@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from messagebox import resubmission, router
+from messagebox.accounts import Accounts
 from messagebox.as_code import RoutingAsCode
 from messagebox.catalog import Catalog
 from messagebox.configs import Configs
@@ -51,6 +52,7 @@ from messagebox.scheduling import Scheduling
 from messagebox.store import URL, Store
 from messagebox.store import StoreURL as StoreURL  # hosts name it
 from messagebox.suspended_entries import SuspendedEntries
+from messagebox.users import UserStore
 from messagebox.watching import Watching
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     from messagebox.orchestrations import ServiceInstanceView, Terminated
 
 
-class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
+class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts):
     """A content-based publish/subscribe router over one database.
 
     ``url`` picks the backend: ``duckdb:///path`` (the default, ``./messagebox.duckdb``)
@@ -89,6 +91,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
         self.messages = Messages(self.store, publisher or f"{socket.gethostname()}:{os.getpid()}")
         self.operations = Operations(self.store)
         self.configs = Configs(self.store)
+        self.user_store = UserStore(self.store)
 
     @property
     def url(self) -> URL:

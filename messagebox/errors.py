@@ -12,14 +12,16 @@ MessageBoxError
 │   ├── UnknownSuspendedEntry
 │   ├── UnknownFailureGroup         no failure group has the id (among the entries scanned)
 │   ├── UnknownScheduledEntry       not on a queue, or due already
-│   └── UnknownInstance             no orchestration (service) instance of that id
-├── AlreadyExists                   a host or subscription name is taken
+│   ├── UnknownInstance             no orchestration (service) instance of that id
+│   └── UnknownUser                 no console user of that name
+├── AlreadyExists                   a host, subscription or user name is taken
 ├── RoutingFailure                  policy "raise": a message matched no subscription
 ├── Throttled                       publishing refused while a threshold is passed
 ├── PermanentFailure                raised by a service: suspend the message, no retry
 │   └── InstanceCompleted           the message reached a completed service instance
 ├── RetryLater                      raised by a service: retry after its own delay
 ├── AlreadyReceived                 a receipt was recorded before: that input was published
+├── UserDisabled                    a console user's password was right, but it is disabled
 ├── HostExhausted                   hung handlers took a host instance's threads: it stopped
 ├── PipelineError                   a pipeline component refused a message (names it)
 └── StorageError                    the database failed; the driver error is chained
@@ -81,6 +83,10 @@ class UnknownScheduledEntry(NotFound):
 
 class UnknownInstance(NotFound):
     """No such service instance."""
+
+
+class UnknownUser(NotFound):
+    """No such console user."""
 
 
 class AlreadyExists(MessageBoxError):
@@ -172,6 +178,10 @@ class BackendUnavailable(StorageError):
 
 class NoSchema(BackendUnavailable):
     """The database, or its messagebox schema, does not exist and was not created."""
+
+
+class UserDisabled(MessageBoxError):
+    """A console user's password was right, but the user is disabled."""
 
 
 class HostExhausted(MessageBoxError):

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "19"
+SCHEMA_VERSION = "20"
 
 metadata = sa.MetaData()
 
@@ -471,6 +471,36 @@ config_version = sa.Table(
 file as given (``content``), the sha256 of the configuration it declares (``digest``),
 what it changed (JSON) and, for a rollback, the version it re-applied."""
 
+user = sa.Table(
+    "mb_user",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("password_hash", sa.Text, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+    sa.Column("disabled", sa.Boolean, nullable=False, server_default=sa.false()),
+)
+"""The console's named users (:mod:`messagebox.users`): a role (reader, operator,
+admin) and an Argon2id hash of the password, never the password."""
+
+session = sa.Table(
+    "mb_session",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),  # the SHA-256 of the cookie's token
+    sa.Column("who", sa.Text, nullable=False),  # a user's name, or token:operator|reader
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("created_at", Stamp, nullable=False),
+    sa.Column("expires_at", Stamp, nullable=False),
+    sa.Column("last_seen", Stamp, nullable=False),
+    # a token's session: an HMAC, keyed by the cookie's token, of the token it logged
+    # in with (it ends when the console's token changes); NULL for a user's
+    sa.Column("bound", sa.Text),
+)
+"""Console sessions, kept in the store so that they outlive the console's process; the
+raw token is only ever in the browser's cookie."""
+sa.Index("mb_session_who", session.c.who)
+sa.Index("mb_session_expires_at", session.c.expires_at)
+
 UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     "2": ("3", ()),
     "3": (
@@ -536,6 +566,7 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             "ALTER TABLE mb_subscription ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'suspend'",
         ),
     ),
+    "19": ("20", ()),  # adds mb_user and mb_session (the console's users and sessions)
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables and indexes are created). Upgrades chain up to

@@ -63,12 +63,17 @@
     spark route … | spark what-if …        batch routing on Spark (pipelines/spark_cli.py)
     console [--bind ADDR] [--port N] [--token-file PATH] [--allowed-host NAME ...]
                                            the web console (token: MESSAGEBOX_CONSOLE_TOKEN)
+    users list | add NAME --role reader|operator|admin [--password-stdin]
+    users set-role NAME --role R | disable NAME | enable NAME | remove NAME
+    users reset-password NAME [--password-stdin]
+                                           the console's users (the password is asked)
 
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (which
 function runs each command), the commands by group in ``subscriptions`` (and hosts),
 ``messages`` (publishing, queues, suspended entries), ``orchestrations`` (orchestration
-instances), ``routing`` (``route explain``) and ``operations`` (init, cleanup, stats,
-tracking, metrics), ``box`` (opening the store), ``terminal`` (tables, JSON, progress).
+instances), ``users`` (the console's users), ``routing`` (``route explain``) and
+``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the store),
+``terminal`` (tables, JSON, progress).
 
 A DuckDB store held by a running process (``host run``, ``console``) is reached through
 it: the command is sent to that process (:mod:`messagebox.cli.remote`), found from the

@@ -37,6 +37,12 @@ AUDITED = frozenset(
         ("cleanup", ""),
         ("tracking", "enable"),
         ("tracking", "disable"),
+        ("users", "add"),
+        ("users", "set-role"),
+        ("users", "disable"),
+        ("users", "enable"),
+        ("users", "remove"),
+        ("users", "reset-password"),
     }
 )
 """Commands that change the store (publishing aside): each run that succeeds is audited."""
@@ -70,7 +76,9 @@ def open_box(args: argparse.Namespace, *, create: bool = False) -> Iterator[Mess
     open. A command in :data:`AUDITED` is audited when it ends (with the number of
     entries it changed and what it acted on when it says, ``args.audit_count`` and
     ``args.audit_target``), and when it fails, with the
-    error: a bulk change commits batch by batch, so a failure may follow changes."""
+    error: a bulk change commits batch by batch, so a failure may follow changes. It
+    names who ran it: the user and machine (or the token holder of a served command),
+    or the name given with ``--as``, then with who ran it in the detail."""
     from messagebox.engine import MessageBox
     from messagebox.errors import NoSchema
 
@@ -111,9 +119,12 @@ def _audit(box: MessageBox, args: argparse.Namespace, failed: str | None = None)
     detail = None if argv is None else " ".join(argv)
     if failed is not None:
         detail = f"{detail or ''} — failed: {failed}"
+    named = getattr(args, "as_user", None)  # `users … --as WHO`: who, by who ran it
+    if named:
+        detail = f"{detail or ''} — run by {served_for or audit.local_user()}"
     box.audit(
         f"{args.command} {action}".strip() + (" (failed)" if failed else ""),
-        who=served_for or audit.local_user(),
+        who=named or served_for or audit.local_user(),
         role="token" if served_for else "local",
         via=audit.SERVED if served_for else audit.CLI,
         target=getattr(args, "audit_target", None),

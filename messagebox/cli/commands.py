@@ -55,6 +55,7 @@ from messagebox.cli.subscriptions import (
     subscriptions_set_filter,
 )
 from messagebox.cli.terminal import Terminal
+from messagebox.cli.users import users_change, users_list
 
 COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] = {
     ("init", ""): init,
@@ -110,5 +111,13 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("tracking", "disable"): tracking_disable,
     ("tracking", "events"): tracking_events,
     ("metrics", ""): metrics,
+    ("users", ""): users_list,
+    ("users", "list"): users_list,
+    ("users", "add"): users_change,
+    ("users", "set-role"): users_change,
+    ("users", "disable"): users_change,
+    ("users", "enable"): users_change,
+    ("users", "remove"): users_change,
+    ("users", "reset-password"): users_change,
 }
 """The function of each (command, action); "" when there is no action."""

@@ -9,8 +9,8 @@ beside the database, so that every command of the command line works on the stor
 while the hosts run. The console's actions need the console token
 (``MESSAGEBOX_CONSOLE_TOKEN`` or ``--token-file``); the API needs the token written in
 the endpoint file (the console token when there is one, else a new one per run). The
-console's settings ``MESSAGEBOX_CONSOLE_TRUSTED_PROXIES`` and ``MESSAGEBOX_SERVE_PATHS``
-apply (:mod:`messagebox.console.cli`).
+console's settings ``MESSAGEBOX_CONSOLE_TRUSTED_PROXIES``, ``MESSAGEBOX_SERVE_PATHS`` and
+the session times apply (:mod:`messagebox.console.cli`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,13 @@ def _serve_console(
     from messagebox.cli import remote
     from messagebox.console import create_app
     from messagebox.console.background import BackgroundServer
-    from messagebox.console.cli import UsageProblem, check_hosts, secrets_of, serving_settings
+    from messagebox.console.cli import (
+        UsageProblem,
+        check_hosts,
+        secrets_of,
+        serving_settings,
+        session_settings,
+    )
     from messagebox.engine import MessageBox
 
     bind, port = address
@@ -146,6 +152,7 @@ def _serve_console(
         secret, read = secrets_of(args)
         check_hosts(bind, [])
         proxies, folders = serving_settings()
+        sessions = session_settings()
     except UsageProblem as exc:
         raise MessageBoxError(f"host run --console: {exc}") from exc
     api_token = secret or remote.new_token()
@@ -168,6 +175,7 @@ def _serve_console(
             read_token=read,
             trusted_proxies=proxies,
             serve_paths=folders,
+            sessions=sessions,
         ),
         bind,
         port,

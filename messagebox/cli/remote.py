@@ -18,13 +18,14 @@ device and inode), else the command is refused.
 ``init``, ``publish``, ``subscriptions``, ``route explain``, ``services``, ``hosts``,
 ``messages show``, ``queues``, ``instances``, ``suspended``, ``scheduled``, ``cleanup``,
 ``stats``, ``check``, ``tracking``, ``metrics``, ``export``, ``plan``, ``apply``, ``versions``,
-``rollback``, ``lint``, ``spark route`` and ``spark what-if``. Any other is refused, exit code 2,
-naming it (``host run`` and ``console`` start a process of their own: the command line
-says so without sending them).
+``rollback``, ``lint``, ``users``, ``spark route`` and ``spark what-if``. Any other is
+refused, exit code 2, naming it (``host run`` and ``console`` start a process of their
+own: the command line says so without sending them).
 
 The files a command reads (``publish FILE``, ``--filter @FILE``, a routing file, a
 ``spark`` command's ``--subscriptions`` or ``--proposed`` JSON file) and standard input
-are read here and sent with it; its standard output and error come back when it ends (so
+are read here and sent with it (so is the password ``users add`` and ``users
+reset-password`` ask for here); its standard output and error come back when it ends (so
 progress shows at the end, not as it goes). A served ``spark`` command's input and
 output are read and written by the serving process, only inside the store's own folder
 and the folders its operator allows (:mod:`messagebox.console.paths`).
@@ -456,6 +457,8 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
             file=sys.stderr,
         )
         return 1
+    from messagebox.cli.inputs import UsageError
+    from messagebox.cli.users import forwarded_password
     from messagebox.routing_file import RoutingFileError, read_bytes
 
     files: dict[str, str] = {}
@@ -470,6 +473,14 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
         if sys.stdin.isatty():
             print(STDIN_NOTE, file=sys.stderr)
         stdin = sys.stdin.buffer.read()
+    try:
+        password = forwarded_password(args)  # asked here, sent as standard input
+    except UsageError as exc:
+        print(f"messagebox {command_name(args)}: error: {exc}", file=sys.stderr)
+        return 2
+    if password is not None:
+        stdin = password
+        argv = [*argv, *([] if args.password_stdin else ["--password-stdin"])]
     body = {
         "argv": list(argv),
         "files": files,

@@ -28,11 +28,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from messagebox.cli.remote import duckdb_file, store_identity
 from messagebox.console import (
+    access,
     api,
     auth,
     browsing,
     incidents,
     lifecycle,
+    login,
     orchestrations,
     pages,
     state,
@@ -51,8 +53,8 @@ log = logging.getLogger("messagebox.console")
 
 ROUTES: list[BaseRoute] = [
     Route("/", pages.overview, name="overview"),
-    Route("/login", auth.login, methods=["GET", "POST"], name="login"),
-    Route("/logout", auth.logout, methods=["POST"], name="logout"),
+    Route("/login", login.login, methods=["GET", "POST"], name="login"),
+    Route("/logout", login.logout, methods=["POST"], name="logout"),
     Route("/subscriptions", pages.subscriptions, name="subscriptions"),
     Route("/subscriptions/{sub}/filter", lifecycle.set_filter, methods=["POST"], name="set_filter"),
     Route(
@@ -92,7 +94,7 @@ ROUTES: list[BaseRoute] = [
     *api.ROUTES,
     Mount("/static", StaticFiles(packages=[("messagebox.console", "static")]), name="static"),
 ]
-"""Every route of the console."""
+"""Every route of the console; each needs the role :data:`.access.RULES` names."""
 
 NAV: list[tuple[str, str]] = [
     ("overview", "Overview"),
@@ -184,6 +186,7 @@ def create_app(
     read_token: str | None = None,
     trusted_proxies: Iterable[str] = (),
     serve_paths: Iterable[str | Path] = (),
+    sessions: auth.SessionSettings | None = None,
 ) -> Starlette:
     """The console over ``box``. Read-only unless ``token`` is given: then resume and
     terminate take it as the form field ``token`` or an ``Authorization: Bearer`` header,
@@ -195,8 +198,11 @@ def create_app(
     Bound to every address (``0.0.0.0``, ``::``) without ``allowed_hosts`` it answers to
     any, and logs a warning that the check is off.
 
-    ``token`` is also the operators' login secret, ``read_token`` the readers' (then
-    every page needs a login: :mod:`messagebox.console.auth`).
+    ``token`` is also the service account ``token:operator``'s login secret,
+    ``read_token`` ``token:reader``'s (then every page needs a login); the store's users
+    log in by name and password (with any user every page needs a login). Each route
+    needs a role (:mod:`messagebox.console.access`); ``sessions`` says how long a login
+    lasts (:class:`~messagebox.console.auth.SessionSettings`; its defaults by default).
 
     With ``api_token`` it also serves the management API (:mod:`messagebox.console.api`)
     to requests carrying that token; ``describe`` adds to its status. A ``spark``
@@ -227,7 +233,7 @@ def create_app(
             Middleware(_SecurityHeaders),
             Middleware(ClientAddress, proxies=proxies),
             Middleware(HostCheck, allowed=allowed),
-            Middleware(auth.LoginRequired),
+            Middleware(access.Access, routes=ROUTES),
         ],
         exception_handlers={
             HTTPException: pages.http_error,
@@ -235,7 +241,11 @@ def create_app(
         },
     )
     app.state.console = state.Console(
-        box=box, token=token, templates=templates(), read_token=read_token
+        box=box,
+        token=token,
+        templates=templates(),
+        read_token=read_token,
+        session_settings=sessions or auth.SessionSettings(),
     )
     app.state.api_token = api_token
     app.state.describe = describe

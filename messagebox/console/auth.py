@@ -1,134 +1,182 @@
-"""Who is asking: the console's login, sessions, roles and CSRF protection.
+"""Who is asking: the console's callers, their roles, and the secrets they show.
 
-The console's token is the operator's login secret; an optional read token
-(``MESSAGEBOX_CONSOLE_READ_TOKEN``) is a reader's. ``/login`` takes a name (for the audit
-log) and a secret, and opens a session: a random id in an ``HttpOnly``, ``SameSite=
-Strict`` cookie, kept in this process's memory for :data:`SESSION_SECONDS` (a restart
-logs everyone out). Every form an operator posts from a session carries the session's
-CSRF token, checked before anything changes. Scripts skip the login: an
-``Authorization: Bearer`` header (or the form field ``token``, as before) is checked on
-each request and needs no CSRF token (a browser never sends either by itself).
+A caller is a **user** logged in at ``/login`` by name and password (a role: reader,
+operator or admin, as the store says on each request), a **service account** — the
+console token, ``token:operator``, or the read token (``MESSAGEBOX_CONSOLE_READ_TOKEN``),
+``token:reader`` — or nobody (anonymous). A login opens a session kept in the store
+(:meth:`~messagebox.MessageBox.open_session`): its random token goes in an ``HttpOnly``,
+``SameSite=Strict`` cookie (``Secure`` over https) and the store keeps its SHA-256, so a
+restart of the console logs no one out. A session ends at logout, after the console's
+idle time or its lifetime (:class:`SessionSettings`), and at once when its user is
+disabled, removed or given a new password; a token's session when that token changes.
 
-Roles: an *operator* (the console token) reads and acts; a *reader* (the read token)
-reads, the contents of message parts too. With a read token configured every page needs
-a login; without one the pages are open to whoever reaches the console (bound to
-loopback by default) and only actions and part contents need the token.
+Every form posted from a session carries the session's CSRF token (an HMAC of the
+session's token: nothing more to keep), checked before anything changes. Scripts skip
+the login: an ``Authorization: Bearer`` header with a token (or the form field
+``token``, as before) is checked on each request and needs no CSRF token (a browser
+never sends either by itself).
 
 Every secret is checked by :func:`checked`, in constant time, and counted: a wrong one
 towards the lock-out of its address (:mod:`messagebox.console.lockout`; the address is
 the socket peer's unless trusted proxies are configured: :mod:`messagebox.console.clients`).
+Which role each route needs is :mod:`messagebox.console.access`'s.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import math
-import secrets
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messagebox.console.lockout import Lockout, Policy
+from messagebox.accounts import (
+    MAX_SESSION_SECONDS,
+    MIN_SESSION_SECONDS,
+    TOKEN_PREFIX,
+    bound_to,
+)
+from messagebox.console.lockout import Policy
+from messagebox.passwords import ADMIN, OPERATOR, READER, at_least
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console
 
-OPERATOR = "operator"
-READER = "reader"
 COOKIE = "mb_session"
-SESSION_SECONDS = 8 * 3600
-MAX_NAME = 80
 LOGIN_ATTEMPTS = 5
-"""Failed secrets from one address within :data:`LOGIN_WINDOW` that lock it out."""
+"""Failed secrets from one address (or for one user) within :data:`LOGIN_WINDOW` that
+lock it out."""
 LOGIN_WINDOW = 60.0
 """Seconds: the span failures count in, and the first lock's length (each next one
 doubles, up to :attr:`Policy.cap <messagebox.console.lockout.Policy.cap>`)."""
+CALLER = "messagebox.caller"
+"""The request scope's key of its :class:`Caller`, found once per request."""
+RULE = "messagebox.rule"
+"""The request scope's key of the role its route needs (:mod:`.access`)."""
+USERS = "messagebox.users"
+"""The request scope's key of whether the store has users (asked for anonymous callers)."""
+
+HASHING_AT_ONCE = 2
+"""Passwords checked at once (:mod:`.login`): each takes 64 MiB for a moment."""
+IDLE_SECONDS = 3600.0
+LIFETIME_SECONDS = 8 * 3600.0
+MIN_IDLE_SECONDS = 300.0
+MAX_IDLE_SECONDS = 24 * 3600.0
 
 
-def _policy() -> Policy:
+def policy() -> Policy:
+    """The lock-out of addresses: :data:`LOGIN_ATTEMPTS` within :data:`LOGIN_WINDOW`."""
     return Policy(attempts=LOGIN_ATTEMPTS, window=LOGIN_WINDOW)
 
 
-@dataclass
+def user_policy() -> Policy:
+    """The lock-out of a user's name: as an address's, with no global budget."""
+    return Policy(attempts=LOGIN_ATTEMPTS, window=LOGIN_WINDOW, budget=1 << 62)
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """How long a console session lasts: ``idle`` seconds unused (5 minutes to 24
+    hours; default 1 hour), ``lifetime`` seconds at most (1 minute to 30 days, not
+    shorter than ``idle``; default 8 hours). A ValueError names a value out of bounds."""
+
+    idle: float = IDLE_SECONDS
+    lifetime: float = LIFETIME_SECONDS
+
+    def __post_init__(self) -> None:
+        if not MIN_IDLE_SECONDS <= self.idle <= MAX_IDLE_SECONDS:
+            raise ValueError(
+                f"a session's idle time is from {span(MIN_IDLE_SECONDS)} to "
+                f"{span(MAX_IDLE_SECONDS)}, not {span(self.idle)}"
+            )
+        if not MIN_SESSION_SECONDS <= self.lifetime <= MAX_SESSION_SECONDS:
+            raise ValueError(
+                f"a session's lifetime is from {span(MIN_SESSION_SECONDS)} to "
+                f"{span(MAX_SESSION_SECONDS)}, not {span(self.lifetime)}"
+            )
+        if self.lifetime < self.idle:
+            raise ValueError(
+                f"a session's lifetime ({span(self.lifetime)}) is shorter than its idle "
+                f"time ({span(self.idle)})"
+            )
+
+
+def span(seconds: float) -> str:
+    """``seconds`` in the largest whole unit: ``30 days``, ``5 minutes``, ``1.5 s``."""
+    if not math.isfinite(seconds) or seconds <= 0 or seconds != int(seconds):
+        return f"{seconds:g} s"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n:,} {unit}{'s' if n != 1 else ''}"
+    return f"{int(seconds):,} s"
+
+
+@dataclass(frozen=True)
 class Session:
-    id: str
-    role: str
-    who: str
+    """The caller's session: its token (the cookie's, in this request's memory only) and
+    the CSRF token its forms carry."""
+
+    token: str
     csrf: str
-    expires: float
-
-
-class Sessions:
-    """Open sessions, by id, in this process's memory; failed secrets by address."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: dict[str, Session] = {}
-        self.lockout = Lockout(_policy)
-
-    def open(self, role: str, who: str) -> Session:
-        session = Session(
-            secrets.token_urlsafe(32),
-            role,
-            who,
-            secrets.token_urlsafe(32),
-            time.monotonic() + SESSION_SECONDS,
-        )
-        with self._lock:
-            now = time.monotonic()
-            self._open = {k: s for k, s in self._open.items() if s.expires > now}
-            self._open[session.id] = session
-        return session
-
-    def get(self, session_id: str | None) -> Session | None:
-        if not session_id:
-            return None
-        with self._lock:
-            session = self._open.get(session_id)
-            if session is not None and session.expires <= time.monotonic():
-                del self._open[session_id]
-                return None
-        return session
-
-    def close(self, session_id: str | None) -> None:
-        with self._lock:
-            self._open.pop(session_id or "", None)
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request comes from: a role (None: nobody logged in) and a name."""
+    """Who a request comes from: a role (None: nobody logged in), a name (a user's,
+    ``token:ROLE`` or ``anonymous``) and the client's address."""
 
     role: str | None
     who: str
+    client: str = "an unknown address"
     session: Session | None = None
+
+    def at_least(self, needed: str) -> bool:
+        """Whether the caller is allowed what ``needed`` is."""
+        return at_least(self.role, needed)
 
     @property
     def operator(self) -> bool:
-        return self.role == OPERATOR
+        """Whether the caller may act on entries, instances and services."""
+        return self.at_least(OPERATOR)
+
+    @property
+    def admin(self) -> bool:
+        """Whether the caller may change hosts and routing."""
+        return self.at_least(ADMIN)
 
 
-def _client(request: Request) -> str:
+def csrf_of(token: str) -> str:
+    """The CSRF token of the session with this token."""
+    return hmac.new(token.encode(), b"messagebox csrf", hashlib.sha256).hexdigest()
+
+
+def client_of(request: Request) -> str:
     return request.client.host if request.client else "an unknown address"
 
 
-def refusal(console: Console, client: str) -> HTTPException | None:
-    """The 429 (with ``Retry-After``) for ``client`` while it is locked out, else None."""
-    wait = math.ceil(console.sessions.lockout.wait(client))
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def refusal(console: Console, client: str, user: str | None = None) -> HTTPException | None:
+    """The 429 (with ``Retry-After``) while ``client`` (or the ``user`` named) is locked
+    out, else None."""
+    wait = math.ceil(console.lockout.wait(client))
+    whom = client
+    if not wait and user is not None:
+        wait, whom = math.ceil(console.user_lockout.wait(user)), f"user {user}"
     if not wait:
         return None
     return HTTPException(
         429,
-        f"too many failed logins and tokens from {client}: try again in {wait} s",
+        f"too many failed logins and tokens from {whom}: try again in {wait} s",
         headers={"Retry-After": str(wait)},
     )
 
@@ -153,22 +201,17 @@ def counted(
     )
     if (event, given) in verdicts:
         return verdicts[event, given]
-    client = _client(request)
+    client = client_of(request)
     refused = refusal(console, client)
     if refused is not None:
         raise refused
     found = verdicts[event, given] = judge(given)
     if found is None:
-        console.sessions.lockout.failed(client)
+        console.lockout.failed(client)
         console.log_event(event, client=client, path=request.url.path)
     else:
-        console.sessions.lockout.succeeded(client)
+        console.lockout.succeeded(client)
     return found
-
-
-def _console(request: Request) -> Console:
-    console: Console = request.app.state.console
-    return console
 
 
 def role_of(console: Console, given: bytes) -> str | None:
@@ -187,170 +230,113 @@ def bearer(request: Request) -> bytes:
     return credentials.strip().encode("latin-1") if scheme.lower() == "bearer" else b""
 
 
+def token_caller(request: Request, role: str) -> Caller:
+    """The service account of a console secret: ``token:operator``, ``token:reader``."""
+    return Caller(role, f"{TOKEN_PREFIX}{role}", client_of(request))
+
+
 def caller(request: Request) -> Caller:
-    """Who the request is from, by its session cookie or bearer token (a wrong bearer
-    token is refused, 403)."""
+    """Who the request is from, found once per request (and kept in its scope): by its
+    session cookie, else its bearer token (a wrong one is refused, 403), else
+    anonymous. Reads the store: :mod:`.access` finds it, in a thread, before any route."""
+    found: Caller | None = request.scope.get(CALLER)
+    if found is None:
+        found = request.scope[CALLER] = _find(request)
+    return found
+
+
+def open_to_all(request: Request) -> bool:
+    """Whether anonymous callers read this console: it has no read token and the store
+    no user (asked once per request). Reads the store."""
     console = _console(request)
-    session = console.sessions.get(request.cookies.get(COOKIE))
-    if session is not None:
-        return Caller(session.role, session.who, session)
+    if console.read_token is not None:
+        return False
+    users: bool | None = request.scope.get(USERS)
+    if users is None:
+        users = request.scope[USERS] = console.box.has_users()
+    return not users
+
+
+def _find(request: Request) -> Caller:
+    console = _console(request)
+    cookie = request.cookies.get(COOKIE)
+    if cookie:
+        found = session_caller(console, cookie, client_of(request))
+        if found is not None:
+            return found
     given = bearer(request)
     if given:
         role = checked(request, given)
         if role is None:
-            raise HTTPException(403, "wrong token")
-        return Caller(role, f"token holder at {_client(request)}")
-    return Caller(None, f"anonymous at {_client(request)}")
+            changed = "; nothing was changed" if request.method == "POST" else ""
+            raise HTTPException(403, f"wrong token{changed}")
+        return token_caller(request, role)
+    return Caller(None, "anonymous", client_of(request))
 
 
-def operator(request: Request, form: FormData) -> Caller:
-    """The operator posting ``form``: from a session (its CSRF token checked), else the
-    form's ``token`` field or a bearer header. Refused (403) otherwise, before anything
-    changes."""
+def session_caller(console: Console, token: str, client: str) -> Caller | None:
+    """The caller of an open session (None: it is not one, or no longer): a user's with
+    the user's role now; a console secret's only while the console has that secret."""
+    stored = console.box.find_session(token, idle=console.session_settings.idle)
+    if stored is None:
+        return None
+    if stored.who.startswith(TOKEN_PREFIX):
+        secret = console.token if stored.role == OPERATOR else console.read_token
+        if not bound_to(stored, token, secret):
+            console.box.close_session(token)
+            return None
+    return Caller(stored.role, stored.who, client, Session(token, csrf_of(token)))
+
+
+def actor(request: Request, form: FormData) -> Caller:
+    """The caller posting ``form``, allowed what its route needs (:mod:`.access`): from
+    a session (its CSRF token checked), else the form's ``token`` field or a bearer
+    header. Refused (403) otherwise, before anything changes."""
     console = _console(request)
-    if console.token is None:
-        raise HTTPException(
-            403,
-            "actions are disabled: this console was started without a token "
-            "(MESSAGEBOX_CONSOLE_TOKEN or --token-file); nothing was changed",
-        )
+    needed: str = request.scope.get(RULE, OPERATOR)
     field = form.get("token")
     given = field.encode() if isinstance(field, str) else b""
     if given or bearer(request):
-        if not given:
-            given = bearer(request)
-        if checked(request, given) != OPERATOR:
+        if console.token is None and console.read_token is None:
+            raise HTTPException(403, _DISABLED)
+        role = checked(request, given or bearer(request))
+        if role is None:
             raise HTTPException(403, "wrong token; nothing was changed")
-        return Caller(OPERATOR, f"token holder at {_client(request)}")
-    session = console.sessions.get(request.cookies.get(COOKIE))
-    if session is None:
-        raise HTTPException(
-            403,
-            "this action needs the console token (log in, or the token field, or an "
-            "Authorization: Bearer header); nothing was changed",
-        )
-    csrf = form.get("csrf")
-    if not isinstance(csrf, str) or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
-        raise HTTPException(
-            403, "the form's CSRF token is missing or stale: reload the page; nothing was changed"
-        )
-    if session.role != OPERATOR:
-        raise HTTPException(403, f"{session.who} is logged in as a reader; nothing was changed")
-    return Caller(OPERATOR, session.who, session)
-
-
-def _safe_next(target: str | None, root: str) -> str:
-    """Where to go after logging in: a path of this console only."""
-    if not target or not target.startswith("/") or target.startswith("//"):
-        return root + "/"
-    return target
-
-
-async def login(request: Request) -> Response:
-    """The login form (GET) and logging in (POST: name, token, next)."""
-    console = _console(request)
-    root = str(request.scope.get("root_path", ""))
-    if request.method == "GET":
-        return console.render(
-            request, "login.html", title="Log in", next=request.query_params.get("next", "")
-        )
-    async with request.form() as form:
-        token = form.get("token")
-        name = form.get("name")
-        target = form.get("next")
-    client = _client(request)
-    given = token.encode() if isinstance(token, str) else b""
-    refused = refusal(console, client)
-    if refused is not None:
-        raise refused
-    role = checked(request, given, "console-login-failed") if given else None
-    if role is None:
-        if not given:
-            console.log_event("console-login-failed", client=client)
-        raise HTTPException(403, "wrong token: not logged in")
-    who = name.strip()[:MAX_NAME] if isinstance(name, str) and name.strip() else role
-    session = console.sessions.open(role, f"{who} at {client}")
-    console.log_event("console-login", who=session.who, role=role)
-    response = RedirectResponse(
-        _safe_next(target if isinstance(target, str) else None, root), status_code=303
-    )
-    response.set_cookie(
-        COOKIE,
-        session.id,
-        max_age=SESSION_SECONDS,
-        path=root + "/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
-    return response
-
-
-async def logout(request: Request) -> Response:
-    """End the session (POST, with its CSRF token)."""
-    console = _console(request)
-    session = console.sessions.get(request.cookies.get(COOKIE))
-    async with request.form() as form:
-        csrf = form.get("csrf")
-    if session is not None:
-        if not isinstance(csrf, str) or not hmac.compare_digest(
-            csrf.encode(), session.csrf.encode()
-        ):
-            raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
-        console.sessions.close(session.id)
-    root = str(request.scope.get("root_path", ""))
-    response = RedirectResponse(root + "/login", status_code=303)
-    response.delete_cookie(COOKIE, path=root + "/")
-    return response
-
-
-class LoginRequired:
-    """ASGI middleware: with a read token configured, every page but the login form, the
-    static files and the API (which checks its own token) needs a session or a bearer
-    token; a browser is sent to log in. ``/metrics`` is a scrape, not a page: it is
-    answered 401 (``WWW-Authenticate: Bearer``) without a token and 403 with a wrong
-    one, never sent to the login form (Prometheus sends the read token with
-    ``authorization: {credentials: …}``)."""
-
-    OPEN = ("/login", "/static/", "/api/")
-    SCRAPES = ("/metrics",)
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        root = str(scope.get("root_path", ""))
-        path: str = scope["path"]
-        if _console(request).read_token is None or path.startswith(
-            tuple(root + p for p in self.OPEN)
-        ):
-            await self.app(scope, receive, send)
-            return
-        try:
-            refused = None if caller(request).role is not None else _SCRAPE_REFUSED
-        except HTTPException as exc:  # a wrong bearer token; an address locked out
-            refused = exc
-        if refused is None:
-            await self.app(scope, receive, send)
-            return
-        if path in tuple(root + p for p in self.SCRAPES):
-            answer = PlainTextResponse(
-                f"{refused.detail}\n", refused.status_code, headers=refused.headers
+        found = token_caller(request, role)
+    else:
+        found = caller(request)
+        if found.session is None:
+            if console.token is None:
+                raise HTTPException(403, _DISABLED)
+            raise HTTPException(
+                403,
+                "this action needs the console token (the token field, or an "
+                f"Authorization: Bearer header) or a login as {_a(needed)}; nothing was changed",
             )
-            await answer(scope, receive, send)
-            return
-        query = scope.get("query_string", b"").decode()
-        target = quote(path + (f"?{query}" if query else ""), safe="/")
-        response = RedirectResponse(f"{root}/login?next={target}", status_code=303)
-        await response(scope, receive, send)
+        csrf = form.get("csrf")
+        if not isinstance(csrf, str) or not hmac.compare_digest(
+            csrf.encode(), found.session.csrf.encode()
+        ):
+            raise HTTPException(
+                403,
+                "the form's CSRF token is missing or stale: reload the page; nothing was changed",
+            )
+    if not found.at_least(needed):
+        raise HTTPException(403, refused_role(found, needed) + "; nothing was changed")
+    return found
 
 
-_SCRAPE_REFUSED = HTTPException(
-    401,
-    "this console has a read token: send it as a bearer token (Authorization: Bearer …)",
-    headers={"WWW-Authenticate": 'Bearer realm="messagebox"'},
+def refused_role(who: Caller, needed: str) -> str:
+    """Why ``who`` may not do what needs ``needed``."""
+    return f"{who.who} is {_a(who.role or 'anonymous')}: this needs {_a(needed)}"
+
+
+def _a(role: str) -> str:
+    return f"{'an' if role[0] in 'aeiou' else 'a'} {role}"
+
+
+_DISABLED = (
+    "actions are disabled: this console was started without a token "
+    "(MESSAGEBOX_CONSOLE_TOKEN or --token-file); log in as a user with a role that "
+    "allows it (`messagebox users add`); nothing was changed"
 )

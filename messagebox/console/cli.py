@@ -11,14 +11,18 @@ It answers to the ``--bind`` address's Host (on loopback also ``localhost``,
 ``127.0.0.1``, ``[::1]``) and to each ``--allowed-host NAME[:PORT]``
 (:mod:`messagebox.console.hostcheck`).
 
-Two settings of the serving process (``host run`` reads them too), off by default:
+Settings of the serving process (``host run`` reads them too):
 ``MESSAGEBOX_CONSOLE_TRUSTED_PROXIES`` (addresses or networks, comma-separated: the
-reverse proxies whose ``X-Forwarded-For`` names the client, :mod:`.clients`) and
-``MESSAGEBOX_SERVE_PATHS`` (folders, ``:``-separated, that a served ``spark`` command
-may read and write besides the store's own folder, :mod:`.paths`).
+reverse proxies whose ``X-Forwarded-For`` names the client, :mod:`.clients`; none by
+default), ``MESSAGEBOX_SERVE_PATHS`` (folders, ``:``-separated, that a served ``spark``
+command may read and write besides the store's own folder, :mod:`.paths`; none by
+default), ``MESSAGEBOX_CONSOLE_SESSION_IDLE`` and ``MESSAGEBOX_CONSOLE_SESSION_LIFETIME``
+(how long a login lasts unused, and at most: ``30m``, ``8h``; 1 hour and 8 hours by
+default, :class:`.auth.SessionSettings`).
 
 Exit codes: 0 after a clean stop (Ctrl-C), 1 a messagebox error (no such database), 2
-bad usage (an unreadable or empty token file, a malformed host name, proxy or folder).
+bad usage (an unreadable or empty token file, a malformed host name, proxy or folder, a
+session time out of bounds).
 """
 
 from __future__ import annotations
@@ -31,11 +35,17 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from messagebox.errors import MessageBoxError, NoSchema
 
+if TYPE_CHECKING:
+    from messagebox.console.auth import SessionSettings
+
 TOKEN_ENV = "MESSAGEBOX_CONSOLE_TOKEN"
 READ_TOKEN_ENV = "MESSAGEBOX_CONSOLE_READ_TOKEN"
+SESSION_IDLE_ENV = "MESSAGEBOX_CONSOLE_SESSION_IDLE"
+SESSION_LIFETIME_ENV = "MESSAGEBOX_CONSOLE_SESSION_LIFETIME"
 
 
 class UsageProblem(Exception):
@@ -91,6 +101,26 @@ def serving_settings() -> tuple[list[str], list[str]]:
     return proxies, folders
 
 
+def session_settings() -> SessionSettings:
+    """How long a console login lasts, from the environment (see above); UsageProblem
+    names a malformed or out-of-bounds value."""
+    from messagebox.cli.inputs import UsageError, duration
+    from messagebox.console.auth import SessionSettings
+
+    given: dict[str, float] = {}
+    for key, env in (("idle", SESSION_IDLE_ENV), ("lifetime", SESSION_LIFETIME_ENV)):
+        text = os.environ.get(env, "").strip()
+        if text:
+            try:
+                given[key] = duration(text, env).total_seconds()
+            except UsageError as exc:
+                raise UsageProblem(str(exc)) from None
+    try:
+        return SessionSettings(**given)
+    except ValueError as exc:
+        raise UsageProblem(f"{SESSION_IDLE_ENV}, {SESSION_LIFETIME_ENV}: {exc}") from None
+
+
 def check_hosts(bind: str, allowed: list[str]) -> None:
     """Refuse a malformed ``--allowed-host`` or ``--bind`` before the store is opened."""
     from messagebox.console.hostcheck import AllowedHosts, split_host
@@ -132,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         secret, read = secrets_of(args)
         check_hosts(args.bind, args.allowed_host)
         proxies, folders = serving_settings()
+        sessions = session_settings()
     except UsageProblem as exc:
         print(f"messagebox console: error: {exc}", file=sys.stderr)
         return 2
@@ -147,11 +178,12 @@ def run(args: argparse.Namespace) -> int:
 
     logs.configure("INFO", args.log_format)
     with box:
-        mode = (
-            "resume, terminate and message contents need the token"
-            if secret is not None
-            else f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
-        )
+        if secret is not None:
+            mode = "resume, terminate and message contents need the token"
+        elif box.has_users():
+            mode = f"users log in at /login (no token: {TOKEN_ENV} or --token-file adds one)"
+        else:
+            mode = f"read-only (set {TOKEN_ENV} or --token-file to enable resume and terminate)"
         app = create_app(
             box,
             token=secret,
@@ -161,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             read_token=read,
             trusted_proxies=proxies,
             serve_paths=folders,
+            sessions=sessions,
         )
         server = BackgroundServer(app, args.bind, args.port)
         with _until_signal() as stopped:

@@ -6,7 +6,7 @@ resume, terminate or reroute) with a count and a confirmation, and the audit log
 A bulk action is two posts: the first shows what it would change (how many entries, of
 which reasons) and asks to confirm; the second, with ``confirm``, does it on the entries
 that still match, records it in the audit log and says how many changed. Both need an
-operator (:func:`messagebox.console.auth.operator`).
+operator (:func:`messagebox.console.auth.actor`).
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ async def bulk(request: Request) -> Response:
     confirmation, then (with ``confirm``) the action, audited."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         action = form.get("action")
         if action not in ACTIONS:
             raise HTTPException(400, f"unknown action {action!r}; one of: {', '.join(ACTIONS)}")

@@ -1,8 +1,10 @@
 """The console's lifecycle actions: a subscription's filter edited in place, a service
-started, stopped or unenlisted, an empty host removed, a subscription's scheduled
-entries delivered now or cancelled. Each is a POST that needs an operator
-(:func:`messagebox.console.auth.operator`), is checked before anything changes, and is
-recorded in the audit log."""
+started, stopped or unenlisted, an empty host removed or its settings changed, a
+subscription's scheduled entries delivered now or cancelled. Each is a POST that needs
+the role :mod:`messagebox.console.access` names (an operator for services and scheduled
+entries, an admin for a filter and a host), checked with its CSRF token or token
+(:func:`messagebox.console.auth.actor`) before anything changes, and recorded in the
+audit log."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ async def set_filter(request: Request) -> Response:
     """A subscription's new filter, in its text or JSON form."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         text = form.get("filter")
     if not isinstance(text, str) or not text.strip():
         raise HTTPException(400, "give the new filter (its text form); nothing was changed")
@@ -60,7 +62,7 @@ async def service_state(request: Request) -> Response:
     """Start, stop or unenlist every subscription of a service."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         service = form.get("service")
     action = request.path_params["action"]
     if action not in SERVICE_ACTIONS:
@@ -86,7 +88,7 @@ async def host_settings(request: Request) -> Response:
     keep theirs until restarted. Bad settings change nothing (400, naming them)."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         name = form.get("host")
         text = form.get("settings")
     if not isinstance(name, str) or not name or not isinstance(text, str):
@@ -110,7 +112,7 @@ async def remove_host(request: Request) -> Response:
     """Remove a host nothing refers to (else 409, saying what is left)."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         name = form.get("host")
     if not isinstance(name, str) or not name:
         raise HTTPException(400, "name the host (the form field host)")
@@ -128,7 +130,7 @@ async def scheduled(request: Request) -> Response:
     ``subscription``: its id), or one entry (the form field ``entry``)."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         sub = form.get("subscription")
         entry = form.get("entry")
     action = request.path_params["action"]

@@ -107,7 +107,7 @@ async def terminate(request: Request) -> Response:
     confirmation; with ``confirm``, done, audited, and back to its page."""
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
         confirmed = form.get("confirm") == "yes"
     instance_id = request.path_params["instance_id"]
     found = await run_in_threadpool(c.box.service_instance, instance_id)

@@ -2,14 +2,15 @@
 :class:`~messagebox.MessageBox` API and rendering a template.
 
 GET pages only read. The two actions (resume, terminate a suspended entry) are POSTs
-that need the console's token; every refusal (no token configured, a wrong or missing
-token, a malformed or unknown id, an entry that cannot be resumed) is checked before
-anything changes, and answered with an error page that names the culprit.
+that need an operator (a user's session, or the console's token); every refusal (no
+token configured, a wrong or missing token, a reader, a malformed or unknown id, an
+entry that cannot be resumed) is checked before anything changes, and answered with an
+error page that names the culprit.
 
-A message's page shows the contents of its parts only with the token too (an
-``Authorization: Bearer`` header, or its form posted with the token field); without it
-the page shows their names and sizes. A console without a token has no login to ask
-for, and shows them to every reader, as its other pages.
+A message's page shows the contents of its parts only to a logged-in caller or with a
+token (an ``Authorization: Bearer`` header, or its form posted with the token field);
+otherwise the page shows their names and sizes. A console without a token or a user
+has no login to ask for, and shows them to every reader, as its other pages.
 """
 
 from __future__ import annotations
@@ -489,7 +490,7 @@ def _terminate(box: MessageBox, entry_id: int) -> None:
 async def _act(request: Request, action: str) -> Response:
     c = _console(request)
     async with request.form() as form:
-        caller = auth.operator(request, form)
+        caller = auth.actor(request, form)
     entry_id = _entry_id(request.path_params["entry_id"])
     run = _resume if action == "resume" else _terminate
     await run_in_threadpool(run, c.box, entry_id)
@@ -500,10 +501,10 @@ async def _act(request: Request, action: str) -> Response:
 
 
 async def resume(request: Request) -> Response:
-    """Put a resumable suspended entry back on its queue (needs the token)."""
+    """Put a resumable suspended entry back on its queue (needs an operator)."""
     return await _act(request, "resume")
 
 
 async def terminate(request: Request) -> Response:
-    """Delete a suspended entry and release its message (needs the token)."""
+    """Delete a suspended entry and release its message (needs an operator)."""
     return await _act(request, "terminate")

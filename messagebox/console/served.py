@@ -72,6 +72,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "rollback": "",
         "lint": "",
         "spark": "route what-if",
+        "users": " list add set-role disable enable remove reset-password",
     }.items()
     for action in actions.split(" ")
 )

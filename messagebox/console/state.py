@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from starlette.responses import Response
 
 from messagebox.audit import CONSOLE
 from messagebox.console import auth
+from messagebox.console.lockout import Lockout
 
 if TYPE_CHECKING:
     from starlette.templating import Jinja2Templates
@@ -24,35 +26,42 @@ log = logging.getLogger("messagebox.console")
 
 @dataclass(frozen=True)
 class Console:
-    """What every page needs: the MessageBox, the secrets, the sessions, the templates."""
+    """What every page needs: the MessageBox, the secrets, the lock-outs, the templates."""
 
     box: MessageBox
     token: str | None
     templates: Jinja2Templates
     read_token: str | None = None
-    sessions: auth.Sessions = field(default_factory=auth.Sessions)
-
-    @property
-    def actions(self) -> bool:
-        """Whether resume and terminate are enabled (a token is configured)."""
-        return self.token is not None
+    session_settings: auth.SessionSettings = field(default_factory=auth.SessionSettings)
+    lockout: Lockout = field(default_factory=lambda: Lockout(auth.policy))
+    """Failed secrets by client address."""
+    user_lockout: Lockout = field(default_factory=lambda: Lockout(auth.user_policy))
+    """Failed logins by user name."""
+    hashing: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(auth.HASHING_AT_ONCE)
+    )
+    """Turns to check a password (:mod:`messagebox.console.login`)."""
 
     def render(
         self, request: Request, template: str, *, status: int = 200, **context: Any
     ) -> Response:
-        try:
-            who = auth.caller(request)
-        except HTTPException:
-            who = auth.Caller(None, "")
+        who: auth.Caller = request.scope.get(auth.CALLER) or auth.Caller(None, "anonymous")
+        anonymous = who.role is None
         return self.templates.TemplateResponse(
             request,
             template,
             {
-                "actions": self.actions,
+                # the forms of actions: for an operator, or (the token field) anyone
+                # who is not logged in on a console with a token
+                "actions": who.operator or (anonymous and self.token is not None),
+                "admin": who.admin,
                 "status": status,
                 "viewer": who,
                 "csrf": who.session.csrf if who.session is not None else "",
-                "login": self.token is not None or self.read_token is not None,
+                # whether there is a login to offer: a secret, or (when asked) users
+                "login": self.token is not None
+                or self.read_token is not None
+                or request.scope.get(auth.USERS) is not False,
                 "refresh": None,
                 "live": False,
                 **context,
@@ -67,20 +76,36 @@ class Console:
     def audit(
         self, caller: auth.Caller, action: str, target: str | None, count: int | None
     ) -> None:
-        """Record an action in the audit log and the console's log."""
+        """Record an action in the audit log and the console's log: who (a user's name,
+        or ``token:operator``), with which role, from which address."""
         role = caller.role or "anonymous"
         self.log_event(
-            "console-action", who=caller.who, role=role, action=action, target=target, count=count
+            "console-action",
+            who=caller.who,
+            role=role,
+            action=action,
+            target=target,
+            count=count,
+            client=caller.client,
         )
-        self.box.audit(action, who=caller.who, role=role, via=CONSOLE, target=target, count=count)
+        self.box.audit(
+            action,
+            who=caller.who,
+            role=role,
+            via=CONSOLE,
+            target=target,
+            count=count,
+            detail=f"from {caller.client}",
+        )
 
     def shows_parts(self, request: Request, form: FormData | None = None) -> bool:
-        """Whether a message's part contents may be shown: on a console without a token
-        always (it has no login), else only to a logged-in caller or a request carrying
-        a token. A wrong token is refused (403), and so is a form posted without one."""
-        if self.token is None and self.read_token is None:
+        """Whether a message's part contents may be shown: to a logged-in caller, or a
+        request carrying a token; on a console without any secret or user (open to
+        every reader) always. A wrong token is refused (403), and so is a form posted
+        without one."""
+        if auth.caller(request).role is not None:
             return True
-        if self.sessions.get(request.cookies.get(auth.COOKIE)) is not None:
+        if self.token is None and auth.open_to_all(request):
             return True
         field = form.get("token") if form is not None else None
         given = field.encode() if isinstance(field, str) else auth.bearer(request)
@@ -90,7 +115,7 @@ class Console:
             raise HTTPException(
                 403,
                 "the contents of a message's parts need the console token (the token "
-                "field, or an Authorization: Bearer header)",
+                "field, or an Authorization: Bearer header) or a login",
             )
         if auth.checked(request, given) is None:
             raise HTTPException(403, "wrong token; the parts' contents are not shown")

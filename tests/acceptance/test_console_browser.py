@@ -1,7 +1,8 @@
 """The web console as an operator uses it, on the embedded default (DuckDB): in a real
 browser (headless Debian chromium through selenium), an entry suspended by a failing
-service is resumed with the token and then delivered; and ``messagebox console`` as a
-command, with its token from a file or the environment.
+service is resumed with the token and then delivered; operators log in by name and
+password (or with the token), a reader sees no action and is refused one; and
+``messagebox console`` as a command, with its token from a file or the environment.
 
 The browser test skips when chromium or chromedriver is missing, except when
 ``CI=true``: there it fails. DuckDB allows one process per file, so the browser test
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 TOKEN = "open-sesame"
+PASSWORD = "correct horse battery"
 FAST: dict[str, Any] = {
     "poll_min_seconds": 0.01,
     "poll_max_seconds": 0.1,
@@ -180,6 +182,63 @@ def test_an_operator_resumes_a_failed_delivery_in_the_browser(
         box.close()
 
 
+def test_a_reader_logs_in_sees_no_action_and_is_refused_one(
+    tmp_path: Path, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    url, entry_id = suspended_store(tmp_path / "box.duckdb")
+    box = MessageBox(url)
+    try:
+        box.add_user("rita", "reader", PASSWORD)
+        with serving(box, TOKEN) as base:
+            # When a stranger opens the suspended queue, the console asks to log in
+            browser.get(f"{base}/suspended")
+            form = browser.find_element(By.ID, "login")
+            # and the reader logs in by name and password
+            form.find_element(By.NAME, "user").send_keys("rita")
+            form.find_element(By.NAME, "password").send_keys(PASSWORD)
+            form.find_element(By.TAG_NAME, "button").click()
+            # Then the reader is back on the suspended queue, and sees the entry
+            assert browser.find_element(By.ID, "who").text == "rita (reader)"
+            row = browser.find_element(By.ID, f"entry-{entry_id}")
+            assert "service-unenlisted" in row.text
+            # but no Resume button, and a note saying why
+            browser.implicitly_wait(0)
+            assert browser.find_elements(By.CSS_SELECTOR, "button.resume") == []
+            browser.implicitly_wait(30)
+            assert "rita is a reader" in browser.find_element(By.ID, "read-only").text
+            # When the reader's session posts Resume all the same (its cookie, its CSRF)
+            cookie = browser.get_cookie("mb_session")
+            assert cookie is not None
+            assert cookie["httpOnly"] is True
+            assert cookie["sameSite"] == "Strict"
+            csrf = browser.find_element(By.CSS_SELECTOR, "form.logout input[name=csrf]")
+            refused = httpx.post(
+                f"{base}/suspended/{entry_id}/resume",
+                data={"csrf": csrf.get_attribute("value") or ""},
+                cookies={"mb_session": cookie["value"]},
+                timeout=30,
+            )
+            # Then it is refused, and nothing changes
+            assert refused.status_code == 403
+            assert "rita is a reader: this needs an operator" in refused.text
+            assert [e.id for e in box.suspended()] == [entry_id]
+            # When an admin makes rita an operator, her next page has the button
+            box.set_user_role("rita", "operator")
+            browser.get(f"{base}/suspended")
+            row = browser.find_element(By.ID, f"entry-{entry_id}")
+            row.find_element(By.CSS_SELECTOR, "button.resume").click()
+            assert browser.find_element(By.ID, "notice").text == f"Entry {entry_id} resumed."
+            assert box.suspended() == []
+            [resumed] = box.audit_log()
+            assert (resumed.who, resumed.role, resumed.action) == ("rita", "operator", "resume")
+    finally:
+        box.close()
+
+
 def chart_totals(browser: object, chart_id: str) -> dict[str, int]:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -216,14 +275,15 @@ def test_an_operator_logs_in_and_bulk_resumes_a_failure_group_and_the_chart_move
         box.publish([Message(b"<o/>", promoted={"orders.Total": t}) for t in range(6)])
         wait_for(lambda: box.count_suspended() == 6, "six delivery failures")
         healthy.set()
+        box.add_user("ada", "operator", PASSWORD)
         with serving(box, TOKEN) as base:
-            # When the operator logs in
+            # When the operator logs in by name and password
             browser.get(f"{base}/login")
             form = browser.find_element(By.ID, "login")
-            form.find_element(By.NAME, "name").send_keys("ada")
-            form.find_element(By.NAME, "token").send_keys(TOKEN)
+            form.find_element(By.NAME, "user").send_keys("ada")
+            form.find_element(By.NAME, "password").send_keys(PASSWORD)
             form.find_element(By.TAG_NAME, "button").click()
-            assert browser.find_element(By.ID, "who").text == "ada at 127.0.0.1 (operator)"
+            assert browser.find_element(By.ID, "who").text == "ada (operator)"
             # and sees, on the overview's chart, six failures and nothing delivered yet
             before = chart_totals(browser, "chart-rates")
             assert (before["failed"], before["delivered"]) == (6, 0)
@@ -250,8 +310,8 @@ def test_an_operator_logs_in_and_bulk_resumes_a_failure_group_and_the_chart_move
             # and the audit log names the operator, the action and the count
             browser.get(f"{base}/audit")
             audit = browser.find_element(By.ID, "audit").text
-            assert "ada at 127.0.0.1" in audit
-            assert "resume (bulk)" in audit
+            assert "ada operator console resume (bulk)" in audit
+            assert "from 127.0.0.1" in audit
     finally:
         inst.stop(5.0)
         box.close()
@@ -293,12 +353,12 @@ def test_an_operator_opens_a_failure_group_of_fifty_and_resumes_it(
         wait_for(lambda: box.count_suspended() == 53, "53 delivery failures")
         healthy.set()
         with serving(box, TOKEN) as base:
+            # (logged in with the console token: the operator's service account)
             browser.get(f"{base}/login")
-            form = browser.find_element(By.ID, "login")
-            form.find_element(By.NAME, "name").send_keys("ada")
+            form = browser.find_element(By.ID, "login-token")
             form.find_element(By.NAME, "token").send_keys(TOKEN)
             form.find_element(By.TAG_NAME, "button").click()
-            assert browser.find_element(By.ID, "who").text == "ada at 127.0.0.1 (operator)"
+            assert browser.find_element(By.ID, "who").text == "token:operator (operator)"
             # When the operator opens the failure groups: the 50 are one group, the
             # other failure another
             browser.get(f"{base}/failures")

@@ -117,12 +117,13 @@ def test_an_operator_logs_in_and_resumes_a_group_after_confirming(incident: Mess
     assert incident.count_suspended() == 4
     assert "5 entries resumed." in b.get(done.headers["location"]).text
     [row, *_] = incident.audit_log()
-    assert (row.who, row.role, row.via, row.action, row.count) == (
-        "ada at testclient",
+    assert (row.who, row.role, row.via, row.action, row.count, row.detail) == (
+        "token:operator",  # the console token's service account: no self-declared name
         "operator",
         "console",
         "resume (bulk)",
         5,
+        "from testclient",
     )
     assert "resume (bulk)" in b.get("/audit").text
 

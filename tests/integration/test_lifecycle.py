@@ -14,6 +14,7 @@ from messagebox.errors import Conflict, FilterValidationError, UnknownHost, Unkn
 from messagebox.predicates import P, format_filter
 from tests.cli_support import run_cli
 from tests.conftest import table_counts
+from tests.console_support import login
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -128,45 +129,55 @@ def test_the_console_changes_filters_services_and_removes_hosts(shop: MessageBox
     b = TestClient(create_app(shop, token=TOKEN), base_url="http://127.0.0.1:8080")
     b.follow_redirects = False
     sub = shop.subscription("ship-eu")
+    # the token is an operator's: a filter, a host's settings and removal need an admin
+    refused = b.post(
+        f"/subscriptions/{sub.id}/filter", data={"filter": 'orders.Region == "DE"', "token": TOKEN}
+    )
+    assert refused.status_code == 403
+    assert "token:operator is an operator: this needs an admin" in refused.text
+    assert f'id="edit-{sub.id}"' not in b.get("/subscriptions").text
+    csrf = login(b, shop, "ada", "admin", page="/subscriptions")
     page = b.get("/subscriptions").text
     assert f'id="edit-{sub.id}"' in page
     done = b.post(
-        f"/subscriptions/{sub.id}/filter", data={"filter": 'orders.Region == "DE"', "token": TOKEN}
+        f"/subscriptions/{sub.id}/filter", data={"filter": 'orders.Region == "DE"', "csrf": csrf}
     )
     assert done.status_code == 303, done.text
     assert format_filter(shop.subscription(sub.id).filter) == 'orders.Region == "DE"'
     assert "filter is now" in b.get(done.headers["location"]).text
-    refused = b.post(f"/subscriptions/{sub.id}/filter", data={"filter": "x ==", "token": TOKEN})
+    refused = b.post(f"/subscriptions/{sub.id}/filter", data={"filter": "x ==", "csrf": csrf})
     assert refused.status_code == 400
     assert format_filter(shop.subscription(sub.id).filter) == 'orders.Region == "DE"'
-    stopped = b.post("/services/stop", data={"service": "ship", "token": TOKEN})
+    stopped = b.post("/services/stop", data={"service": "ship", "csrf": csrf})
     assert stopped.status_code == 303
     assert shop.subscription(sub.id).state.value == "stopped"
-    busy = b.post("/hosts/remove", data={"host": "shipping", "token": TOKEN})
+    busy = b.post("/hosts/remove", data={"host": "shipping", "csrf": csrf})
     assert busy.status_code == 409
     shop.create_host("spare")
     assert 'id="remove-spare"' in b.get("/").text
-    assert b.post("/hosts/remove", data={"host": "spare", "token": TOKEN}).status_code == 303
+    assert b.post("/hosts/remove", data={"host": "spare", "csrf": csrf}).status_code == 303
     assert [h.name for h in shop.hosts()] == ["shipping"]
     page = b.get("/").text
     assert 'id="settings-shipping"' in page
     assert "claim_batch=10" in page  # the current settings, one per line
     changed = b.post(
         "/hosts/settings",
-        data={"host": "shipping", "settings": "claim_batch=25\nunserved=refuse\n", "token": TOKEN},
+        data={"host": "shipping", "settings": "claim_batch=25\nunserved=refuse\n", "csrf": csrf},
     )
     assert changed.status_code == 303, changed.text
     settings = shop.host("shipping").settings
     assert (settings.claim_batch, settings.unserved) == (25, "refuse")
     bad = b.post(
         "/hosts/settings",
-        data={"host": "shipping", "settings": "claim_batch=0\nnope=1", "token": TOKEN},
+        data={"host": "shipping", "settings": "claim_batch=0\nnope=1", "csrf": csrf},
     )
     assert bad.status_code == 400
     assert "claim_batch" in bad.text
     assert shop.host("shipping").settings.claim_batch == 25  # nothing changed
-    actions = [r.action for r in shop.audit_log()]
+    rows = shop.audit_log()
+    actions = [r.action for r in rows]
     assert actions[:4] == ["hosts set", "hosts remove", "services stop", "subscriptions set-filter"]
+    assert {(r.who, r.role) for r in rows[:4]} == {("ada", "admin")}
 
 
 def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -> None:

@@ -137,6 +137,7 @@ def test_the_console_refuses_them_and_repairs_a_bad_stored_one(box: MessageBox, 
     import warnings
 
     from messagebox.console import create_app
+    from tests.console_support import login
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -149,14 +150,15 @@ def test_the_console_refuses_them_and_repairs_a_bad_stored_one(box: MessageBox, 
     page = client.get("/")
     assert page.status_code == 200
     assert "bad stored setting: lease_seconds" in page.text
+    csrf = login(client, box, "ada", "admin", page="/")  # a host's settings need an admin
     refused = client.post(
         "/hosts/settings",
-        data={"host": "h1", "settings": f"heartbeat_seconds={value}", "token": "t"},
+        data={"host": "h1", "settings": f"heartbeat_seconds={value}", "csrf": csrf},
     )
     assert refused.status_code == 400
     assert "heartbeat_seconds" in refused.text
     fixed = client.post(
-        "/hosts/settings", data={"host": "h1", "settings": "lease_seconds=45", "token": "t"}
+        "/hosts/settings", data={"host": "h1", "settings": "lease_seconds=45", "csrf": csrf}
     )
     assert fixed.status_code == 303, fixed.text
     assert box.host("h1").repairs == ()
