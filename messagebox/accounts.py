@@ -17,7 +17,7 @@ from messagebox.errors import UserDisabled, ValidationError
 from messagebox.users import StoredSession, User, UserStore
 
 TOKEN_PREFIX = "token:"
-"""A service account's name: ``token:operator`` (the console token), ``token:reader``."""
+"""A service account's name: ``token:admin`` (the console token), ``token:reader``."""
 _SESSION_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
 
 MIN_SESSION_SECONDS = 60.0

@@ -4,7 +4,7 @@ logged or shown in clear.
 
 A name is 1 to :data:`MAX_NAME` characters: lowercase letters, digits and ``. _ @ -``,
 starting with a letter or a digit (so it can never be a service account's
-``token:operator``). A password is :data:`MIN_PASSWORD` to :data:`MAX_PASSWORD`
+``token:admin``). A password is :data:`MIN_PASSWORD` to :data:`MAX_PASSWORD`
 characters without control characters, not the user's name, and not one character or a
 well-known password repeated. A role is one of :data:`ROLES`, each one allowed what the
 one before it is, and more.

@@ -487,7 +487,7 @@ session = sa.Table(
     "mb_session",
     metadata,
     sa.Column("id", sa.Text, primary_key=True),  # the SHA-256 of the cookie's token
-    sa.Column("who", sa.Text, nullable=False),  # a user's name, or token:operator|reader
+    sa.Column("who", sa.Text, nullable=False),  # a user's name, or token:admin|reader
     sa.Column("role", sa.Text, nullable=False),
     sa.Column("created_at", Stamp, nullable=False),
     sa.Column("expires_at", Stamp, nullable=False),

@@ -198,7 +198,7 @@ def create_app(
     Bound to every address (``0.0.0.0``, ``::``) without ``allowed_hosts`` it answers to
     any, and logs a warning that the check is off.
 
-    ``token`` is also the service account ``token:operator``'s login secret,
+    ``token`` is also the service account ``token:admin``'s login secret,
     ``read_token`` ``token:reader``'s (then every page needs a login); the store's users
     log in by name and password (with any user every page needs a login). Each route
     needs a role (:mod:`messagebox.console.access`); ``sessions`` says how long a login

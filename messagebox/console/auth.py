@@ -2,7 +2,7 @@
 
 A caller is a **user** logged in at ``/login`` by name and password (a role: reader,
 operator or admin, as the store says on each request), a **service account** — the
-console token, ``token:operator``, or the read token (``MESSAGEBOX_CONSOLE_READ_TOKEN``),
+console token, ``token:admin``, or the read token (``MESSAGEBOX_CONSOLE_READ_TOKEN``),
 ``token:reader`` — or nobody (anonymous). A login opens a session kept in the store
 (:meth:`~messagebox.MessageBox.open_session`): its random token goes in an ``HttpOnly``,
 ``SameSite=Strict`` cookie (``Secure`` over https) and the store keeps its SHA-256, so a
@@ -217,7 +217,7 @@ def counted(
 def role_of(console: Console, given: bytes) -> str | None:
     """The role a secret logs in as (None: it is neither secret)."""
     if console.token is not None and hmac.compare_digest(given, console.token.encode()):
-        return OPERATOR
+        return ADMIN
     if console.read_token is not None and hmac.compare_digest(given, console.read_token.encode()):
         return READER
     return None
@@ -231,7 +231,7 @@ def bearer(request: Request) -> bytes:
 
 
 def token_caller(request: Request, role: str) -> Caller:
-    """The service account of a console secret: ``token:operator``, ``token:reader``."""
+    """The service account of a console secret: ``token:admin``, ``token:reader``."""
     return Caller(role, f"{TOKEN_PREFIX}{role}", client_of(request))
 
 
@@ -281,7 +281,7 @@ def session_caller(console: Console, token: str, client: str) -> Caller | None:
     if stored is None:
         return None
     if stored.who.startswith(TOKEN_PREFIX):
-        secret = console.token if stored.role == OPERATOR else console.read_token
+        secret = console.read_token if stored.role == READER else console.token
         if not bound_to(stored, token, secret):
             console.box.close_session(token)
             return None

@@ -24,7 +24,7 @@ from starlette.responses import RedirectResponse, Response
 from messagebox.accounts import TOKEN_PREFIX
 from messagebox.console import auth
 from messagebox.errors import UserDisabled
-from messagebox.passwords import MAX_NAME, MAX_PASSWORD, OPERATOR, name_problem
+from messagebox.passwords import MAX_NAME, MAX_PASSWORD, READER, name_problem
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console
@@ -96,7 +96,7 @@ async def login(request: Request) -> Response:
                 console.log_event("console-login-failed", client=client)
             raise HTTPException(403, "wrong token: not logged in")
         role, who = found_role, f"{TOKEN_PREFIX}{found_role}"
-        secret = console.token if role == OPERATOR else console.read_token
+        secret = console.read_token if role == READER else console.token
     settings = console.session_settings
     session = await run_in_threadpool(
         lambda: console.box.open_session(who, role, lifetime=settings.lifetime, secret=secret)

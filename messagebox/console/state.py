@@ -77,7 +77,7 @@ class Console:
         self, caller: auth.Caller, action: str, target: str | None, count: int | None
     ) -> None:
         """Record an action in the audit log and the console's log: who (a user's name,
-        or ``token:operator``), with which role, from which address."""
+        or ``token:admin``), with which role, from which address."""
         role = caller.role or "anonymous"
         self.log_event(
             "console-action",

@@ -358,7 +358,7 @@ def test_an_operator_opens_a_failure_group_of_fifty_and_resumes_it(
             form = browser.find_element(By.ID, "login-token")
             form.find_element(By.NAME, "token").send_keys(TOKEN)
             form.find_element(By.TAG_NAME, "button").click()
-            assert browser.find_element(By.ID, "who").text == "token:operator (operator)"
+            assert browser.find_element(By.ID, "who").text == "token:admin (admin)"
             # When the operator opens the failure groups: the 50 are one group, the
             # other failure another
             browser.get(f"{base}/failures")

@@ -118,8 +118,8 @@ def test_an_operator_logs_in_and_resumes_a_group_after_confirming(incident: Mess
     assert "5 entries resumed." in b.get(done.headers["location"]).text
     [row, *_] = incident.audit_log()
     assert (row.who, row.role, row.via, row.action, row.count, row.detail) == (
-        "token:operator",  # the console token's service account: no self-declared name
-        "operator",
+        "token:admin",  # the console token's service account: no self-declared name
+        "admin",
         "console",
         "resume (bulk)",
         5,

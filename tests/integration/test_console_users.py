@@ -240,11 +240,11 @@ def test_a_token_s_session_ends_when_the_token_changes(shop: MessageBox) -> None
     client = browser(shop, token=TOKEN)
     done = client.post("/login", data={"token": TOKEN})
     assert done.status_code == 303
-    assert '<span id="who">token:operator (operator)</span>' in client.get("/").text
+    assert '<span id="who">token:admin (admin)</span>' in client.get("/").text
     cookie = client.cookies[COOKIE]
     restarted = browser(shop, token=TOKEN)  # the same token: still logged in
     restarted.cookies.set(COOKIE, cookie)
-    assert "token:operator (operator)" in restarted.get("/").text
+    assert "token:admin (admin)" in restarted.get("/").text
     rotated = browser(shop, token="a-new-token")
     rotated.cookies.set(COOKIE, cookie)
     assert '<span id="who">' not in rotated.get("/").text

@@ -47,7 +47,7 @@ def test_names_roles_and_passwords_are_checked_before_anything_is_stored(
         ("a" * 65, "reader", PASSWORD, "at most 64 characters"),
         ("x" * 100_000, "reader", PASSWORD, "this one has 100,000"),
         ("al ice", "reader", PASSWORD, "lowercase letters, digits"),
-        ("token:operator", "reader", PASSWORD, "is not a user's name"),
+        ("token:admin", "reader", PASSWORD, "is not a user's name"),
         ("al\x00ice", "reader", PASSWORD, "'al\\x00ice'"),
         ("alice", "admni", PASSWORD, "did you mean 'admin'?"),
         ("alice", "root", PASSWORD, "one of: reader, operator, admin"),
@@ -194,15 +194,15 @@ def test_one_user_keeps_a_bounded_number_of_sessions(
 
 
 def test_a_token_s_session_is_bound_to_that_token(box: MessageBox) -> None:
-    token = box.open_session("token:operator", "operator", lifetime=HOUR, secret="s3cret")
+    token = box.open_session("token:admin", "admin", lifetime=HOUR, secret="s3cret")
     found = box.find_session(token, idle=HOUR)
     assert found is not None
-    assert found.role == "operator"  # no user row: the session's own role
+    assert found.role == "admin"  # no user row: the session's own role
     assert bound_to(found, token, "s3cret")
     assert not bound_to(found, token, "rotated")
     assert not bound_to(found, token, None)
     assert "s3cret" not in repr(rows(box, schema.session))
-    assert box.close_sessions("token:operator") == 1
+    assert box.close_sessions("token:admin") == 1
 
 
 def test_a_session_used_by_many_requests_at_once_stays_open(box: MessageBox) -> None:
