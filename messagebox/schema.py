@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "19"
+SCHEMA_VERSION = "20"
 
 metadata = sa.MetaData()
 
@@ -169,6 +169,10 @@ spool = sa.Table(
     sa.Column("published_at", Stamp, nullable=False),
     sa.Column("publisher", sa.Text, nullable=False),
 )
+sa.Index("mb_spool_published", spool.c.published_at, spool.c.id)
+"""Stored messages by publish time, then id (PostgreSQL; DuckDB prunes by the zone maps
+of its row groups instead): the order a search walks, a page at a time, from the newest
+of its window (:mod:`messagebox.search`)."""
 
 message_part = sa.Table(
     "mb_message_part",
@@ -426,6 +430,20 @@ in the transaction of what they record; cleanup trims them past their retention.
 sa.Index("mb_tracking_msg", tracking.c.msg)
 sa.Index("mb_tracking_at", tracking.c.tracked_at)
 
+tracked_message = sa.Table(
+    "mb_tracked_message",
+    metadata,
+    sa.Column("id", sa.Uuid, primary_key=True),
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("published_at", Stamp, nullable=False),
+    sa.Column("publisher", sa.Text, nullable=False),
+    sa.Column("deleted_at", Stamp, nullable=False),
+)
+"""The spool rows of messages the cleanup job deleted while tracking was on (their
+context, not their parts): a search still finds them, as deleted. Trimmed with the
+tracked events, by publish time, past the tracking retention."""
+sa.Index("mb_tracked_message_published", tracked_message.c.published_at, tracked_message.c.id)
+
 audit = sa.Table(
     "mb_audit",
     metadata,
@@ -536,6 +554,9 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             "ALTER TABLE mb_subscription ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'suspend'",
         ),
     ),
+    # search: adds mb_tracked_message; PostgreSQL adds mb_spool_published (built as the
+    # schema is created: on a large spool, opening the store waits for it)
+    "19": ("20", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables and indexes are created). Upgrades chain up to

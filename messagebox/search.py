@@ -1,0 +1,589 @@
+"""Search the stored messages with a filter in the filter language
+(``orders.Total > 5000 and orders.Region == "EU"``), newest first, each with its state;
+and, while tracking is on, the messages cleanup has deleted since (kept as
+``mb_tracked_message``: their context, not their parts).
+
+How it is bounded. A search looks at a **window** of publish times (by default the last
+24 hours, by the database's clock) and walks it from its newest message back, in the
+order of ``(published_at, id)``, which an index holds on PostgreSQL
+(``mb_spool_published``, ``mb_tracked_message_published``; DuckDB keeps no secondary
+index and skips the row groups outside the window by their zone maps). One call goes
+through at most ``scan`` stored messages (100,000 by default): first one statement finds
+where the newest ``scan`` of them end, in the index alone; then the messages from the
+newest down to there are read a page (1,000) at a time, and each is tested against the
+filter in Python (:func:`~messagebox.predicates.filter_matches`, the reference
+evaluator: the routers' semantics exactly). It stops at ``limit`` matches (50 by
+default) or at that edge, and says where it stopped: a cursor (``next``) to go on from
+there with ``after=``, and whether the scan cap stopped it (``capped``: narrow the
+window, or go on). So the work of one call depends on ``scan`` and ``limit``, never on
+the size of the store or of the window.
+
+Pushed down to SQL: a test every message must pass to match. Where each group of the
+filter has an equality (or ``in``, ``prefix``, ``exists``) on a property, the pages
+read only the messages whose stored context holds one of those values' text (``LIKE``;
+a number also in its other type, ``42`` and ``42.0``), so the Python test sees few
+messages. A range (``orders.Total > 5000``), ``!=`` and ``not_exists`` are tested in
+Python only.
+
+States (:data:`STATES`): ``queued`` (a queue entry ready, scheduled, held or blocked),
+``in hand`` (a queue entry leased to a host instance), ``suspended``, ``done`` (stored,
+nothing refers to it any more: cleanup deletes it next) and ``deleted`` (kept by
+tracking only). A message with several entries shows the first of suspended, in hand,
+queued, and counts each.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from messagebox import arrays, clock, ids, schema
+from messagebox.errors import ValidationError
+from messagebox.predicates.model import Filter, Op, Predicate
+from messagebox.predicates.stored import compile_stored
+from messagebox.properties import (
+    INT64_MAX,
+    INT64_MIN,
+    Value,
+    decode_values,
+    encode_context,
+)
+
+LIMIT = 50
+MAX_LIMIT = 1_000
+SCAN = 100_000
+"""Stored messages one search goes through at most, by default."""
+MAX_SCAN = 1_000_000
+WINDOW = timedelta(hours=24)
+"""The window of a search given no start: the last day."""
+PAGE = 1_000
+"""Messages the first page of a search reads; each next reads twice as many, up to
+:data:`MAX_PAGE` (a search that finds its matches among the newest reads little; one
+that goes through its whole scan, few statements)."""
+MAX_PAGE = 16_000
+MAX_FRAGMENTS = 64
+"""``LIKE`` tests pushed down at most (more: none, the Python test does it all)."""
+MAX_FILTER_CHARS = 20_000
+"""A search's filter text is refused past this length, before it is read."""
+MAX_AGE = timedelta(days=36_525)
+
+QUEUED, IN_HAND, SUSPENDED, DONE, DELETED = "queued", "in hand", "suspended", "done", "deleted"
+STATES = (QUEUED, IN_HAND, SUSPENDED, DONE, DELETED)
+"""A found message's states, in the order one is shown when it has several entries."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CURSOR = re.compile(r"(-?\d{1,17})\.([0-9a-f]{32})")
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    """Where a message stands in a search's order: its publish time, then its id."""
+
+    published_at: datetime
+    id: uuid.UUID
+
+    def text(self) -> str:
+        """The cursor's text: microseconds since 1970, a dot, the id's hex digits."""
+        micros = (self.published_at - _EPOCH) // timedelta(microseconds=1)
+        return f"{micros}.{self.id.hex}"
+
+    @classmethod
+    def parse(cls, text: str) -> Key:
+        """A cursor's text read back; a :class:`ValidationError` for anything else."""
+        found = _CURSOR.fullmatch(text.strip()) if isinstance(text, str) else None
+        if found is None:
+            raise ValidationError(
+                f"cursor {str(text)[:80]!r} is not one a search gave (MICROSECONDS.HEX)"
+            )
+        try:
+            at = _EPOCH + timedelta(microseconds=int(found.group(1)))
+        except OverflowError:
+            raise ValidationError(f"cursor {text[:80]!r}: the time is out of range") from None
+        return cls(at, uuid.UUID(hex=found.group(2)))
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """What to search: messages published from ``since`` (None: :data:`WINDOW` before
+    now) to before ``until`` (None: up to now), older than the cursor ``after`` (a
+    result's ``next``), matching ``filter`` (None: every one); at most ``limit`` found,
+    at most ``scan`` gone through."""
+
+    filter: Filter | None = None
+    since: datetime | timedelta | None = None
+    """A time, or an age before the database's now (``timedelta(hours=2)``)."""
+    until: datetime | timedelta | None = None
+    after: str | None = None
+    limit: int = LIMIT
+    scan: int = SCAN
+    cursor: Key | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.filter is not None and not isinstance(self.filter, Filter):
+            raise ValidationError(f"filter must be a Filter, not {type(self.filter).__name__}")
+        for name, most in (("limit", MAX_LIMIT), ("scan", MAX_SCAN)):
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= most:
+                raise ValidationError(f"{name} must be an int from 1 to {most:,}, not {value!r}")
+        for name in ("since", "until"):
+            at = getattr(self, name)
+            if isinstance(at, timedelta) and not timedelta(0) <= at <= MAX_AGE:
+                raise ValidationError(
+                    f"{name}, as an age, must be from zero to {MAX_AGE.days:,} days, not {at}"
+                )
+            if at is None or isinstance(at, timedelta):
+                continue
+            if not isinstance(at, datetime) or at.utcoffset() is None:
+                raise ValidationError(
+                    f"{name} must be a datetime with a time zone or an age (a timedelta), "
+                    f"not {at!r}"
+                )
+        if self.after is not None:
+            object.__setattr__(self, "cursor", Key.parse(self.after))
+
+
+@dataclass(frozen=True)
+class FoundMessage:
+    """A message a search found: where it stands, its promoted properties and state."""
+
+    id: uuid.UUID
+    published_at: datetime
+    publisher: str
+    state: str
+    """One of :data:`STATES`: suspended, in hand or queued (the first it has), done, or
+    deleted."""
+    entries: dict[str, int]
+    """Its entries by state (``queued``, ``in hand``, ``suspended``); empty when done
+    or deleted."""
+    promoted: dict[str, Value]
+    deleted_at: datetime | None = None
+    """When cleanup deleted it (``deleted``: tracking kept its context)."""
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search found, newest first, and where it stopped."""
+
+    found: list[FoundMessage]
+    since: datetime
+    until: datetime | None
+    scanned: int
+    """Stored messages gone through (from the newest of the window, or the cursor)."""
+    capped: bool
+    """The scan cap stopped it before the window's start: ``next`` goes on."""
+    next: str | None
+    """A cursor (``after=``) to go on from where it stopped; None: the window is done."""
+    pushed_down: bool = False
+    """Whether a test went to SQL (see the module docstring)."""
+
+
+_AGE_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([wdhms])")
+_UNIT_SECONDS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def when(text: str, name: str = "since") -> datetime | timedelta:
+    """A search's ``since`` or ``until`` as text: an age before now (``90s``, ``15m``,
+    ``2h``, ``7d``, ``1h30m``) or an ISO 8601 time with a zone
+    (``2024-05-01T10:00:00Z``); a :class:`ValidationError` naming ``name`` otherwise."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = _AGE_PART.findall(compact)
+    if parts and "".join(n + u for n, u in parts) == compact:
+        return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        at = None
+    if at is None or at.utcoffset() is None:
+        raise ValidationError(
+            f"{name} {text[:80]!r}: expected an age (90s, 15m, 2h, 7d, 1h30m) or an ISO 8601 "
+            "time with a zone (2024-05-01T10:00:00Z)"
+        )
+    return at
+
+
+def query(
+    filter: object = None,
+    *,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    after: str | None = None,
+    limit: int = LIMIT,
+    scan: int = SCAN,
+) -> SearchQuery:
+    """A :class:`SearchQuery` from a filter given as text (the filter language), as a
+    filter or a ``P`` expression, or None; bad input is a :class:`ValidationError`
+    (:class:`~messagebox.errors.FilterValidationError` for the filter) naming it."""
+    from messagebox.predicates.model import to_filter
+    from messagebox.predicates.text import parse_filter
+
+    if isinstance(filter, str):
+        if len(filter) > MAX_FILTER_CHARS:
+            raise ValidationError(
+                f"the filter is {len(filter):,} characters long; a search takes at most "
+                f"{MAX_FILTER_CHARS:,}"
+            )
+        filt: Filter | None = parse_filter(filter) if filter.strip() else None
+    elif filter is None or isinstance(filter, Filter):
+        filt = filter
+    else:
+        filt = to_filter(filter)
+    return SearchQuery(filt, since, until, after, limit, scan)
+
+
+# --- the statements ---
+
+_SOURCES = (schema.spool, schema.tracked_message)
+
+
+def _key_of(t: sa.Table) -> sa.ColumnElement[Any]:
+    return sa.tuple_(t.c.published_at, t.c.id)
+
+
+def _bound(key: Key) -> sa.ColumnElement[Any]:
+    return sa.tuple_(sa.literal(key.published_at, schema.Stamp), sa.literal(key.id, sa.Uuid))
+
+
+@dataclass(frozen=True)
+class _Window:
+    since: datetime
+    until: datetime | None
+    below: Key | None
+    """Only messages before this key (the cursor; then the last page's end)."""
+    down_to: Key | None = None
+    """Only messages from this key on (the scan cap's edge)."""
+    like: Callable[[sa.Table], sa.ColumnElement[bool]] | None = None
+
+    def where(self, t: sa.Table) -> list[sa.ColumnElement[bool]]:
+        """The window's conditions on source ``t`` (the plain time bounds too, which a
+        zone map or an index range can use)."""
+        where = [t.c.published_at >= self.since]
+        if self.until is not None:
+            where.append(t.c.published_at < self.until)
+        if self.below is not None:
+            where += [t.c.published_at <= self.below.published_at]
+            where.append(_key_of(t) < _bound(self.below))
+        if self.down_to is not None:
+            where += [t.c.published_at >= self.down_to.published_at]
+            where.append(_key_of(t) >= _bound(self.down_to))
+        if self.like is not None:
+            where.append(self.like(t))
+        return where
+
+
+def _newest(t: sa.Table, columns: Sequence[Any], window: _Window, n: int) -> sa.Select[Any]:
+    return (
+        sa.select(*columns)
+        .where(*window.where(t))
+        .order_by(t.c.published_at.desc(), t.c.id.desc())
+        .limit(n)
+    )
+
+
+def _steps(scan: int) -> list[int]:
+    """Where the pages of a scan end, as positions from the newest (1): after
+    :data:`PAGE`, then each page twice the last, up to :data:`MAX_PAGE`; the last at
+    ``scan``."""
+    steps, page, at = [], PAGE, 0
+    while at + page < scan:
+        at += page
+        steps.append(at)
+        page = min(page * 2, MAX_PAGE)
+    return [*steps, scan]
+
+
+def _ends(conn: sa.Connection, window: _Window, scan: int) -> tuple[list[Key], bool]:
+    """The keys where the pages of a scan of ``window`` end (:func:`_steps`), newest
+    first, as far as the window goes; and whether it holds more than ``scan`` messages
+    (then the last is the scan cap's edge). One statement, over keys only (an index,
+    on PostgreSQL): the newest ``scan + 1`` of each source, numbered."""
+    union = sa.union_all(
+        *(
+            sa.select(t.c.published_at, t.c.id)
+            .where(*window.where(t))
+            .order_by(t.c.published_at.desc(), t.c.id.desc())
+            .limit(scan + 1)
+            for t in _SOURCES
+        )
+    ).subquery()
+    order = [union.c.published_at.desc(), union.c.id.desc()]
+    numbered = sa.select(
+        union.c.published_at, union.c.id, sa.func.row_number().over(order_by=order).label("n")
+    ).subquery()
+    steps = _steps(scan)
+    rows = conn.execute(
+        sa.select(numbered.c.published_at, numbered.c.id, numbered.c.n)
+        .where(numbered.c.n.in_([*steps, scan + 1]))
+        .order_by(numbered.c.n)
+    ).all()
+    more = bool(rows) and rows[-1].n == scan + 1
+    ends = [Key(clock.utc(r.published_at), ids.as_uuid(r.id)) for r in rows if r.n <= scan]
+    return ends, more
+
+
+def _count(conn: sa.Connection, window: _Window) -> int:
+    """How many messages the window holds (bounded by the caller: at most a scan)."""
+    union = sa.union_all(*(sa.select(t.c.id).where(*window.where(t)) for t in _SOURCES)).subquery()
+    return int(conn.execute(sa.select(sa.func.count()).select_from(union)).scalar_one())
+
+
+def _page(conn: sa.Connection, window: _Window) -> list[Any]:
+    """The window's messages that pass the pushed-down test, newest first: each its id,
+    publish time, context and whether tracking kept it (deleted). The caller bounds the
+    window to a page (:func:`_ends`)."""
+    union = sa.union_all(
+        *(
+            sa.select(
+                ids.fetchable(conn, t.c.id).label("id"),
+                clock.fetchable(conn, t.c.published_at).label("at"),
+                t.c.context,
+                sa.literal(t is schema.tracked_message).label("gone"),
+                t.c.published_at,
+                t.c.id.label("uid"),
+            ).where(*window.where(t))
+            for t in _SOURCES
+        )
+    ).subquery()
+    return list(
+        conn.execute(  # all at once: one row at a time is the driver's fetchone each
+            sa.select(union.c.id, union.c.at, union.c.context, union.c.gone).order_by(
+                union.c.published_at.desc(), union.c.uid.desc()
+            )
+        ).all()
+    )
+
+
+def _pages(
+    conn: sa.Connection, window: _Window, ends: list[Key], more: bool
+) -> Iterator[list[Any]]:
+    """The pages of a scan, newest first: down to each end (the last: to the window's
+    start, unless the scan cap stops it at its edge)."""
+    below = window.below
+    for end in [*ends, *([] if more else [None])]:
+        yield _page(conn, replace(window, below=below, down_to=end))
+        below = end
+
+
+# --- the test pushed down ---
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_HEAD, _TAIL = len('{"promoted":{'), len('},"written":{}}')
+
+
+def _text_of(name: str, value: Value) -> str:
+    """``"NAME":[tag,value]`` as a stored context writes it."""
+    return encode_context({name: value}, {})[_HEAD:-_TAIL]
+
+
+def _stored_alike(value: Value) -> list[Value]:
+    """The values stored that equal ``value`` in the filter language: a number in its
+    other type too (``42`` and ``42.0``), zero with either sign."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return [value]
+    alike: list[Value] = [value]
+    if isinstance(value, int) and float(value) == value:
+        alike.append(float(value))
+    if isinstance(value, float) and value.is_integer() and INT64_MIN <= value <= INT64_MAX:
+        alike.append(int(value))
+    if value == 0:
+        alike += [0.0, -0.0]
+    unique = {(type(v), repr(v)): v for v in alike}
+    return list(unique.values())
+
+
+def _fragments(pred: Predicate) -> list[str] | None:
+    """Texts one of which a stored context holds when ``pred`` holds (None: no such
+    test: ``!=``, ranges, ``not_exists``, ``bitwise_and``)."""
+    name = pred.property
+    if pred.op is Op.EXISTS:
+        return [f'"{name}":[']
+    if pred.op is Op.PREFIX:
+        return [_text_of(name, pred.value)[: -len('"]')]]
+    if pred.op is Op.EQ:
+        values = [pred.value]
+    elif pred.op is Op.IN:
+        values = list(pred.value)
+    else:
+        return None
+    return [_text_of(name, v) for value in values for v in _stored_alike(value)]
+
+
+_RANK = {Op.EQ: 0, Op.IN: 1, Op.PREFIX: 2, Op.EXISTS: 3}
+
+
+def pushdown(filt: Filter | None) -> list[str] | None:
+    """The texts a stored context must hold one of to match ``filt``: for each group,
+    those of its most selective test that has some (None: a group has none, or there
+    are more than :data:`MAX_FRAGMENTS`)."""
+    if filt is None:
+        return None
+    texts: dict[str, None] = {}
+    for group in filt.groups:
+        ranked = sorted((p for p in group.predicates if p.op in _RANK), key=lambda p: _RANK[p.op])
+        found = next((f for p in ranked if (f := _fragments(p))), None)
+        if found is None:
+            return None
+        texts.update(dict.fromkeys(found))
+    return list(texts) if len(texts) <= MAX_FRAGMENTS else None
+
+
+def _like(texts: list[str]) -> Callable[[sa.Table], sa.ColumnElement[bool]]:
+    def holds(t: sa.Table) -> sa.ColumnElement[bool]:
+        return sa.or_(*(t.c.context.like(f"%{_like_escaped(x)}%", escape="\\") for x in texts))
+
+    return holds
+
+
+# --- states ---
+
+
+def states(conn: sa.Connection, msgs: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, int]]:
+    """The entries of each stored message of ``msgs`` by state: ``queued``, ``in hand``
+    (leased, the lease not lapsed), ``suspended``; those with none are left out."""
+    if not msgs:
+        return {}
+    q, s = schema.queue, schema.suspended
+    leased = q.c.lease_owner.is_not(None) & (q.c.lease_expires > sa.func.now())
+    counts: dict[uuid.UUID, dict[str, int]] = {}
+    for msg, in_hand, n in conn.execute(
+        sa.select(q.c.msg, sa.func.sum(sa.case((leased, 1), else_=0)), sa.func.count())
+        .where(arrays.one_of(conn, q.c.msg, list(msgs)))
+        .group_by(q.c.msg)
+    ):
+        entries = counts.setdefault(ids.as_uuid(msg), {})
+        if int(n) - int(in_hand):
+            entries[QUEUED] = int(n) - int(in_hand)
+        if int(in_hand):
+            entries[IN_HAND] = int(in_hand)
+    for msg, n in conn.execute(
+        sa.select(s.c.msg, sa.func.count())
+        .where(arrays.one_of(conn, s.c.msg, list(msgs)))
+        .group_by(s.c.msg)
+    ):
+        counts.setdefault(ids.as_uuid(msg), {})[SUSPENDED] = int(n)
+    return counts
+
+
+def _state(entries: dict[str, int], deleted: bool) -> str:
+    if deleted:
+        return DELETED
+    return next((s for s in (SUSPENDED, IN_HAND, QUEUED) if entries.get(s)), DONE)
+
+
+# --- the search ---
+
+
+@dataclass(frozen=True)
+class _Match:
+    key: Key
+    promoted: dict[str, Value]
+    gone: bool
+
+
+def _matching(filt: Filter | None, pages: Iterator[list[Any]], limit: int) -> list[_Match]:
+    """The rows of ``pages`` whose promoted properties match, up to ``limit`` (the
+    pages after are not read)."""
+    found: list[_Match] = []
+    seen: set[bytes | uuid.UUID | str] = set()
+    test = compile_stored(filt) if filt is not None else None
+    loads = orjson.loads
+    for page in pages:
+        for raw_id, at, context, gone in page:
+            if raw_id in seen:  # deleted as the search read: in the spool, then in tracking
+                continue
+            seen.add(raw_id)
+            pairs = loads(context)["promoted"]
+            if test is not None and not test(pairs):
+                continue
+            key = Key(clock.utc(clock.fetched(at)), ids.as_uuid(raw_id))
+            found.append(_Match(key, decode_values(pairs), bool(gone)))
+            if len(found) == limit:
+                return found
+    return found
+
+
+def _details(conn: sa.Connection, found: list[_Match]) -> dict[uuid.UUID, tuple[str, Any]]:
+    """Each found message's publisher and, when deleted, when."""
+    out: dict[uuid.UUID, tuple[str, Any]] = {}
+    for t in _SOURCES:
+        msgs = [m.key.id for m in found if m.gone == (t is schema.tracked_message)]
+        if not msgs:
+            continue
+        deleted = t.c.deleted_at if t is schema.tracked_message else sa.null()
+        for msg, publisher, at in conn.execute(
+            sa.select(t.c.id, t.c.publisher, deleted).where(arrays.one_of(conn, t.c.id, msgs))
+        ):
+            out[ids.as_uuid(msg)] = (publisher, None if at is None else clock.utc(at))
+    return out
+
+
+def _resolved(conn: sa.Connection, q: SearchQuery) -> tuple[datetime, datetime | None]:
+    """The window's times: ages taken back from the database's now."""
+
+    def at(given: datetime | timedelta) -> datetime:
+        if isinstance(given, datetime):
+            return clock.utc(given)
+        try:
+            return clock.now(conn) - given
+        except OverflowError:
+            raise ValidationError(f"the window reaches before the year 1 ({given})") from None
+
+    since = at(WINDOW if q.since is None else q.since)
+    until = None if q.until is None else at(q.until)
+    if until is not None and since >= until:
+        raise ValidationError(
+            f"the window is empty: since {since.isoformat()} is not before "
+            f"until {until.isoformat()}"
+        )
+    return since, until
+
+
+def search(conn: sa.Connection, q: SearchQuery) -> SearchResult:
+    """Run a search (see the module docstring)."""
+    since, until = _resolved(conn, q)
+    texts = pushdown(q.filter)
+    window = _Window(since, until, q.cursor)
+    ends, more = _ends(conn, window, q.scan)
+    edge = ends[-1] if more else None
+    walked = replace(window, like=_like(texts) if texts else None)
+    found = _matching(q.filter, _pages(conn, walked, ends, more), q.limit)
+    stopped = found[-1].key if len(found) == q.limit else None
+    if stopped is not None:
+        scanned = _count(conn, _Window(since, until, q.cursor, stopped))
+        after: Key | None = stopped
+    elif edge is not None:
+        scanned, after = q.scan, edge
+    else:
+        scanned, after = _count(conn, window), None
+    held = states(conn, [m.key.id for m in found if not m.gone])
+    details = _details(conn, found)
+    return SearchResult(
+        found=[
+            FoundMessage(
+                id=m.key.id,
+                published_at=m.key.published_at,
+                publisher=details.get(m.key.id, ("?", None))[0],
+                state=_state(held.get(m.key.id, {}), m.gone),
+                entries=held.get(m.key.id, {}),
+                promoted=m.promoted,
+                deleted_at=details.get(m.key.id, ("?", None))[1],
+            )
+            for m in found
+        ],
+        since=since,
+        until=until,
+        scanned=scanned,
+        capped=stopped is None and edge is not None,
+        next=None if after is None else after.text(),
+        pushed_down=texts is not None,
+    )
