@@ -8,15 +8,14 @@ How it is bounded. A search looks at a **window** of publish times (by default t
 order of ``(published_at, id)``, which an index holds on PostgreSQL
 (``mb_spool_published``, ``mb_tracked_message_published``; DuckDB keeps no secondary
 index and skips the row groups outside the window by their zone maps). One call goes
-through at most ``scan`` stored messages (100,000 by default): first one statement finds
-where the newest ``scan`` of them end, in the index alone; then the messages from the
-newest down to there are read a page (1,000) at a time, and each is tested against the
-filter in Python (:func:`~messagebox.predicates.filter_matches`, the reference
-evaluator: the routers' semantics exactly). It stops at ``limit`` matches (50 by
-default) or at that edge, and says where it stopped: a cursor (``next``) to go on from
+through at most ``scan`` messages (100,000 by default), a page at a time, the first of
+1,000 (:mod:`messagebox.search_walk`), and tests each against the filter in Python
+(:mod:`messagebox.predicates.stored`: the filter compiled to a test of the stored
+properties, which agrees with the reference evaluator). It stops at ``limit`` matches
+(50 by default) or at the scan cap, and says where: a cursor (``next``) to go on from
 there with ``after=``, and whether the scan cap stopped it (``capped``: narrow the
 window, or go on). So the work of one call depends on ``scan`` and ``limit``, never on
-the size of the store or of the window.
+the size of the store (on DuckDB, finding a page's ends reads the window's keys).
 
 Pushed down to SQL: a test every message must pass to match. Where each group of the
 filter has an equality (or ``in``, ``prefix``, ``exists``) on a property, the pages
@@ -36,25 +35,24 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 
 from messagebox import arrays, clock, ids, schema
+from messagebox import search_walk as walk
 from messagebox.errors import ValidationError
-from messagebox.predicates.model import Filter, Op, Predicate
+from messagebox.predicates.model import Filter
 from messagebox.predicates.stored import compile_stored
 from messagebox.properties import (
-    INT64_MAX,
-    INT64_MIN,
     Value,
     decode_values,
-    encode_context,
 )
+from messagebox.search_walk import Key
 
 LIMIT = 50
 MAX_LIMIT = 1_000
@@ -63,13 +61,6 @@ SCAN = 100_000
 MAX_SCAN = 1_000_000
 WINDOW = timedelta(hours=24)
 """The window of a search given no start: the last day."""
-PAGE = 1_000
-"""Messages the first page of a search reads; each next reads twice as many, up to
-:data:`MAX_PAGE` (a search that finds its matches among the newest reads little; one
-that goes through its whole scan, few statements)."""
-MAX_PAGE = 16_000
-MAX_FRAGMENTS = 64
-"""``LIKE`` tests pushed down at most (more: none, the Python test does it all)."""
 MAX_FILTER_CHARS = 20_000
 """A search's filter text is refused past this length, before it is read."""
 MAX_AGE = timedelta(days=36_525)
@@ -77,36 +68,6 @@ MAX_AGE = timedelta(days=36_525)
 QUEUED, IN_HAND, SUSPENDED, DONE, DELETED = "queued", "in hand", "suspended", "done", "deleted"
 STATES = (QUEUED, IN_HAND, SUSPENDED, DONE, DELETED)
 """A found message's states, in the order one is shown when it has several entries."""
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CURSOR = re.compile(r"(-?\d{1,17})\.([0-9a-f]{32})")
-
-
-@dataclass(frozen=True, order=True)
-class Key:
-    """Where a message stands in a search's order: its publish time, then its id."""
-
-    published_at: datetime
-    id: uuid.UUID
-
-    def text(self) -> str:
-        """The cursor's text: microseconds since 1970, a dot, the id's hex digits."""
-        micros = (self.published_at - _EPOCH) // timedelta(microseconds=1)
-        return f"{micros}.{self.id.hex}"
-
-    @classmethod
-    def parse(cls, text: str) -> Key:
-        """A cursor's text read back; a :class:`ValidationError` for anything else."""
-        found = _CURSOR.fullmatch(text.strip()) if isinstance(text, str) else None
-        if found is None:
-            raise ValidationError(
-                f"cursor {str(text)[:80]!r} is not one a search gave (MICROSECONDS.HEX)"
-            )
-        try:
-            at = _EPOCH + timedelta(microseconds=int(found.group(1)))
-        except OverflowError:
-            raise ValidationError(f"cursor {text[:80]!r}: the time is out of range") from None
-        return cls(at, uuid.UUID(hex=found.group(2)))
 
 
 @dataclass(frozen=True)
@@ -239,211 +200,6 @@ def query(
 
 # --- the statements ---
 
-_SOURCES = (schema.spool, schema.tracked_message)
-
-
-def _key_of(t: sa.Table) -> sa.ColumnElement[Any]:
-    return sa.tuple_(t.c.published_at, t.c.id)
-
-
-def _bound(key: Key) -> sa.ColumnElement[Any]:
-    return sa.tuple_(sa.literal(key.published_at, schema.Stamp), sa.literal(key.id, sa.Uuid))
-
-
-@dataclass(frozen=True)
-class _Window:
-    since: datetime
-    until: datetime | None
-    below: Key | None
-    """Only messages before this key (the cursor; then the last page's end)."""
-    down_to: Key | None = None
-    """Only messages from this key on (the scan cap's edge)."""
-    like: Callable[[sa.Table], sa.ColumnElement[bool]] | None = None
-
-    def where(self, t: sa.Table) -> list[sa.ColumnElement[bool]]:
-        """The window's conditions on source ``t`` (the plain time bounds too, which a
-        zone map or an index range can use)."""
-        where = [t.c.published_at >= self.since]
-        if self.until is not None:
-            where.append(t.c.published_at < self.until)
-        if self.below is not None:
-            where += [t.c.published_at <= self.below.published_at]
-            where.append(_key_of(t) < _bound(self.below))
-        if self.down_to is not None:
-            where += [t.c.published_at >= self.down_to.published_at]
-            where.append(_key_of(t) >= _bound(self.down_to))
-        if self.like is not None:
-            where.append(self.like(t))
-        return where
-
-
-def _newest(t: sa.Table, columns: Sequence[Any], window: _Window, n: int) -> sa.Select[Any]:
-    return (
-        sa.select(*columns)
-        .where(*window.where(t))
-        .order_by(t.c.published_at.desc(), t.c.id.desc())
-        .limit(n)
-    )
-
-
-def _steps(scan: int) -> list[int]:
-    """Where the pages of a scan end, as positions from the newest (1): after
-    :data:`PAGE`, then each page twice the last, up to :data:`MAX_PAGE`; the last at
-    ``scan``."""
-    steps, page, at = [], PAGE, 0
-    while at + page < scan:
-        at += page
-        steps.append(at)
-        page = min(page * 2, MAX_PAGE)
-    return [*steps, scan]
-
-
-def _ends(conn: sa.Connection, window: _Window, scan: int) -> tuple[list[Key], bool]:
-    """The keys where the pages of a scan of ``window`` end (:func:`_steps`), newest
-    first, as far as the window goes; and whether it holds more than ``scan`` messages
-    (then the last is the scan cap's edge). One statement, over keys only (an index,
-    on PostgreSQL): the newest ``scan + 1`` of each source, numbered."""
-    union = sa.union_all(
-        *(
-            sa.select(t.c.published_at, t.c.id)
-            .where(*window.where(t))
-            .order_by(t.c.published_at.desc(), t.c.id.desc())
-            .limit(scan + 1)
-            for t in _SOURCES
-        )
-    ).subquery()
-    order = [union.c.published_at.desc(), union.c.id.desc()]
-    numbered = sa.select(
-        union.c.published_at, union.c.id, sa.func.row_number().over(order_by=order).label("n")
-    ).subquery()
-    steps = _steps(scan)
-    rows = conn.execute(
-        sa.select(numbered.c.published_at, numbered.c.id, numbered.c.n)
-        .where(numbered.c.n.in_([*steps, scan + 1]))
-        .order_by(numbered.c.n)
-    ).all()
-    more = bool(rows) and rows[-1].n == scan + 1
-    ends = [Key(clock.utc(r.published_at), ids.as_uuid(r.id)) for r in rows if r.n <= scan]
-    return ends, more
-
-
-def _count(conn: sa.Connection, window: _Window) -> int:
-    """How many messages the window holds (bounded by the caller: at most a scan)."""
-    union = sa.union_all(*(sa.select(t.c.id).where(*window.where(t)) for t in _SOURCES)).subquery()
-    return int(conn.execute(sa.select(sa.func.count()).select_from(union)).scalar_one())
-
-
-def _page(conn: sa.Connection, window: _Window) -> list[Any]:
-    """The window's messages that pass the pushed-down test, newest first: each its id,
-    publish time, context and whether tracking kept it (deleted). The caller bounds the
-    window to a page (:func:`_ends`)."""
-    union = sa.union_all(
-        *(
-            sa.select(
-                ids.fetchable(conn, t.c.id).label("id"),
-                clock.fetchable(conn, t.c.published_at).label("at"),
-                t.c.context,
-                sa.literal(t is schema.tracked_message).label("gone"),
-                t.c.published_at,
-                t.c.id.label("uid"),
-            ).where(*window.where(t))
-            for t in _SOURCES
-        )
-    ).subquery()
-    return list(
-        conn.execute(  # all at once: one row at a time is the driver's fetchone each
-            sa.select(union.c.id, union.c.at, union.c.context, union.c.gone).order_by(
-                union.c.published_at.desc(), union.c.uid.desc()
-            )
-        ).all()
-    )
-
-
-def _pages(
-    conn: sa.Connection, window: _Window, ends: list[Key], more: bool
-) -> Iterator[list[Any]]:
-    """The pages of a scan, newest first: down to each end (the last: to the window's
-    start, unless the scan cap stops it at its edge)."""
-    below = window.below
-    for end in [*ends, *([] if more else [None])]:
-        yield _page(conn, replace(window, below=below, down_to=end))
-        below = end
-
-
-# --- the test pushed down ---
-
-
-def _like_escaped(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-_HEAD, _TAIL = len('{"promoted":{'), len('},"written":{}}')
-
-
-def _text_of(name: str, value: Value) -> str:
-    """``"NAME":[tag,value]`` as a stored context writes it."""
-    return encode_context({name: value}, {})[_HEAD:-_TAIL]
-
-
-def _stored_alike(value: Value) -> list[Value]:
-    """The values stored that equal ``value`` in the filter language: a number in its
-    other type too (``42`` and ``42.0``), zero with either sign."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return [value]
-    alike: list[Value] = [value]
-    if isinstance(value, int) and float(value) == value:
-        alike.append(float(value))
-    if isinstance(value, float) and value.is_integer() and INT64_MIN <= value <= INT64_MAX:
-        alike.append(int(value))
-    if value == 0:
-        alike += [0.0, -0.0]
-    unique = {(type(v), repr(v)): v for v in alike}
-    return list(unique.values())
-
-
-def _fragments(pred: Predicate) -> list[str] | None:
-    """Texts one of which a stored context holds when ``pred`` holds (None: no such
-    test: ``!=``, ranges, ``not_exists``, ``bitwise_and``)."""
-    name = pred.property
-    if pred.op is Op.EXISTS:
-        return [f'"{name}":[']
-    if pred.op is Op.PREFIX:
-        return [_text_of(name, pred.value)[: -len('"]')]]
-    if pred.op is Op.EQ:
-        values = [pred.value]
-    elif pred.op is Op.IN:
-        values = list(pred.value)
-    else:
-        return None
-    return [_text_of(name, v) for value in values for v in _stored_alike(value)]
-
-
-_RANK = {Op.EQ: 0, Op.IN: 1, Op.PREFIX: 2, Op.EXISTS: 3}
-
-
-def pushdown(filt: Filter | None) -> list[str] | None:
-    """The texts a stored context must hold one of to match ``filt``: for each group,
-    those of its most selective test that has some (None: a group has none, or there
-    are more than :data:`MAX_FRAGMENTS`)."""
-    if filt is None:
-        return None
-    texts: dict[str, None] = {}
-    for group in filt.groups:
-        ranked = sorted((p for p in group.predicates if p.op in _RANK), key=lambda p: _RANK[p.op])
-        found = next((f for p in ranked if (f := _fragments(p))), None)
-        if found is None:
-            return None
-        texts.update(dict.fromkeys(found))
-    return list(texts) if len(texts) <= MAX_FRAGMENTS else None
-
-
-def _like(texts: list[str]) -> Callable[[sa.Table], sa.ColumnElement[bool]]:
-    def holds(t: sa.Table) -> sa.ColumnElement[bool]:
-        return sa.or_(*(t.c.context.like(f"%{_like_escaped(x)}%", escape="\\") for x in texts))
-
-    return holds
-
-
 # --- states ---
 
 
@@ -515,7 +271,7 @@ def _matching(filt: Filter | None, pages: Iterator[list[Any]], limit: int) -> li
 def _details(conn: sa.Connection, found: list[_Match]) -> dict[uuid.UUID, tuple[str, Any]]:
     """Each found message's publisher and, when deleted, when."""
     out: dict[uuid.UUID, tuple[str, Any]] = {}
-    for t in _SOURCES:
+    for t in walk.SOURCES:
         msgs = [m.key.id for m in found if m.gone == (t is schema.tracked_message)]
         if not msgs:
             continue
@@ -551,20 +307,19 @@ def _resolved(conn: sa.Connection, q: SearchQuery) -> tuple[datetime, datetime |
 def search(conn: sa.Connection, q: SearchQuery) -> SearchResult:
     """Run a search (see the module docstring)."""
     since, until = _resolved(conn, q)
-    texts = pushdown(q.filter)
-    window = _Window(since, until, q.cursor)
-    ends, more = _ends(conn, window, q.scan)
-    edge = ends[-1] if more else None
-    walked = replace(window, like=_like(texts) if texts else None)
-    found = _matching(q.filter, _pages(conn, walked, ends, more), q.limit)
+    texts = walk.pushdown(q.filter)
+    window = walk.Window(since, until, q.cursor)
+    like = walk.like(texts) if texts else None
+    scan = walk.Walk(conn, replace(window, like=like), q.scan)
+    found = _matching(q.filter, scan.pages(), q.limit)
     stopped = found[-1].key if len(found) == q.limit else None
     if stopped is not None:
-        scanned = _count(conn, _Window(since, until, q.cursor, stopped))
+        scanned = walk.count(conn, replace(window, down_to=stopped))
         after: Key | None = stopped
-    elif edge is not None:
-        scanned, after = q.scan, edge
+    elif scan.edge is not None:
+        scanned, after = q.scan, scan.edge
     else:
-        scanned, after = _count(conn, window), None
+        scanned, after = walk.count(conn, window), None
     held = states(conn, [m.key.id for m in found if not m.gone])
     details = _details(conn, found)
     return SearchResult(
@@ -583,7 +338,7 @@ def search(conn: sa.Connection, q: SearchQuery) -> SearchResult:
         since=since,
         until=until,
         scanned=scanned,
-        capped=stopped is None and edge is not None,
+        capped=stopped is None and scan.edge is not None,
         next=None if after is None else after.text(),
         pushed_down=texts is not None,
     )

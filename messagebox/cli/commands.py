@@ -43,6 +43,7 @@ from messagebox.cli.orchestrations import (
 from messagebox.cli.resubmit import suspended_resubmit
 from messagebox.cli.routing import route_explain
 from messagebox.cli.scheduled import scheduled_act, scheduled_list
+from messagebox.cli.search import search
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
@@ -110,5 +111,6 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("tracking", "disable"): tracking_disable,
     ("tracking", "events"): tracking_events,
     ("metrics", ""): metrics,
+    ("search", ""): search,
 }
 """The function of each (command, action); "" when there is no action."""

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, clock, schema
+from messagebox import Message, MessageBox, clock, schema, search_walk
 from messagebox.errors import ValidationError
 from messagebox.predicates import Filter, P, filter_matches
 from messagebox.properties import decode_context
@@ -80,8 +80,11 @@ def test_several_conditions_find_messages_newest_first_with_their_state(
     # and cleanup, with tracking on, deletes A5 and A6 (nothing refers to them)
     assert box.cleanup().tracked_messages == 2
     # and then A4's audit is done too
-    [a4] = [c for c in claim(box, "h", n=10) if c.msg == ids["A4"] or release(box, c.id)]
-    complete(box, a4)
+    for c in claim(box, "h", n=10):
+        if c.msg == ids["A4"]:
+            complete(box, c)
+        else:
+            release(box, c.id)
 
     # When the operator searches with a range and an equality
     found = box.search('orders.Total > 5000 and orders.Region == "EU"')
@@ -158,6 +161,27 @@ def test_a_window_a_limit_and_a_scan_cap_page_through_with_a_cursor(box: Message
     assert len(box.search("t.N >= 0", since=timedelta(hours=1), limit=100).found) == 25
     with pytest.raises(ValidationError, match="the window is empty"):
         box.search("t.N >= 0", since=timedelta(hours=1), until=timedelta(hours=2))
+
+
+def test_a_scan_reads_pages_of_growing_size_up_to_its_cap(box: MessageBox) -> None:
+    # Given 3,501 messages: the oldest an order of its own, then 7 batches of 500
+    box.publish([Message(b"", promoted={"o.N": 0, "o.Id": "first"})], policy="suspend")
+    for start in range(1, 3500, 500):
+        box.publish(
+            [Message(b"", promoted={"o.N": n}) for n in range(start, start + 500)],
+            policy="suspend",
+        )
+    # When a search for it goes through 2,500 a call (pages of 1,000, then 1,500)
+    first = box.search('o.Id == "first"', scan=2_500)
+    # Then the cap stops the first call, and the next goes on to it
+    assert (first.found, first.capped, first.scanned) == ([], True, 2_500)
+    second = box.search('o.Id == "first"', scan=2_500, after=first.next)
+    assert [m.promoted["o.Id"] for m in second.found] == ["first"]
+    assert (second.capped, second.scanned, second.next) == (False, 1_001, None)
+    # and a range (nothing pushed down) finds the newest 50 first
+    ranged = box.search("o.N >= 3000")
+    assert {m.promoted["o.N"] for m in ranged.found} <= set(range(3001, 3501))  # the last batch
+    assert (len(ranged.found), ranged.capped, ranged.scanned) == (50, False, 50)
 
 
 @pytest.mark.parametrize(
@@ -262,16 +286,23 @@ def test_a_search_followed_page_by_page_finds_what_the_evaluator_finds(
     # Given messages published in batches (routing failures: stored, suspended), some of
     # them then terminated and deleted by cleanup (kept by tracking)
     for batch in batches:
-        box.publish([Message(b"", promoted=p) for p in batch], policy="suspend", trusted=True)  # type: ignore[arg-type]
+        box.publish([Message(b"", promoted=p) for p in batch], policy="suspend", trusted=True)
     entries = [e for e in box.suspended() if e.suspended_at >= since]
     if gone and entries:
         box.terminate(*[e.id for e in entries[:gone]])
         box.cleanup()
     expected = naive(box, filt, since)
-    # When the search is followed from page to page
-    pages = [box.search(filt, since=since, limit=limit, scan=scan)]
-    while pages[-1].next is not None and len(pages) < 200:
-        pages.append(box.search(filt, since=since, limit=limit, scan=scan, after=pages[-1].next))
+    # When the search is followed from call to call, each reading pages of 1 to 4
+    # messages, the ends of 2 pages a statement
+    with pytest.MonkeyPatch.context() as small:
+        small.setattr(search_walk, "PAGE", 1)
+        small.setattr(search_walk, "MAX_PAGE", 4)
+        small.setattr(search_walk, "ENDS_AT_ONCE", 2)
+        pages = [box.search(filt, since=since, limit=limit, scan=scan)]
+        while pages[-1].next is not None and len(pages) < 200:
+            pages.append(
+                box.search(filt, since=since, limit=limit, scan=scan, after=pages[-1].next)
+            )
     # Then together they find exactly those, newest first, each page within its bounds
     assert [m.id for p in pages for m in p.found] == expected
     assert all(len(p.found) <= limit and p.scanned <= scan for p in pages)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from messagebox.predicates import Filter, P, filter_matches, normalize_properties
 from messagebox.predicates.stored import compile_stored
 from messagebox.properties import encode_context
-from messagebox.search import pushdown
+from messagebox.search_walk import pushdown
 from tests.strategies import filters, messages
 
 
