@@ -2,14 +2,14 @@
 those tracking kept (``mb_spool``, ``mb_tracked_message``), newest first by
 ``(published_at, id)``, a page a statement, never more than its scan cap.
 
-A :class:`Walk` first finds where its next few pages end, in one statement over keys
-only (on PostgreSQL the ``(published_at, id)`` indexes alone: the newest keys below the
-last page, numbered, those at the pages' ends kept); then reads each page, one statement
-bounded by its two ends, with the test pushed down (:func:`pushdown`). The first page
-holds :data:`PAGE` messages and each next twice the last, up to :data:`MAX_PAGE`: a
-search that finds its matches among the newest reads little, one that goes through its
-whole scan, few statements. Pages are read as they are asked for: a search that has its
-``limit`` reads no more.
+A :class:`Walk` first finds where its next few pages end (four, then four times as
+many each time), in one statement over keys only (on PostgreSQL the ``(published_at,
+id)`` indexes alone: the newest keys below the last page, numbered, those at the pages'
+ends kept); then reads each page, one statement bounded by its two ends, with the test
+pushed down (:func:`pushdown`). The first page holds :data:`PAGE` messages and each
+next twice the last, up to :data:`MAX_PAGE`: a search that finds its matches among the
+newest reads little, one that goes through its whole scan, few statements. Pages are
+read as they are asked for: a search that has its ``limit`` reads no more.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ PAGE = 1_000
 :data:`MAX_PAGE`."""
 MAX_PAGE = 16_000
 ENDS_AT_ONCE = 4
-"""Pages whose ends one statement finds."""
+"""Pages whose ends the first statement finds; each next finds four times as many (on
+DuckDB each such statement reads the keys of the window below where it starts)."""
 MAX_FRAGMENTS = 64
 """``LIKE`` tests pushed down at most (more: none, the Python test does it all)."""
 
@@ -181,13 +182,14 @@ class Walk:
     def pages(self) -> Iterator[list[Any]]:
         """Each page's rows (:func:`_page`), as asked for."""
         keys = replace(self.window, like=None)
-        below, done, size = self.window.below, 0, PAGE
+        below, done, size, at_once = self.window.below, 0, PAGE, ENDS_AT_ONCE
         while done < self.scan:
             positions: list[int] = []
-            while len(positions) < ENDS_AT_ONCE and done + (positions or [0])[-1] < self.scan:
+            while len(positions) < at_once and done + (positions or [0])[-1] < self.scan:
                 at = (positions or [0])[-1]
                 positions.append(min(at + size, self.scan - done))
                 size = min(size * 2, MAX_PAGE)
+            at_once *= 4
             ends, more = _ends(self.conn, replace(keys, below=below), positions)
             for end in ends:
                 yield _page(self.conn, replace(self.window, below=below, down_to=end))

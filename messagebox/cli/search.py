@@ -98,7 +98,7 @@ def search(args: argparse.Namespace, out: Terminal) -> None:
 
 
 def _shown_names(text: str | None, found: SearchResult) -> list[str] | None:
-    """The properties a filter names (None: no filter, show them all)."""
+    """The properties a filter names (None: no filter)."""
     from messagebox.predicates.text import parse_filter
 
     if not text or not text.strip():
@@ -107,10 +107,12 @@ def _shown_names(text: str | None, found: SearchResult) -> list[str] | None:
 
 
 def _properties(m: FoundMessage, names: list[str] | None) -> str:
+    """Its promoted properties, those the filter names first."""
     from messagebox.predicates.text import format_value
 
-    shown = m.promoted if names is None else {n: m.promoted[n] for n in names if n in m.promoted}
-    return ", ".join(f"{k}={format_value(v)}" for k, v in shown.items()) or "-"
+    first = [n for n in names or () if n in m.promoted]
+    order = [*first, *(n for n in m.promoted if n not in first)]
+    return ", ".join(f"{k}={format_value(m.promoted[k])}" for k in order) or "-"
 
 
 def stopped(found: SearchResult, limit: int) -> str:

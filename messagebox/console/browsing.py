@@ -129,7 +129,7 @@ def _search_page(
     error: str | None,
     status: int,
 ) -> Response:
-    names: list[str] | None = None
+    names: list[str] = []
     if found is not None and form["q"]:
         names = sorted(search_filter(form["q"]).properties)  # type: ignore[union-attr]
     return c.render(
