@@ -94,7 +94,7 @@ def search(args: argparse.Namespace, out: Terminal) -> None:
         ],
         empty="no message found",
     )
-    out.note(stopped(found, args.limit))
+    out.note(stopped(found, args.limit, args.after is not None))
 
 
 def _shown_names(text: str | None, found: SearchResult) -> list[str] | None:
@@ -115,13 +115,16 @@ def _properties(m: FoundMessage, names: list[str] | None) -> str:
     return ", ".join(f"{k}={format_value(m.promoted[k])}" for k in order) or "-"
 
 
-def stopped(found: SearchResult, limit: int) -> str:
-    """Where a search stopped, in words, with the cursor to go on."""
+def stopped(found: SearchResult, limit: int, continued: bool = False) -> str:
+    """Where a search stopped, in words, with the cursor to go on (``continued``: it
+    went on from a cursor)."""
     from messagebox.search_walk import Key
 
     window = f"published since {found.since.isoformat(timespec='seconds')}" + (
         f" until {found.until.isoformat(timespec='seconds')}" if found.until else ""
     )
+    if found.next is None and continued:
+        return f"(searched the {found.scanned:,} remaining messages {window})"
     if found.next is None:
         return f"(searched all {found.scanned:,} messages {window})"
     if not found.capped:
