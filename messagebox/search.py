@@ -156,7 +156,10 @@ def when(text: str, name: str = "since") -> datetime | timedelta:
     compact = text.strip().lower().replace(" ", "")
     parts = _AGE_PART.findall(compact)
     if parts and "".join(n + u for n, u in parts) == compact:
-        return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+        try:
+            return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+        except OverflowError:
+            raise ValidationError(f"{name} {text[:80]!r}: too long an age") from None
     try:
         at = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -197,8 +200,6 @@ def query(
         filt = to_filter(filter)
     return SearchQuery(filt, since, until, after, limit, scan)
 
-
-# --- the statements ---
 
 # --- states ---
 
@@ -287,12 +288,12 @@ def _resolved(conn: sa.Connection, q: SearchQuery) -> tuple[datetime, datetime |
     """The window's times: ages taken back from the database's now."""
 
     def at(given: datetime | timedelta) -> datetime:
-        if isinstance(given, datetime):
-            return clock.utc(given)
         try:
-            return clock.now(conn) - given
+            return clock.utc(given) if isinstance(given, datetime) else clock.now(conn) - given
         except OverflowError:
-            raise ValidationError(f"the window reaches before the year 1 ({given})") from None
+            raise ValidationError(
+                f"the window reaches outside the years 1 to 9999 ({given})"
+            ) from None
 
     since = at(WINDOW if q.since is None else q.since)
     until = None if q.until is None else at(q.until)
