@@ -156,15 +156,16 @@ def _delete_slice(conn: sa.Connection, msgs: list[uuid.UUID], keep: bool) -> tup
     parts = list(conn.execute(sa.select(mp.c.part).where(among(mp.c.msg, msgs))).scalars())
     conn.execute(mp.delete().where(among(mp.c.msg, msgs)))
     if keep:  # tracking is on: a search still finds them, as deleted
+        tm = schema.tracked_message
         kept = sa.select(
             sp.c.id,
             sp.c.context,
             sp.c.published_at,
             sp.c.publisher,
             sa.literal(clock.now(conn), schema.Stamp),
-        ).where(among(sp.c.id, msgs))
+        ).where(among(sp.c.id, msgs), ~sa.exists().where(tm.c.id == sp.c.id))
         columns = ["id", "context", "published_at", "publisher", "deleted_at"]
-        conn.execute(schema.tracked_message.insert().from_select(columns, kept))
+        conn.execute(tm.insert().from_select(columns, kept))  # an id kept before: kept once
     deleted = conn.execute(schema.spool.delete().where(among(schema.spool.c.id, msgs))).rowcount
     recent.deleted(conn, msgs)  # no longer read from memory once this commits
     refs = 0

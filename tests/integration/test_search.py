@@ -231,6 +231,18 @@ def test_tracking_keeps_a_deleted_message_until_its_retention(box: MessageBox) -
     assert box.search("t.N == 1", since=timedelta(hours=3)).found == []
 
 
+def test_a_message_id_published_again_after_cleanup_is_kept_once(box: MessageBox) -> None:
+    box.configure_tracking(True)
+    again = uuid.uuid4()
+    for n in (1, 2):  # the publisher names the message; the second comes after cleanup
+        box.publish([Message(b"x", id=again, promoted={"t.N": n})], policy="suspend")
+        [entry] = box.suspended()
+        box.terminate(entry.id)
+        assert box.cleanup().messages == 1
+    [kept] = box.search("t.N exists").found
+    assert (kept.id, kept.state, kept.promoted) == (again, "deleted", {"t.N": 1})
+
+
 # --- the property: what a search finds is what the reference evaluator finds ---
 
 
