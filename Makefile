@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures lint format clean
+.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search lint format clean
 
 $(STAMP): pyproject.toml setup.py predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 # `make bench ARGS=--quick` for a short run of each
-bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures
+bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search
 
 bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
@@ -55,6 +55,9 @@ bench-joined: $(STAMP)
 
 bench-failures: $(STAMP)
 	$(PY) -m bench.failures $(ARGS)
+
+bench-search: $(STAMP)
+	$(PY) -m bench.search $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

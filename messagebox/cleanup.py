@@ -9,9 +9,10 @@
    subscriptions say (an instance sweeps its own host's at every heartbeat).
 4. The reference logs are summed per message. A message whose references sum to zero,
    and that no queue or suspended entry names, is deleted with its log rows; a part is
-   deleted when no message uses it any more.
-5. Receive-location receipts and tracked events past their retention are trimmed, and
-   so are routing versions behind the newest thousand.
+   deleted when no message uses it any more. While tracking is on, a deleted message's
+   spool row (its context) is kept as ``mb_tracked_message``, for search.
+5. Receive-location receipts and tracked events (and messages) past their retention are
+   trimmed, and so are routing versions behind the newest thousand.
 
 Why it is safe while others publish and deliver: a message's references only reach
 zero when its last entry is completed or terminated, and nothing adds a reference to
@@ -65,6 +66,10 @@ class CleanupReport:
     """Receive-location receipts older than the retention, trimmed."""
     tracking_events: int = 0
     """Tracked events older than the tracking retention, trimmed."""
+    tracked_messages: int = 0
+    """Deleted messages whose context tracking kept (it was on), for search."""
+    tracked_trimmed: int = 0
+    """Kept contexts of messages published before the tracking retention, trimmed."""
     expired: int = 0
     """Expired entries of hosts that no instance runs, suspended or dropped (an instance
     sweeps its own host's at every heartbeat)."""
@@ -125,28 +130,42 @@ of 2,500 raised it by 3 MB but took 1.5 times as long, summing the logs four tim
 often)."""
 
 
-def _delete_messages(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int, int]:
+def _delete_messages(
+    conn: sa.Connection, msgs: list[uuid.UUID], keep: bool = False
+) -> tuple[int, int, int]:
     """Delete messages, their log rows and the parts only they used, in slices of
-    ``DELETE_SLICE``; (messages, parts, log rows) deleted."""
+    ``DELETE_SLICE``; (messages, parts, log rows) deleted. ``keep``: tracking is on,
+    their spool rows are kept as ``mb_tracked_message`` first."""
     n_msgs = n_parts = n_refs = 0
     for start in range(0, len(msgs), DELETE_SLICE):
-        m, p, r = _delete_slice(conn, msgs[start : start + DELETE_SLICE])
+        m, p, r = _delete_slice(conn, msgs[start : start + DELETE_SLICE], keep)
         n_msgs, n_parts, n_refs = n_msgs + m, n_parts + p, n_refs + r
     return n_msgs, n_parts, n_refs
 
 
-def _delete_slice(conn: sa.Connection, msgs: list[uuid.UUID]) -> tuple[int, int, int]:
+def _delete_slice(conn: sa.Connection, msgs: list[uuid.UUID], keep: bool) -> tuple[int, int, int]:
     """:func:`_delete_messages` for one slice. Each list is one
     array parameter (``one_of``): the statements' texts are the same whatever a chunk's
     length (an IN list of each new length was a new statement for the driver to
     convert, and on PostgreSQL a parameter per message)."""
-    mp, p, f = schema.message_part, schema.part, schema.fragment
+    mp, p, f, sp = schema.message_part, schema.part, schema.fragment, schema.spool
 
     def among(column: sa.ColumnElement[Any], values: list[uuid.UUID]) -> sa.ColumnElement[bool]:
         return arrays.one_of(conn, column, values)
 
     parts = list(conn.execute(sa.select(mp.c.part).where(among(mp.c.msg, msgs))).scalars())
     conn.execute(mp.delete().where(among(mp.c.msg, msgs)))
+    if keep:  # tracking is on: a search still finds them, as deleted
+        tm = schema.tracked_message
+        kept = sa.select(
+            sp.c.id,
+            sp.c.context,
+            sp.c.published_at,
+            sp.c.publisher,
+            sa.literal(clock.now(conn), schema.Stamp),
+        ).where(among(sp.c.id, msgs), ~sa.exists().where(tm.c.id == sp.c.id))
+        columns = ["id", "context", "published_at", "publisher", "deleted_at"]
+        conn.execute(tm.insert().from_select(columns, kept))  # an id kept before: kept once
     deleted = conn.execute(schema.spool.delete().where(among(schema.spool.c.id, msgs))).rowcount
     recent.deleted(conn, msgs)  # no longer read from memory once this commits
     refs = 0
@@ -273,8 +292,10 @@ def run(
     if report.expired:
         say(f"{report.expired} expired entries of hosts no instance runs suspended or dropped")
     with store.transaction() as conn:
-        retention = tracking.read_settings(conn).retention
+        settings = tracking.read_settings(conn)
+        retention = settings.retention
         report.tracking_events = tracking.trim(conn, store.dialect, retention)
+        report.tracked_trimmed = tracking.trim_messages(conn, store.dialect, retention)
         report.rollup_rows = rollup.trim(conn)
     if report.tracking_events:
         say(f"trimmed {report.tracking_events} tracked events older than {retention}")
@@ -300,8 +321,9 @@ def run(
             msgs, released = _zero_referenced(conn, batch)
             if not msgs:
                 break
-            n_msgs, n_parts, n_refs = _delete_messages(conn, msgs)
+            n_msgs, n_parts, n_refs = _delete_messages(conn, msgs, settings.enabled)
         report.messages += n_msgs
+        report.tracked_messages += n_msgs if settings.enabled else 0
         report.parts += n_parts
         report.reference_rows += n_refs
         say(f"deleted {report.messages} unreferenced messages so far")

@@ -16,7 +16,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from messagebox import resubmission, router
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from messagebox.consistency import Problem
     from messagebox.instance_history import InstanceDetail
     from messagebox.orchestrations import ServiceInstanceView, Terminated
+    from messagebox.search import SearchResult
 
 
 class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts):
@@ -393,6 +394,31 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         except ValueError as exc:
             raise ValidationError(f"property {name!r}: {exc}") from exc
         return self.operations.find_messages(canon, normal, limit)
+
+    def search(
+        self,
+        filter: object = None,
+        *,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        limit: int = 50,
+        after: str | None = None,
+        scan: int = 100_000,
+    ) -> SearchResult:
+        """The stored messages, and (while tracking is on) those cleanup deleted since,
+        whose promoted properties match ``filter`` (its text, ``'orders.Total > 5000
+        and orders.Region == "EU"'``, or a ``P`` expression; None: all), published from
+        ``since`` (a time, or an age; default: the last 24 hours) to before ``until``
+        (a time or an age; default: now),
+        newest first, each with its state (queued, in hand, suspended, done, deleted).
+        At most ``limit`` found and ``scan`` messages gone through: the result's
+        ``next`` goes on from where it stopped (``after=``). See
+        :mod:`messagebox.search`."""
+        from messagebox.search import query
+
+        return self.operations.search(
+            query(filter, since=since, until=until, after=after, limit=limit, scan=scan)
+        )
 
     def service_instances(
         self, *, service: str | None = None, state: str | None = None, limit: int = 200

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
     from messagebox.instance_history import InstanceDetail
+    from messagebox.search import SearchQuery, SearchResult
 
 Action = Callable[[sa.Connection, Any, SuspendedQuery, int | None], list[int]]
 """A suspended-queue action (:func:`suspension.resume`, :func:`suspension.terminate`)."""
@@ -272,6 +273,12 @@ class Operations:
     def find_messages(self, name: str, value: Any, limit: int) -> list[browse.FoundMessage]:
         with self._store.transaction() as conn:
             return browse.find_by_property(conn, name, value, limit)
+
+    def search(self, query: SearchQuery) -> SearchResult:
+        from messagebox.search import search
+
+        with self._store.transaction() as conn:
+            return search(conn, query)
 
     def service_instances(
         self,

@@ -28,6 +28,7 @@ from messagebox import (
     routing_index,
     schema,
     tracking,
+    upgrades,
 )
 from messagebox.dialects import Dialect, dialect_for, parse_url
 from messagebox.errors import (
@@ -178,7 +179,7 @@ class Store:
         statements, then the missing tables, indexes and functions."""
         start = version
         while version != schema.SCHEMA_VERSION:
-            step = schema.UPGRADES.get(version)
+            step = upgrades.UPGRADES.get(version)
             if step is None:
                 raise StorageError(
                     f"database schema version {start} is not the {schema.SCHEMA_VERSION} "

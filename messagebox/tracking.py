@@ -336,3 +336,11 @@ def trim(conn: sa.Connection, dialect: Dialect, retention: timedelta) -> int:
     t = schema.tracking
     where = t.c.tracked_at < dialect.now_plus(-retention.total_seconds())
     return int(conn.execute(t.delete().where(where)).rowcount)
+
+
+def trim_messages(conn: sa.Connection, dialect: Dialect, retention: timedelta) -> int:
+    """Delete the contexts of deleted messages (``mb_tracked_message``) published
+    before ``retention`` (by the database clock), as their events go."""
+    m = schema.tracked_message
+    where = m.c.published_at < dialect.now_plus(-retention.total_seconds())
+    return int(conn.execute(m.delete().where(where)).rowcount)

@@ -22,6 +22,9 @@
     messages show ID [--part NAME]         a stored message's body (--json: its context)
     queues [--host H]                      ready, held, blocked, leased per subscription
     instances [--host H]                   running host instances and their heartbeats
+    search [FILTER] [--since AGE|TIME] [--until AGE|TIME] [--limit N] [--scan N] [--after C]
+                                           messages matching a filter, newest first, with
+                                           their state (deleted ones too, with tracking)
     orchestrations list [--service S] [--state S] [--limit N]
                                            orchestration instances, newest first
     orchestrations find NAME=VALUE ... [--service S] [--state S]
@@ -71,9 +74,9 @@
 The package: ``parser`` (the arguments), ``inputs`` (checking them), ``commands`` (which
 function runs each command), the commands by group in ``subscriptions`` (and hosts),
 ``messages`` (publishing, queues, suspended entries), ``orchestrations`` (orchestration
-instances), ``users`` (the console's users), ``routing`` (``route explain``) and
-``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the store),
-``terminal`` (tables, JSON, progress).
+instances), ``users`` (the console's users), ``search``, ``routing`` (``route explain``)
+and ``operations`` (init, cleanup, stats, tracking, metrics), ``box`` (opening the
+store), ``terminal`` (tables, JSON, progress).
 
 A DuckDB store held by a running process (``host run``, ``console``) is reached through
 it: the command is sent to that process (:mod:`messagebox.cli.remote`), found from the

@@ -43,6 +43,7 @@ from messagebox.cli.orchestrations import (
 from messagebox.cli.resubmit import suspended_resubmit
 from messagebox.cli.routing import route_explain
 from messagebox.cli.scheduled import scheduled_act, scheduled_list
+from messagebox.cli.search import search
 from messagebox.cli.subscriptions import (
     hosts_add,
     hosts_list,
@@ -119,5 +120,6 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace, Terminal], None]] 
     ("users", "enable"): users_change,
     ("users", "remove"): users_change,
     ("users", "reset-password"): users_change,
+    ("search", ""): search,
 }
 """The function of each (command, action); "" when there is no action."""

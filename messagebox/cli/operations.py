@@ -37,6 +37,11 @@ def cleanup(args: argparse.Namespace, out: Terminal) -> None:
         f"subscriptions; trimmed {report.tracking_events} tracked events "
         f"in {report.seconds:.2f} s"
         + (f"; {report.expired} expired entries swept" if report.expired else "")
+        + (
+            f"; tracking keeps the {report.tracked_messages} deleted messages' properties"
+            if report.tracked_messages
+            else ""
+        )
         + (" (skipped: another cleanup is running)" if report.skipped else "")
     )
 

@@ -13,6 +13,7 @@ from messagebox.cli.config_args import config_parser
 from messagebox.cli.failures import failures_parser
 from messagebox.cli.orchestration_args import orchestrations_parser
 from messagebox.cli.resubmit import resubmit_parser
+from messagebox.cli.search import search_parser
 from messagebox.cli.spark_args import spark_parser
 from messagebox.cli.users import users_parser
 from messagebox.defaults import DEFAULT_URL
@@ -479,6 +480,7 @@ def build() -> argparse.ArgumentParser:
         default="text",
         help="log lines as text, or as JSON objects (structured logs); default text",
     )
+    search_parser(sub, command, _positive)
     config_parser(sub, command, _positive)
     users_parser(sub, command)
     spark_parser(sub)

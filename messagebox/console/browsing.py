@@ -1,10 +1,11 @@
 """The console's pages for looking around: a host's queue (peek at ready, held, blocked
 and leased entries, with what holds them, changing nothing) and search (a message id,
-or a promoted property's value). Orchestration instances:
-:mod:`messagebox.console.orchestrations`."""
+or a filter over the promoted properties: :mod:`messagebox.search`). Orchestration
+instances: :mod:`messagebox.console.orchestrations`."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import TYPE_CHECKING
 
@@ -14,13 +15,14 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from messagebox.browse import QUEUE_STATES
 from messagebox.errors import ValidationError
+from messagebox.predicates import Filter
 from messagebox.properties import parse_assignment
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console
+    from messagebox.search import SearchResult
 
 PEEK = 200
-FOUND = 100
 
 
 def _console(request: Request) -> Console:
@@ -51,29 +53,95 @@ def queue(request: Request) -> Response:
     )
 
 
-def search(request: Request) -> Response:
-    """A message id goes to its page; ``NAME=VALUE`` (typed as on the command line,
-    ``NAME:TYPE=VALUE``) lists the stored messages whose promoted property has it."""
-    c = _console(request)
-    q = (request.query_params.get("q") or "").strip()
-    found = None
-    if q:
-        try:
-            msg_id = uuid.UUID(q)
-        except ValueError:
-            msg_id = None
-        if msg_id is not None:
-            root = str(request.scope.get("root_path", ""))
-            path = root + request.app.url_path_for("message", message_id=str(msg_id))
-            return RedirectResponse(path, status_code=303)
+_ASSIGNMENT = re.compile(r"\s*[A-Za-z0-9_.-]+(?::[a-z]+)?\s*=(?!=)")
+"""``NAME=VALUE`` or ``NAME:TYPE=VALUE`` (not ``==``): an equality typed as on the
+command line."""
+
+
+def search_filter(q: str) -> Filter | None:
+    """The filter of a search box: its text (the filter language), or ``NAME=VALUE`` (as
+    on the command line: an equality); None for none. Refused: ValidationError."""
+    from messagebox.predicates import P, parse_filter
+    from messagebox.search import MAX_FILTER_CHARS
+
+    if not q:
+        return None
+    if len(q) > MAX_FILTER_CHARS:
+        raise ValidationError(
+            f"the filter is {len(q):,} characters long; a search takes at most {MAX_FILTER_CHARS:,}"
+        )
+    if _ASSIGNMENT.match(q):
         try:
             name, value = parse_assignment(q)
         except (ValueError, TypeError) as exc:
-            raise ValidationError(
-                f"search for a message id, or NAME=VALUE (NAME:TYPE=VALUE): {exc}"
-            ) from exc
-        found = c.box.find_messages(name, value, limit=FOUND)
-    return c.render(request, "search.html", title="Search", q=q, found=found, limit=FOUND)
+            raise ValidationError(f"NAME=VALUE (NAME:TYPE=VALUE): {exc}") from exc
+        return Filter.of(P(name) == value)
+    return parse_filter(q)
+
+
+def search(request: Request) -> Response:
+    """A message id goes to its page; a filter (``orders.Total > 5000 and orders.Region
+    == "EU"``, or ``NAME=VALUE`` typed as on the command line) lists the messages that
+    match in the window, newest first, with their state; a cursor goes on."""
+    from messagebox.search import LIMIT, when
+
+    c = _console(request)
+    params = request.query_params
+    form = {k: (params.get(k) or "").strip() for k in ("q", "since", "until", "limit", "after")}
+    form["since"] = form["since"] or "24h"
+    q = form["q"]
+    try:
+        msg_id = uuid.UUID(q) if q else None
+    except ValueError:
+        msg_id = None
+    if msg_id is not None:
+        root = str(request.scope.get("root_path", ""))
+        path = root + request.app.url_path_for("message", message_id=str(msg_id))
+        return RedirectResponse(path, status_code=303)
+    if not any(form[k] for k in ("q", "until", "limit", "after")) and "since" not in params:
+        return _search_page(c, request, form, None, None, 200)
+    try:
+        filt = search_filter(q)
+        limit = _limit(form["limit"]) if form["limit"] else LIMIT
+        found = c.box.search(
+            filt,
+            since=when(form["since"], "since"),
+            until=when(form["until"], "until") if form["until"] else None,
+            limit=limit,
+            after=form["after"] or None,
+        )
+    except ValidationError as exc:
+        return _search_page(c, request, form, None, str(exc), 400)
+    return _search_page(c, request, form, found, None, 200)
+
+
+def _limit(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 7:
+        raise ValidationError(f"limit {text[:20]!r} is not a whole number")
+    return int(text)
+
+
+def _search_page(
+    c: Console,
+    request: Request,
+    form: dict[str, str],
+    found: SearchResult | None,
+    error: str | None,
+    status: int,
+) -> Response:
+    names: list[str] = []
+    if found is not None and form["q"]:
+        names = sorted(search_filter(form["q"]).properties)  # type: ignore[union-attr]
+    return c.render(
+        request,
+        "search.html",
+        status=status,
+        title="Search",
+        form=form,
+        found=found,
+        names=names,
+        error=error,
+    )
 
 
 async def part(request: Request) -> Response:

@@ -4,7 +4,7 @@
 **Served commands** (:data:`SERVED`, an allow-list): ``init``, ``publish``,
 ``subscriptions`` (``list``, ``add``, ``remove``, ``set-filter``), ``route explain``,
 ``services`` (``start``, ``stop``, ``unenlist``), ``hosts`` (``list``, ``add``,
-``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``orchestrations``
+``set``, ``remove``), ``messages show``, ``queues``, ``instances``, ``search``, ``orchestrations``
 (``list``, ``find``, ``show``, ``terminate``), ``suspended`` (``list``, ``show``,
 ``resume``, ``terminate``, ``reroute``, ``resubmit``), ``failures`` (``list``, ``show``,
 ``resume``, ``terminate``), ``scheduled`` (``list``, ``deliver-now``, ``cancel``),
@@ -56,6 +56,7 @@ SERVED: frozenset[tuple[str, str]] = frozenset(
         "messages": "show",
         "queues": "",
         "instances": "",
+        "search": "",
         "orchestrations": " list find show terminate",
         "suspended": "list show resume terminate reroute resubmit",
         "failures": " list show resume terminate",

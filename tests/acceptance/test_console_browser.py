@@ -69,6 +69,23 @@ def require_browser() -> None:
     pytest.skip(reason)
 
 
+SHOTS_ENV = "MESSAGEBOX_SCREENSHOTS"
+"""A folder: when set, the tests save screenshots of the pages they walk there."""
+
+
+def screenshot(browser: object, name: str) -> None:
+    """Save the page as ``$MESSAGEBOX_SCREENSHOTS/NAME.png``, when that is set."""
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    folder = os.environ.get(SHOTS_ENV)
+    if not folder or not isinstance(browser, WebDriver):
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1400, max(800, min(int(height) + 40, 4000)))
+    browser.save_screenshot(str(Path(folder) / f"{name}.png"))
+
+
 @contextmanager
 def serving(box: MessageBox, token: str | None) -> Iterator[str]:
     """The console over ``box``, served by uvicorn from a thread; yields its base URL."""
@@ -373,6 +390,7 @@ def test_an_operator_opens_a_failure_group_of_fifty_and_resumes_it(
             listed = browser.find_elements(By.CSS_SELECTOR, "#suspended tbody tr")
             assert len(listed) == 50
             assert "price" in browser.find_element(By.ID, "where").text
+            screenshot(browser, "failure-group")
             # and resumes it: one confirmation for the whole group
             bulk = browser.find_element(By.ID, "bulk-group")
             bulk.find_element(By.CSS_SELECTOR, "button.resume").click()
@@ -456,6 +474,7 @@ def test_an_operator_finds_an_orchestration_instance_by_its_order_id_and_termina
             [step] = browser.find_elements(By.CSS_SELECTOR, "#steps tbody tr")
             assert "handled" in step.text
             assert "payment" in browser.find_element(By.ID, "timers").text
+            screenshot(browser, "instance")
             # When the operator terminates it, with the token, and confirms
             form = browser.find_element(By.ID, "terminate")
             form.find_element(By.NAME, "token").send_keys(TOKEN)
@@ -470,6 +489,86 @@ def test_an_operator_finds_an_orchestration_instance_by_its_order_id_and_termina
             [b7] = box.find_instances({"orders.OrderId": "B7"})
             assert b7.state == "running"
             assert [a.action for a in box.audit_log()] == ["orchestrations terminate"]
+    finally:
+        inst.stop(5.0)
+        box.close()
+
+
+def test_an_operator_searches_by_a_range_and_sees_each_state(
+    tmp_path: Path, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    box = MessageBox(f"duckdb:///{tmp_path / 'box.duckdb'}")
+    box.configure_tracking(True)
+    box.create_host("billing", **FAST)
+    box.create_host("audit")  # no instance runs: its entries stay queued
+    box.subscribe("bill", host="billing", filter=P("orders.Total") >= 0, name="bill-all")
+    box.subscribe("audit", host="audit", filter=P("orders.Region") == "US", name="audit-us")
+
+    def bill(delivery: Delivery) -> None:
+        if delivery.properties["orders.Total"] == 9400:
+            raise RuntimeError("the ledger refused an order above its limit")
+
+    inst = HostInstance(box, "billing", {"bill": bill}).start()
+    try:
+        # Given six orders, published one after another, billed (one refused), the
+        # billed ones deleted by cleanup (tracking keeps their properties)
+        ids: dict[str, str] = {}
+        for order, total, region in [
+            ("A1", 1200, "EU"),
+            ("A2", 5600, "EU"),
+            ("A3", 7200, "US"),
+            ("A4", 9400, "EU"),
+            ("A5", 12000, "EU"),
+            ("A6", 6100, "EU"),
+        ]:
+            promoted = {"orders.OrderId": order, "orders.Total": total, "orders.Region": region}
+            [routed] = box.publish([Message(b"<order/>", promoted=promoted)])
+            ids[order] = str(routed.message_id)
+        wait_for(lambda: not box.queue_depth("billing"), "the bills")
+        wait_for(lambda: box.count_suspended() == 1, "the refused bill")
+        assert box.cleanup().tracked_messages == 4  # A1, A2, A5, A6
+        with serving(box, TOKEN) as base:
+            # When the operator searches the last hour for totals from 5,000 to 10,000,
+            # three at a time
+            browser.get(f"{base}/search")
+            form = browser.find_element(By.ID, "search")
+            form.find_element(By.NAME, "q").send_keys(
+                "orders.Total >= 5000 and orders.Total < 10000"
+            )
+            since = form.find_element(By.NAME, "since")
+            since.clear()
+            since.send_keys("1h")
+            form.find_element(By.NAME, "limit").send_keys("3")
+            form.find_element(By.TAG_NAME, "button").click()
+            # Then the newest three come, each with its state
+            rows = browser.find_elements(By.CSS_SELECTOR, "#found tbody tr")
+            found = [r.get_attribute("id") for r in rows]
+            assert found == [f"found-{ids[o]}" for o in ("A6", "A4", "A3")]
+            states = [r.find_elements(By.TAG_NAME, "td")[2].text for r in rows]
+            assert states[0].startswith("deleted")
+            assert states[1:] == ["suspended", "queued"]
+            assert "orders.Total=9400" in rows[1].text
+            screenshot(browser, "search")
+            # When the operator asks for the older ones
+            browser.find_element(By.ID, "more").click()
+            rows = browser.find_elements(By.CSS_SELECTOR, "#found tbody tr")
+            assert [r.get_attribute("id") for r in rows] == [f"found-{ids['A2']}"]
+            searched = browser.find_element(By.ID, "searched").text
+            assert searched.startswith("Searched the 2 remaining messages published since")
+            # and a deleted one links to its tracked history
+            rows[0].find_element(By.TAG_NAME, "a").click()
+            assert "published" in browser.find_element(By.TAG_NAME, "main").text
+            # When the operator mistypes the range, the page says what is wrong
+            browser.get(f"{base}/search")
+            form = browser.find_element(By.ID, "search")
+            form.find_element(By.NAME, "q").send_keys("orders.Total >= 5000 and < 10000")
+            form.find_element(By.TAG_NAME, "button").click()
+            error = browser.find_element(By.ID, "search-error").text
+            assert error.startswith("400 filter text, column 26: expected a property name")
     finally:
         inst.stop(5.0)
         box.close()

@@ -79,9 +79,9 @@ def test_a_host_instance_cleans_up_in_chunks_of_the_host_batch(
     chunks: list[int] = []
     delete = cleanup._delete_messages
 
-    def recorded(conn: Any, msgs: list[Any]) -> tuple[int, int, int]:
+    def recorded(conn: Any, msgs: list[Any], keep: bool = False) -> tuple[int, int, int]:
         chunks.append(len(msgs))
-        return delete(conn, msgs)
+        return delete(conn, msgs, keep)
 
     monkeypatch.setattr(cleanup, "_delete_messages", recorded)
     box.create_host("h")

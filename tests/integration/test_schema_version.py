@@ -31,22 +31,28 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables:  # before 20: no users, no sessions
+        if old_tables and version != "20":  # before 20: no users, no sessions
             conn.execute(sa.text("DROP TABLE mb_session"))
             conn.execute(sa.text("DROP TABLE mb_user"))
-        if old_tables and version != "19":  # before 19: no expiry, no due-time index
+        if old_tables:  # before 21: no tracked messages, no publish-time index
+            conn.execute(sa.text("DROP TABLE mb_tracked_message"))
+            if box.store.dialect.name == "postgresql":
+                conn.execute(sa.text("DROP INDEX mb_spool_published"))
+        if old_tables and version not in ("19", "20"):  # before 19: no expiry, no due-time index
             if box.store.dialect.name == "postgresql":
                 conn.execute(sa.text("DROP INDEX mb_queue_due"))
                 conn.execute(sa.text("DROP INDEX mb_queue_expiry"))
             conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN expires_at"))
             conn.execute(sa.text("ALTER TABLE mb_subscription DROP COLUMN on_expiry"))
         if (
-            old_tables and version not in ("18", "19") and box.store.dialect.name == "postgresql"
+            old_tables
+            and version not in ("18", "19", "20")
+            and box.store.dialect.name == "postgresql"
         ):  # < 18
             conn.execute(sa.text("DROP FUNCTION mb_publish_prelude"))
         if (
             old_tables
-            and version not in ("17", "18", "19")
+            and version not in ("17", "18", "19", "20")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("DROP FUNCTION mb_ordered_heads"))
@@ -75,7 +81,7 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
             )
         elif (
             old_tables
-            and version not in ("17", "18", "19")
+            and version not in ("17", "18", "19", "20")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("DROP FUNCTION mb_instance_heads"))
@@ -91,14 +97,15 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
             conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
         if (
             old_tables
-            and version not in ("12", "13", "14", "15", "16", "17", "18", "19")
+            and version not in ("12", "13", "14", "15", "16", "17", "18", "19", "20")
             and box.store.dialect.name == "postgresql"
         ):  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19")
+            and version
+            not in ("9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20")
             and box.store.dialect.name == "postgresql"
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
@@ -143,7 +150,7 @@ def stored_version(box: MessageBox) -> str | None:
 
 @pytest.mark.parametrize(
     "old",
-    [str(v) for v in range(2, 20)],
+    [str(v) for v in range(2, 21)],
 )
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
@@ -154,7 +161,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # heads of ordered subscriptions claimed beside their runs) or 16 (ordered claims
     # by an aggregate of the ordered backlog) or 17 (publishes that take no routing
     # fence) or 18 (no expiry, no scheduled-delivery index) or 19 (no users, no sessions)
-    # left it, with data
+    # or 20 (no tracked messages, no publish-time index) left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -169,13 +176,23 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "20"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "21"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
                     conn.execute(
                         sa.text(
                             "SELECT indexname FROM pg_indexes WHERE tablename = 'mb_queue' "
+                            "AND schemaname = current_schema()"
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
+                spool_indexes = (
+                    conn.execute(
+                        sa.text(
+                            "SELECT indexname FROM pg_indexes WHERE tablename = 'mb_spool' "
                             "AND schemaname = current_schema()"
                         )
                     )
@@ -217,6 +234,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
             assert "mb_queue_run_lease" in set(indexes)
             assert {"mb_queue_due", "mb_queue_expiry"} <= set(indexes)  # 19
             assert "expires_at" in heads_sql  # expired heads passed over (19)
+            assert "mb_spool_published" in spool_indexes  # a search's order (21)
             assert "mb_queue_lease" not in set(indexes)
             assert "mb_queue_plain" in set(indexes)
             assert f"fillfactor={mb_schema.QUEUE_FILLFACTOR}" in options
@@ -227,7 +245,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert sub.name == "sub"
         [orphan] = box.suspended()
         # 6 to 16 could not leave it resumable
-        if old not in [str(v) for v in range(6, 20)]:
+        if old not in [str(v) for v in range(6, 21)]:
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         assert sub.on_expiry == "suspend"  # 19: the column's default
@@ -237,6 +255,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         box.configure_tracking(True)
         box.publish([Message(b"y", promoted={"a.B": 2, "a.C": "k"})])
         assert [e.event for e in box.tracked(event="published")] == ["published"]
+        assert len(box.search("a.B == 2").found) == 2  # 21: mb_tracked_message searched too
         # and the entry queued before the upgrade is claimed, as a first claim
         claims = claim(box, "kept", n=5)
         assert [c.msg for c in claims] == [queued.message_id]
@@ -263,5 +282,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 20"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 21"):
         MessageBox(backend_url)

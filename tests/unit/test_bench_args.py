@@ -34,3 +34,22 @@ def test_bench_orchestrate_refuses_a_round_count_below_one(
         orchestrate.main(["--runs", "0"])
     assert exited.value.code == 2
     assert "--runs: at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--messages", "0"], "--messages: at least 1, not 0"),
+        (["--rounds", "x"], "--rounds: not a whole number: 'x'"),
+        (["--backend", "mysql"], "--backend: invalid choice: 'mysql'"),
+    ],
+)
+def test_bench_search_refuses_bad_arguments(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import search
+
+    with pytest.raises(SystemExit) as exited:
+        search.main(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
