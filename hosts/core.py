@@ -40,6 +40,7 @@ from messagebox.models import (
     State,
     Subscription,
 )
+from messagebox.order_keys import describe
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -273,6 +274,18 @@ class InstanceCore:
         with self._subs_lock:
             return any(s.ordered for s in self._subs.values())
 
+    def _keyed_share(self, n: int) -> int:
+        """How many of a claim of ``n`` may be keyed runs (subscriptions ordered by a
+        property): none without such a subscription, all of it when every other
+        subscription of the host is too, else half (at least one), so that neither
+        the keyed entries nor the others wait for all of the other kind."""
+        with self._subs_lock:
+            subs = [s for s in self._subs.values() if s.state is not State.UNENLISTED]
+        keyed = sum(1 for s in subs if s.ordered_by)
+        if not keyed:
+            return 0
+        return n if keyed == len(subs) else max(1, n // 2)
+
     def _claims_ahead(self) -> bool:
         """Whether one claim takes batches for the other dequeue threads too: where
         claims are serialised in-process (DuckDB), and where the instance runs
@@ -405,6 +418,16 @@ class InstanceCore:
                     "host": self.host,
                     "count": result.suspended,
                 },
+            )
+        if result.held_keys:
+            log.warning(
+                "host instance %s: keys held after a suspended message (ordered_by, "
+                "on_failure=stop): %s; resume or terminate it to release its key",
+                self.id,
+                ", ".join(f"{describe(k)} of subscription {sub}" for sub, k in result.held_keys),
+                extra=self._event(
+                    "keys-held", keys=[[sub, describe(k)] for sub, k in result.held_keys]
+                ),
             )
         if result.stopped_subscriptions:
             log.warning(

@@ -158,6 +158,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
         on_failure: OnFailure | str = OnFailure.SUSPEND,
         correlation: Sequence[str] = (),
         on_expiry: OnExpiry | str = OnExpiry.SUSPEND,
+        ordered_by: str | None = None,
     ) -> Subscription:
         """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
         The subscription's ``name`` (unique) defaults to the service's, or, when that
@@ -175,7 +176,11 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
         ``instance_id``) a message follows the running instance for its values, and
         does not route there when none runs. ``on_expiry`` says what becomes of an
         entry that expires before it is delivered: ``suspend`` (reason ``expired``,
-        resumable) or ``drop`` (deleted, its reference released).
+        resumable) or ``drop`` (deleted, its reference released). ``ordered_by`` (a
+        property name) delivers the messages with one value of it (a key) strictly in
+        publish order, one at a time, different keys in parallel; a message without it
+        has a key of its own, shared by all such messages; ``on_failure="stop"`` then
+        holds only the failed message's key.
         """
         [made] = self.subscribe_many(
             [
@@ -192,6 +197,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
                     "on_failure": on_failure,
                     "correlation": correlation,
                     "on_expiry": on_expiry,
+                    "ordered_by": ordered_by,
                 }
             ]
         )

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "19"
+SCHEMA_VERSION = "20"
 
 metadata = sa.MetaData()
 
@@ -72,6 +72,8 @@ subscription = sa.Table(
     sa.Column("correlation", sa.Text),
     # what becomes of its entries that expire before delivery: suspend or drop
     sa.Column("on_expiry", sa.Text, nullable=False, server_default="suspend"),
+    # the property whose value orders its entries per key (ordered_by; NULL: none)
+    sa.Column("ordered_by", sa.Text),
 )
 sa.Index("mb_subscription_service", subscription.c.service)
 
@@ -225,6 +227,9 @@ queue = sa.Table(
     # past this (the message's expiry, or its host's message_ttl_seconds) the entry is
     # never handed to a service: the expiry sweep suspends or drops it (expiry.py)
     sa.Column("expires_at", Stamp),
+    # the entry's key, where its subscription is ordered by a property (ordered_by):
+    # the property's value in keys.encode's typed form; NULL for every other entry
+    sa.Column("order_key", sa.Text),
 )
 sa.Index("mb_queue_claim", queue.c.host, queue.c.state, queue.c.priority.desc(), queue.c.id)
 sa.Index(
@@ -233,7 +238,10 @@ sa.Index(
     queue.c.priority.desc(),
     queue.c.id,
     postgresql_where=sa.and_(
-        queue.c.state == "ready", sa.not_(queue.c.ordered), queue.c.instance_id.is_(None)
+        queue.c.state == "ready",
+        sa.not_(queue.c.ordered),
+        queue.c.instance_id.is_(None),
+        queue.c.order_key.is_(None),
     ),
 )
 """What a plain claim walks, in its order (PostgreSQL): by ``mb_queue_claim`` it walked
@@ -245,6 +253,13 @@ sa.Index(
     queue.c.id,
     postgresql_where=queue.c.ordered,
 )
+# PostgreSQL: each key's entries in publish order (a key's head and run: mb_keyed_runs),
+# and a host's keyed entries in claim order (what that claim walks, past no plain entry)
+_keyed = queue.c.order_key.is_not(None)
+sa.Index("mb_queue_keyed", queue.c.host, queue.c.sub, queue.c.order_key, queue.c.id,
+         postgresql_where=_keyed)  # fmt: skip
+sa.Index("mb_queue_keyed_claim", queue.c.host, queue.c.priority.desc(), queue.c.id,
+         postgresql_where=_keyed)  # fmt: skip
 # No index on lease_owner: a claim then changes no indexed column, and PostgreSQL
 # updates the row in place (a HOT update, with the room fillfactor leaves on each page)
 # instead of adding an entry to every index of the queue. A claim takes neighbouring
@@ -306,8 +321,15 @@ suspended = sa.Table(
     sa.Column("ordered", sa.Boolean),
     sa.Column("instance_id", sa.Text),
     sa.Column("enqueued_at", Stamp),
+    sa.Column("order_key", sa.Text),  # the queue entry's, put back by a resume
+    # it holds its key: its subscription (ordered_by) stops on failure, and the key's
+    # later entries wait until it is resumed or terminated
+    sa.Column("holds_key", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("mb_suspended_msg", suspended.c.msg)
+# the keys suspended entries hold (PostgreSQL): what a keyed claim probes per key
+sa.Index("mb_suspended_key", suspended.c.sub, suspended.c.order_key,
+         postgresql_where=suspended.c.holds_key)  # fmt: skip
 sa.Index(
     "mb_suspended_instance",
     suspended.c.instance_id,
@@ -536,6 +558,20 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             "ALTER TABLE mb_subscription ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'suspend'",
         ),
     ),
+    # per-key order (ordered_by): a subscription's property, each entry's key, a
+    # suspended entry's key and whether it holds it; mb_queue_plain leaves keyed
+    # entries out (made again); PostgreSQL adds mb_queue_keyed, mb_queue_keyed_claim,
+    # mb_suspended_key, the queue's key_lease and mb_keyed_runs
+    "19": (
+        "20",
+        (
+            "ALTER TABLE mb_subscription ADD COLUMN ordered_by TEXT",
+            "ALTER TABLE mb_queue ADD COLUMN order_key TEXT",
+            "ALTER TABLE mb_suspended ADD COLUMN order_key TEXT",
+            "ALTER TABLE mb_suspended ADD COLUMN holds_key BOOLEAN NOT NULL DEFAULT false",
+            "DROP INDEX IF EXISTS mb_queue_plain",
+        ),
+    ),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables and indexes are created). Upgrades chain up to
@@ -555,4 +591,5 @@ def queue_columns() -> list[sa.Column[Any]]:
         q.c.ordered,
         q.c.instance_id,
         q.c.enqueued_at,
+        q.c.order_key,
     ]

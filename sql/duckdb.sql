@@ -45,6 +45,7 @@ WHERE id IN (SELECT unnest(CAST($ids AS BIGINT[])))
 -- A host's plain entries that a claim may take now (claim, claim_mixed): due, and not
 -- expired (the expiry sweep takes those: expiry.py).
 WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
+  AND order_key IS NULL
   AND available_at <= now()
   AND (expires_at IS NULL OR expires_at > now())
   AND (lease_expires IS NULL OR lease_expires < now())
@@ -171,6 +172,50 @@ WHERE id IN (
       AND (q.instance_id IS NULL OR q.instance_id NOT IN (SELECT instance_id FROM held))
     ORDER BY q.id
     LIMIT $n
+)
+
+-- name: claim_keyed --
+-- The keyed entries of a host to claim (subscriptions ordered by a property; see
+-- mb_keyed_runs in postgresql.sql): for each free key, its run of at most $per_key of
+-- its oldest entries in publish order, up to $n in all, keys in claim order (priority,
+-- then the age of their head). A key is free when none of its entries is leased and no
+-- suspended entry holds it; its head is its oldest entry not expired (an expired one
+-- not in hand is passed over: the expiry sweep takes it), and its run ends before its
+-- first entry not claimable now (a retry or a scheduled entry holds the later ones:
+-- `wall`). One pass over the host's keyed entries.
+-- include: claim_values
+     , order_key
+FROM mb_queue
+WHERE id IN (
+    WITH keyed AS (
+        SELECT id, sub, order_key, state, available_at, expires_at, lease_expires
+        FROM mb_queue WHERE host = $host AND order_key IS NOT NULL
+    ),
+    keys AS (
+        SELECT sub, order_key,
+               max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy,
+               min(id) FILTER (WHERE expires_at IS NULL OR expires_at > now()) AS head,
+               min(id) FILTER (WHERE (expires_at IS NULL OR expires_at > now())
+                                 AND (state <> 'ready' OR available_at > now())) AS wall
+        FROM keyed GROUP BY sub, order_key
+    ),
+    free AS (
+        SELECT k.sub, k.order_key, k.head, k.wall, q.priority
+        FROM keys k JOIN mb_queue q ON q.id = k.head
+        WHERE k.busy = 0 AND (k.wall IS NULL OR k.wall > k.head)
+          AND NOT EXISTS (
+              SELECT 1 FROM mb_suspended s
+              WHERE s.holds_key AND s.sub = k.sub AND s.order_key = k.order_key
+          )
+    ),
+    runs AS (
+        SELECT e.id, f.priority, f.head,
+               row_number() OVER (PARTITION BY e.sub, e.order_key ORDER BY e.id) AS rn
+        FROM keyed e JOIN free f ON e.sub = f.sub AND e.order_key = f.order_key
+        WHERE (f.wall IS NULL OR e.id < f.wall)
+          AND (e.expires_at IS NULL OR e.expires_at > now())
+    )
+    SELECT id FROM runs WHERE rn <= $per_key ORDER BY priority DESC, head, id LIMIT $n
 )
 
 -- name: run_cut --

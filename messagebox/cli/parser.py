@@ -171,10 +171,17 @@ def build() -> argparse.ArgumentParser:
     add.add_argument("--priority", type=int, default=0, help="-1000..1000 (default 0)")
     add.add_argument("--ordered", action="store_true", help="deliver in publish order")
     add.add_argument(
+        "--ordered-by",
+        metavar="PROPERTY",
+        help="deliver the messages with one value of PROPERTY (a key) in publish order, one "
+        "at a time, different keys in parallel",
+    )
+    add.add_argument(
         "--on-failure",
         default="suspend",
         choices=["suspend", "stop"],
-        help="ordered: what a message that exhausts its retries does (default suspend)",
+        help="ordered: what a message that exhausts its retries does (default suspend; stop "
+        "stops the subscription, or with --ordered-by holds only its key)",
     )
     add.add_argument(
         "--on-expiry",

@@ -163,6 +163,8 @@ class Target(NamedTuple):
     service: str
     correlation: str | None
     """The subscription's correlation: its property names as JSON, or None."""
+    ordered_by: str | None = None
+    """The property whose value orders the subscription's entries per key, or None."""
 
 
 class RouteRow(NamedTuple):
@@ -181,6 +183,7 @@ class RouteRow(NamedTuple):
     ordered: bool
     service: str
     correlation: str | None
+    ordered_by: str | None
 
 
 def route_rows(rows: Iterable[Iterable[Any]]) -> list[RouteRow]:
@@ -226,10 +229,16 @@ class Dialect:
             self.claim_mixed_sql = sql.load(self.name, "claim_mixed")
         else:
             self.claim_instance_sql = sql.load(self.name, "claim_instance")
+        self.claim_keyed_sql = sql.load(self.name, "claim_keyed")
+        """The runs of free keys of subscriptions ordered by a property; each row has
+        the entry's key after the columns of the other claims."""
         self.complete_claim_sql: str | None = None
         """Completions and a plain ``claim`` in one statement, where a dialect has it."""
+        self.complete_claim_keyed_sql: str | None = None
+        """``complete_claim`` that claims keyed runs first, where a dialect has it."""
         with suppress(KeyError):
             self.complete_claim_sql = sql.load(self.name, "complete_claim")
+            self.complete_claim_keyed_sql = sql.load(self.name, "complete_claim_keyed")
 
     @classmethod
     def check_url(cls, url: sa.URL) -> None:

@@ -218,7 +218,7 @@ def _staged_schema() -> pa.Schema:
     )
 
 
-_PICK = frozenset(("host", "n", "first_kind"))
+_PICK = frozenset(("host", "n", "first_kind", "per_key"))
 """The parameters of a claim's pick (DuckDB refuses a parameter a statement lacks)."""
 
 
