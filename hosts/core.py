@@ -274,17 +274,19 @@ class InstanceCore:
         with self._subs_lock:
             return any(s.ordered for s in self._subs.values())
 
-    def _keyed_share(self, n: int) -> int:
+    def _keyed_share(self, n: int) -> tuple[int, bool]:
         """How many of a claim of ``n`` may be keyed runs (subscriptions ordered by a
-        property): none without such a subscription, all of it when every other
-        subscription of the host is too, else half (at least one), so that neither
-        the keyed entries nor the others wait for all of the other kind."""
+        property), and whether nothing else is to be claimed: none without such a
+        subscription; all of it when every other subscription of the host is one too
+        (nothing else then); else half (at least one), so that neither the keyed
+        entries nor the others wait for all of the other kind."""
         with self._subs_lock:
             subs = [s for s in self._subs.values() if s.state is not State.UNENLISTED]
         keyed = sum(1 for s in subs if s.ordered_by)
         if not keyed:
-            return 0
-        return n if keyed == len(subs) else max(1, n // 2)
+            return 0, False
+        only = keyed == len(subs) and not self._uses_instances
+        return (n, True) if only else (max(1, n // 2), False)
 
     def _claims_ahead(self) -> bool:
         """Whether one claim takes batches for the other dequeue threads too: where

@@ -279,6 +279,7 @@ class Supervision(Handling):
         recording ``outcomes`` in the same transaction."""
         started = time.perf_counter()
         ordered = self._has_ordered()
+        keyed, keyed_only = self._keyed_share(n if rest_most is None else rest_most)
         claims, recorded = self.queue.claim(
             n,
             self.settings.lease_seconds,
@@ -287,8 +288,9 @@ class Supervision(Handling):
             instances=self._has_instances(),
             outcomes=outcomes or None,
             rest_most=rest_most,
-            keyed=self._keyed_share(n if rest_most is None else rest_most),
+            keyed=keyed,
             per_key=self.settings.claim_batch,
+            keyed_only=keyed_only,
         )
         if recorded is not None:
             self._account(recorded)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -26,6 +26,7 @@ from messagebox.errors import Conflict
 from messagebox.fence import Fence
 from messagebox.leases import Claim
 from messagebox.models import InstanceInfo, RoutingPolicy
+from messagebox.outcomes import ClaimAsk, Keys
 from messagebox.outcomes import Outcomes as Outcomes  # re-exported: hosts record them
 from messagebox.outcomes import Recorded as Recorded
 from messagebox.outcomes import merged as merged
@@ -44,29 +45,6 @@ class _Steps:
 
     steps: Sequence[service_instances.Step]
     publisher: str
-
-
-@dataclass(frozen=True)
-class _ClaimAsk:
-    """One thread's claim waiting for a transaction (see :meth:`Consumer.claim`)."""
-
-    n: int
-    instances: bool
-    outcomes: Outcomes | None
-    ordered: int = 0
-    """The most entries of an ordered run this thread takes (0: none)."""
-    keyed: int = 0
-    """The most entries of keyed runs this thread takes (0: none)."""
-    per_key: int = 0
-    """The most entries of one key's run."""
-
-
-class _Keys(NamedTuple):
-    """How many entries of keyed runs a claim takes: at most ``most`` (0: none), at most
-    ``per_key`` of one key."""
-
-    most: int = 0
-    per_key: int = 0
 
 
 _TIMER_HINTS: dict[tuple[str, str], float] = {}
@@ -89,7 +67,7 @@ def _group(store: Store, key: str) -> Group[Any, Any]:
         return group
 
 
-def _claim_group(store: Store, owner: str) -> Group[_ClaimAsk, tuple[list[Claim], Recorded | None]]:
+def _claim_group(store: Store, owner: str) -> Group[ClaimAsk, tuple[list[Claim], Recorded | None]]:
     """The claims of one host instance waiting for the next transaction."""
     return _group(store, f"claims {owner}")
 
@@ -228,6 +206,7 @@ class Consumer:
         rest_most: int | None = None,
         keyed: int = 0,
         per_key: int = 0,
+        keyed_only: bool = False,
     ) -> tuple[list[Claim], Recorded | None]:
         """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
         record those first in the same transaction: one commit per batch instead of
@@ -237,7 +216,8 @@ class Consumer:
         others (default: ``n`` less the run), so that permits held for a long run
         alone do not take plain entries. Of those, at most ``keyed`` are the runs of
         free keys of subscriptions ordered by a property (``per_key`` a key; see
-        :func:`messagebox.leases.claim_keyed`), all this thread's.
+        :func:`messagebox.leases.claim_keyed`), all this thread's; with ``keyed_only``
+        nothing else is claimed.
 
         Where transactions are serialised in-process (DuckDB), the claims that other
         threads of this instance ask for while one transaction runs are made together
@@ -246,11 +226,11 @@ class Consumer:
         them (it holds the others' outcomes too; all are the same host instance's), None
         to the others. If that shared claim fails, each thread claims alone."""
         run = (n if ordered_most is None else min(n, ordered_most)) if ordered else 0
-        keys = _Keys(min(keyed, n), per_key or n)
+        keys = Keys(min(keyed, n), per_key or n, keyed_only and bool(keyed))
         if not self._dialect.one_process or rest_most is not None:
             return self._claim(n, lease_seconds, run, instances, outcomes, rest_most, keys)
         return _claim_group(self._store, self.owner).run(
-            _ClaimAsk(n, instances, outcomes, run, keys.most, keys.per_key),
+            ClaimAsk(n, instances, outcomes, run, keys),
             lambda asks: self._claim_shares(asks, lease_seconds),
             lambda ask: self._claim(
                 ask.n,
@@ -259,12 +239,12 @@ class Consumer:
                 ask.instances,
                 ask.outcomes,
                 None,
-                _Keys(ask.keyed, ask.per_key),
+                ask.keys,
             ),
         )
 
     def _claim_shares(
-        self, asks: list[_ClaimAsk], lease_seconds: float
+        self, asks: list[ClaimAsk], lease_seconds: float
     ) -> list[tuple[list[Claim], Recorded | None]]:
         """One claim for every ask, with all their outcomes; a share each in claim order,
         what was recorded to the first. An ordered run (the first ask that takes one
@@ -272,14 +252,14 @@ class Consumer:
         give it: a run stays with one thread. So do keyed runs, all to one ask (another
         than the ordered run's where there is one): a key's run stays with one thread."""
         runner = next((i for i, a in enumerate(asks) if a.ordered), None)
-        keyer = next((i for i, a in enumerate(asks) if a.keyed and i != runner), None)
-        if keyer is None and runner is not None and asks[runner].keyed:
+        keyer = next((i for i, a in enumerate(asks) if a.keys.most and i != runner), None)
+        if keyer is None and runner is not None and asks[runner].keys.most:
             keyer = runner
-        keys = _Keys()
+        keys = Keys()
         if keyer is not None:
             ask = asks[keyer]
             room = ask.n - (ask.ordered if keyer == runner else 0)
-            keys = _Keys(max(0, min(ask.keyed, room)), ask.per_key)
+            keys = ask.keys._replace(most=max(0, min(ask.keys.most, room)))
         claims, recorded = self._claim(
             sum(a.n for a in asks),
             lease_seconds,
@@ -312,7 +292,7 @@ class Consumer:
         instances: bool,
         outcomes: Outcomes | None,
         rest_most: int | None = None,
-        keys: _Keys | None = None,
+        keys: Keys | None = None,
     ) -> tuple[list[Claim], Recorded | None]:
         """:meth:`claim` in one transaction; ``ordered``: the most entries of an ordered
         run to take first (0: none); ``rest_most``: the most others; ``keys``: of those,
@@ -335,7 +315,7 @@ class Consumer:
         )
         # after a batch with ordered entries, those are completed first, in the transaction
         # that claims the next run (their subscription is busy until then)
-        keys = keys or _Keys()
+        keys = keys or Keys()
         if fused and ordered and not (outcomes and any(c.ordered for c in outcomes.done)):
             return self._claim_run_first(
                 n, lease_seconds, ordered, instances, outcomes, rest_most, keys
@@ -375,6 +355,7 @@ class Consumer:
                 rest_most=rest_most,
                 keyed=keys.most,
                 per_key=keys.per_key,
+                plain=not keys.only,
             )
         return claims, recorded
 
@@ -386,7 +367,7 @@ class Consumer:
         instances: bool,
         outcomes: Outcomes | None,
         rest_most: int | None,
-        keys: _Keys,
+        keys: Keys,
     ) -> tuple[list[Claim], Recorded | None]:
         """:meth:`_claim` where completions and a claim are one statement: the run alone
         first, then that statement for the rest (given back if it fails)."""

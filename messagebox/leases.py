@@ -178,6 +178,7 @@ def claim(
     rest_most: int | None = None,
     keyed: int = 0,
     per_key: int = 0,
+    plain: bool = True,
 ) -> list[Claim]:
     """Lease up to ``n`` ready entries of ``host``: the run of one of its ordered
     subscriptions first (when ``ordered``; at most ``ordered_most`` entries if given),
@@ -185,7 +186,7 @@ def claim(
     subscriptions ordered by a property (at most ``keyed`` entries, ``per_key`` a key:
     :func:`claim_keyed`), the heads of its service instances (when ``instances``; at
     most half the batch while other entries wait, so neither kind starves the other),
-    then the rest by priority and age."""
+    then the rest by priority and age (none of those two without ``plain``)."""
 
     def take(sql: str, most: int, **extra: int) -> int:
         params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
@@ -212,6 +213,9 @@ def claim(
         )
         claims.extend(got)
         room -= len(got)
+    if not plain:
+        in_claim_order(claims)
+        return claims
     n = len(claims) + room
     if instances and room and dialect.claim_mixed_sql is not None:
         # one statement for both kinds, interleaved; a claim of one entry alternates
@@ -259,7 +263,7 @@ def claim_keyed(
     (a key is free when none of its entries is in hand, none older waits and no
     suspended entry holds it). Each claim carries its :attr:`Claim.key`."""
     params = {**dialect.claim_params(host, owner, n, lease_seconds), "per_key": per_key}
-    rows = dialect.lease(conn, dialect.claim_keyed_sql, params)
+    rows = dialect.lease_keyed(conn, params)
     return [_claim(r)._replace(key=r[13]) for r in rows]
 
 

@@ -1,10 +1,12 @@
 """A claimed batch's outcomes as a host instance records them (completed, failed, given
-back), and what recording them did (:mod:`messagebox.consumer`)."""
+back), what recording them did, and what a thread asks a claim for
+(:mod:`messagebox.consumer`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from messagebox.leases import Claim, Failure, Finished
 from messagebox.models import HostSettings
@@ -51,3 +53,29 @@ class Recorded:
 
     finished: Finished
     given: int
+
+
+class Keys(NamedTuple):
+    """How many entries of keyed runs a claim takes: at most ``most`` (0: none), at most
+    ``per_key`` of one key; and whether it takes only those."""
+
+    most: int = 0
+    per_key: int = 0
+    only: bool = False
+    """No other entry to claim (the host's subscriptions are all ordered by a property)."""
+
+
+NO_KEYS = Keys()
+
+
+@dataclass(frozen=True)
+class ClaimAsk:
+    """One thread's claim waiting for a transaction (see :meth:`Consumer.claim`)."""
+
+    n: int
+    instances: bool
+    outcomes: Outcomes | None
+    ordered: int = 0
+    """The most entries of an ordered run this thread takes (0: none)."""
+    keys: Keys = NO_KEYS
+    """The keyed runs this thread takes."""

@@ -290,6 +290,11 @@ class Dialect:
         rows of the entries it leased, as they are once leased."""
         return self.fetch(conn, statement, params)
 
+    def lease_keyed(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Run ``claim_keyed`` (``per_key`` among the parameters): the rows of the keyed
+        runs it leased, each with its key last."""
+        return self.lease(conn, self.claim_keyed_sql, params)
+
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
         """Run ``claim_ordered``: the rows of the ordered run it leased."""
         return self.lease(conn, self.claim_ordered_sql, params)

@@ -218,7 +218,7 @@ def _staged_schema() -> pa.Schema:
     )
 
 
-_PICK = frozenset(("host", "n", "first_kind", "per_key"))
+_PICK = frozenset(("host", "n", "first_kind"))
 """The parameters of a claim's pick (DuckDB refuses a parameter a statement lacks)."""
 
 
@@ -409,6 +409,20 @@ class DuckDBDialect(Dialect):
                 },
             )
         return picked
+
+    def lease_keyed(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Pick keyed runs (``claim_keyed``: each key's a prefix of its run), keep at
+        most ``per_key`` of each key's, oldest first, and lease those."""
+        picked = self.fetch(conn, self.claim_keyed_sql, {"host": params["host"], "n": params["n"]})
+        picked.sort(key=lambda r: (r[2], r[13], r[0]))  # by subscription, key, id
+        kept: list[Any] = []
+        taken, last = 0, None
+        for r in picked:
+            taken = taken + 1 if (r[2], r[13]) == last else 1
+            last = (r[2], r[13])
+            if taken <= params["per_key"]:
+                kept.append(r)
+        return self._leased(conn, params, kept)
 
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
         """Pick the ordered run, end it before an entry whose instance is busy elsewhere

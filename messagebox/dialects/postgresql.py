@@ -312,6 +312,7 @@ class PostgreSQLDialect(Dialect):
             "ordered_run_function",
             "ordered_heads_function",
             "instance_heads_function",
+            "key_last_column",
             "key_lease_column",
             "key_lease_index",
             "keyed_runs_function",
