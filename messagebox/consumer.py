@@ -256,9 +256,9 @@ class Consumer:
         if keyer is None and runner is not None and asks[runner].keys.most:
             keyer = runner
         keys = Keys()
-        if keyer is not None:
+        if keyer is not None:  # beside the run, within the ask (a claim alone: within it)
             ask = asks[keyer]
-            room = ask.n - (ask.ordered if keyer == runner else 0)
+            room = ask.n - (ask.ordered if keyer == runner and len(asks) > 1 else 0)
             keys = ask.keys._replace(most=max(0, min(ask.keys.most, room)))
         claims, recorded = self._claim(
             sum(a.n for a in asks),

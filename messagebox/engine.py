@@ -54,7 +54,7 @@ from messagebox.suspended_entries import SuspendedEntries
 from messagebox.watching import Watching
 
 if TYPE_CHECKING:
-    from messagebox.browse import FoundMessage, QueueEntry
+    from messagebox.browse import FoundMessage, HeldKey, QueueEntry
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
     from messagebox.instance_history import InstanceDetail
@@ -384,6 +384,13 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries):
         if state is not None and state not in QUEUE_STATES:
             raise ValidationError(f"queue state {state!r} is not one of {', '.join(QUEUE_STATES)}")
         return self.operations.peek_queue(host, state, limit)
+
+    def held_keys(self, host: str | None = None, *, limit: int = 1000) -> list[HeldKey]:
+        """The keys that suspended entries hold (subscriptions ordered by a property that
+        stop on failure), oldest first: each with its subscription, the entry that holds
+        it (resume or terminate it to release the key), why, and how many of the key's
+        entries wait behind it."""
+        return self.operations.held_keys(host, limit)
 
     def find_messages(self, name: str, value: Value, *, limit: int = 100) -> list[FoundMessage]:
         """Stored messages whose promoted property ``name`` has ``value`` (of that type),
