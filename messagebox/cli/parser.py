@@ -275,11 +275,18 @@ def build() -> argparse.ArgumentParser:
         "queues",
         "entries per host and subscription: ready, held, blocked, leased, scheduled, oldest",
         description="Entries per host and subscription: ready; held (the service is "
-        "stopped); blocked (a suspended entry of their orchestration instance holds them "
-        "until it is resumed or terminated); leased (being delivered); scheduled (not due "
-        "yet), with the next due time; the oldest's age.",
+        "stopped); blocked (a suspended entry of their orchestration instance, or of their "
+        "key, holds them until it is resumed or terminated); leased (being delivered); "
+        "scheduled (not due yet), with the next due time; the oldest's age. With "
+        "--held-keys: the keys of subscriptions ordered by a property (--ordered-by) that "
+        "a suspended entry holds, each with that entry and how many wait behind it.",
     )
     queues.add_argument("--host", help="only this host")
+    queues.add_argument(
+        "--held-keys",
+        action="store_true",
+        help="list the keys suspended entries hold instead (resume or terminate the entry)",
+    )
     instances = command(sub, "instances", "running host instances and their heartbeats")
     instances.add_argument("--host", help="only this host's")
     orchestrations_parser(sub, command, _positive)

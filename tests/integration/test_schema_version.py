@@ -31,15 +31,32 @@ def make_version_3(conn: sa.Connection) -> None:
 
 def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> None:
     with box.store.transaction() as conn:
-        if old_tables:  # before 19: no expiry, no due-time index
+        pg = box.store.dialect.name == "postgresql"
+        if old_tables and pg:  # before 20: no per-key order
+            conn.execute(sa.text("DROP FUNCTION mb_keyed_runs"))
+            conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN key_lease"))  # its index too
+            conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN key_last"))
+        if old_tables:  # (dropping order_key drops its indexes on PostgreSQL)
+            conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN order_key"))
+            conn.execute(sa.text("ALTER TABLE mb_suspended DROP COLUMN order_key"))
+            conn.execute(sa.text("ALTER TABLE mb_suspended DROP COLUMN holds_key"))
+            conn.execute(sa.text("ALTER TABLE mb_subscription DROP COLUMN ordered_by"))
+        if old_tables and pg:  # version 19's plain index: keyed entries were not there
+            conn.execute(
+                sa.text(
+                    "CREATE INDEX mb_queue_plain ON mb_queue (host, priority DESC, id) "
+                    "WHERE state = 'ready' AND NOT ordered AND instance_id IS NULL"
+                )
+            )
+        if old_tables and version != "19":  # before 19: no expiry, no due-time index
             if box.store.dialect.name == "postgresql":
                 conn.execute(sa.text("DROP INDEX mb_queue_due"))
                 conn.execute(sa.text("DROP INDEX mb_queue_expiry"))
             conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN expires_at"))
             conn.execute(sa.text("ALTER TABLE mb_subscription DROP COLUMN on_expiry"))
-        if old_tables and version != "18" and box.store.dialect.name == "postgresql":  # < 18
+        if old_tables and version not in ("18", "19") and pg:  # < 18
             conn.execute(sa.text("DROP FUNCTION mb_publish_prelude"))
-        if old_tables and version not in ("17", "18") and box.store.dialect.name == "postgresql":
+        if old_tables and version not in ("17", "18", "19") and pg:
             conn.execute(sa.text("DROP FUNCTION mb_ordered_heads"))
             conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN run_lease"))  # its index too
         if old_tables and version == "15" and box.store.dialect.name == "postgresql":
@@ -64,7 +81,7 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
                     "AND q.instance_id IS NOT NULL ORDER BY q.id LIMIT p_n; END $$"
                 )
             )
-        elif old_tables and version not in ("17", "18") and box.store.dialect.name == "postgresql":
+        elif old_tables and version not in ("17", "18", "19") and pg:
             conn.execute(sa.text("DROP FUNCTION mb_instance_heads"))
         if old_tables and version == "12" and box.store.dialect.name == "postgresql":
             # version 12's claim function was SQL, its queue's fillfactor 50
@@ -77,16 +94,14 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
             )
             conn.execute(sa.text("ALTER TABLE mb_queue SET (fillfactor = 50)"))
         if (
-            old_tables
-            and version not in ("12", "13", "14", "15", "16", "17", "18")
-            and box.store.dialect.name == "postgresql"
+            old_tables and version not in ("12", "13", "14", "15", "16", "17", "18", "19") and pg
         ):  # before 12
             conn.execute(sa.text("DROP FUNCTION mb_claimable, mb_ordered_run"))
             conn.execute(sa.text("DROP INDEX mb_queue_plain"))
         if (
             old_tables
-            and version not in ("9", "10", "11", "12", "13", "14", "15", "16", "17", "18")
-            and box.store.dialect.name == "postgresql"
+            and version not in ("9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19")
+            and pg
         ):
             conn.execute(sa.text("CREATE INDEX mb_queue_lease ON mb_queue (lease_owner)"))
             conn.execute(
@@ -130,7 +145,10 @@ def stored_version(box: MessageBox) -> str | None:
 
 @pytest.mark.parametrize(
     "old",
-    ["2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18"],
+    [
+        *("2", "3", "4", "5", "6", "7", "8", "9", "10"),
+        *("11", "12", "13", "14", "15", "16", "17", "18", "19"),
+    ],
 )
 def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: str):
     # Given a database as version 2 (no receipts), 3 (no convoys), 4 (no tracking),
@@ -140,7 +158,8 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # (no instance-head function), 14 (one that probed leased heads) or 15 (instance
     # heads of ordered subscriptions claimed beside their runs) or 16 (ordered claims
     # by an aggregate of the ordered backlog) or 17 (publishes that take no routing
-    # fence) or 18 (no expiry, no scheduled-delivery index) left it, with data
+    # fence) or 18 (no expiry, no scheduled-delivery index) or 19 (no per-key order)
+    # left it, with data
     with MessageBox(backend_url) as box:
         box.create_host("kept")
         box.subscribe("svc", host="kept", filter=P("a.B") == 1, name="sub")
@@ -155,7 +174,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "19"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "20"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -199,9 +218,12 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                 "mb_instance_heads": "plpgsql",
                 "mb_ordered_heads": "plpgsql",  # ordered heads by index (17)
                 "mb_publish_prelude": "plpgsql",  # takes the routing fence (18)
+                "mb_keyed_runs": "plpgsql",  # keyed runs by index (20)
             }
             assert "mb_queue_run_lease" in set(indexes)
             assert {"mb_queue_due", "mb_queue_expiry"} <= set(indexes)  # 19
+            keyed = {"mb_queue_keyed", "mb_queue_keyed_claim", "mb_queue_key_lease"}
+            assert keyed <= set(indexes)  # 20
             assert "expires_at" in heads_sql  # expired heads passed over (19)
             assert "mb_queue_lease" not in set(indexes)
             assert "mb_queue_plain" in set(indexes)
@@ -213,7 +235,22 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         assert sub.name == "sub"
         [orphan] = box.suspended()
         # 6 to 16 could not leave it resumable
-        if old not in ("6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18"):
+        if old not in (
+            "6",
+            "7",
+            "8",
+            "9",
+            "10",
+            "11",
+            "12",
+            "13",
+            "14",
+            "15",
+            "16",
+            "17",
+            "18",
+            "19",
+        ):
             assert (orphan.reason, orphan.resumable) == ("subscription-removed", False)
         assert sub.correlation == ()
         assert sub.on_expiry == "suspend"  # 19: the column's default
@@ -238,6 +275,15 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         box.publish([Message(b"s", promoted={"a.B": 1})], delay=3600)
         assert len(box.scheduled(host="kept")) == 1
         assert [c.msg for c in claim(box, "kept", n=5)] == [expiring.message_id]
+        # and a subscription ordered by a property keys its entries, kept apart from the
+        # plain ones (on PostgreSQL by mb_queue_plain's predicate, made again)
+        box.subscribe("keyed", host="kept", filter=P("a.B") == 4, ordered_by="a.C")
+        [keyed] = box.publish([Message(b"k", promoted={"a.B": 4, "a.C": "x"})])
+        assert claim(box, "kept", n=5) == []
+        claims, _ = box.consumer("kept", "o").claim(
+            5, 30.0, ordered=False, instances=False, keyed=5, keyed_only=True
+        )
+        assert [(c.msg, c.key) for c in claims] == [(keyed.message_id, "sx")]
 
 
 def test_an_unknown_version_is_refused(backend_url: str):
@@ -245,5 +291,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 19"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 20"):
         MessageBox(backend_url)
