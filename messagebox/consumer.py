@@ -21,7 +21,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, expiry, ids, leases, notify, registry, router, service_instances
+from messagebox import (
+    clock,
+    expiry,
+    ids,
+    leases,
+    notify,
+    registry,
+    router,
+    scheduled,
+    service_instances,
+)
 from messagebox.errors import Conflict
 from messagebox.fence import Fence
 from messagebox.leases import Claim
@@ -485,7 +495,7 @@ class Consumer:
         """Seconds until the host's next entry that is not due yet becomes due
         (scheduled, or waiting for its retry), or None when there is none."""
         with self._store.transaction() as conn:  # a read: no write lock while idle
-            return leases.next_available(conn, self.host)
+            return scheduled.next_available(conn, self.host)
 
     def expire(self, batch: int = expiry.BATCH) -> expiry.Swept:
         """Suspend or drop up to ``batch`` of the host's expired entries not in hand."""

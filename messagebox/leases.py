@@ -202,6 +202,7 @@ def claim(
         )
     room = n - len(claims) if rest_most is None else min(n - len(claims), rest_most)
     if keyed and room:
+        together = plain and not instances and dialect.claims_keyed_with_plain
         got = claim_keyed(
             conn,
             dialect,
@@ -210,9 +211,11 @@ def claim(
             n=min(keyed, room),
             per_key=per_key or n,
             lease_seconds=lease_seconds,
+            plain=room if together else 0,
         )
         claims.extend(got)
         room -= len(got)
+        plain = plain and not together
     if not plain:
         in_claim_order(claims)
         return claims
@@ -257,12 +260,17 @@ def claim_keyed(
     n: int,
     per_key: int,
     lease_seconds: float,
+    plain: int = 0,
 ) -> list[Claim]:
     """Lease the runs of free keys of ``host``'s subscriptions ordered by a property: at
     most ``per_key`` of each key's oldest entries, in publish order, up to ``n`` in all
     (a key is free when none of its entries is in hand, none older waits and no
-    suspended entry holds it). Each claim carries its :attr:`Claim.key`."""
+    suspended entry holds it). Each claim carries its :attr:`Claim.key`. With ``plain``
+    (where the dialect ``claims_keyed_with_plain``), plain entries too, up to ``plain``
+    in all."""
     params = {**dialect.claim_params(host, owner, n, lease_seconds), "per_key": per_key}
+    if plain:
+        params["plain"] = plain
     rows = dialect.lease_keyed(conn, params)
     return [_claim(r)._replace(key=r[13]) for r in rows]
 
@@ -578,21 +586,3 @@ def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> in
             .values(started_by=owner)
         ).rowcount
     )
-
-
-def next_available(conn: sa.Connection, host: str) -> float | None:
-    """Seconds until the host's next ready entry that is not due yet becomes due (one
-    scheduled, or waiting for its retry), by the database clock; None when there is
-    none. One index probe on PostgreSQL (``mb_queue_due``, whose predicate this names)."""
-    q = schema.queue
-    at = conn.execute(
-        sa.select(sa.func.min(q.c.available_at)).where(
-            q.c.host == host,
-            q.c.available_at > q.c.enqueued_at,
-            q.c.available_at > sa.func.now(),
-            q.c.state == "ready",
-        )
-    ).scalar()
-    if at is None:
-        return None
-    return max((clock.utc(at) - clock.now(conn)).total_seconds(), 0.0)

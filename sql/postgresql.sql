@@ -233,7 +233,6 @@ RETURNS TABLE (run_id bigint, run_last boolean)
 AS $fn$
 DECLARE
     r record;
-    e record;
     k text;
     seen text[] := '{}';
     run bigint[];
@@ -255,33 +254,36 @@ BEGIN
         CONTINUE WHEN k = ANY(seen);
         seen := seen || k;
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(724014, hashtext(k));
-        CONTINUE WHEN EXISTS (  -- a run of the key in hand
-            SELECT 1 FROM mb_queue o
+        -- its run, in one statement: its oldest entries not expired, as far as they are
+        -- claimable now; none when it is not free (tests that do not depend on the
+        -- rows, evaluated once, first)
+        SELECT array_agg(x.id ORDER BY x.id) INTO run
+        FROM (
+            SELECT o.id, bool_and(o.state = 'ready' AND o.available_at <= now())
+                             OVER (ORDER BY o.id) AS claimable
+            FROM mb_queue o
             WHERE o.host = p_host AND o.sub = r.sub AND o.order_key = r.order_key
-              AND o.key_lease >= now() AND o.id <> ALL(p_skip)
-        );
-        CONTINUE WHEN EXISTS (  -- an older entry still to deliver
-            SELECT 1 FROM mb_queue o
-            WHERE o.host = p_host AND o.sub = r.sub AND o.order_key = r.order_key
-              AND o.id < r.id AND (o.expires_at IS NULL OR o.expires_at > now())
-              AND o.id <> ALL(p_skip)
-        );
-        CONTINUE WHEN EXISTS (
-            SELECT 1 FROM mb_suspended h
-            WHERE h.sub = r.sub AND h.order_key = r.order_key AND h.holds_key
-        );
-        run := '{}';
-        FOR e IN
-            SELECT o.id, o.state, o.available_at, o.expires_at FROM mb_queue o
-            WHERE o.host = p_host AND o.sub = r.sub AND o.order_key = r.order_key
-              AND o.id >= r.id
+              AND o.id >= r.id AND (o.expires_at IS NULL OR o.expires_at > now())
             ORDER BY o.host, o.sub, o.order_key, o.id
-        LOOP
-            CONTINUE WHEN e.expires_at <= now();
-            EXIT WHEN e.state <> 'ready' OR e.available_at > now();
-            run := run || e.id;
-            EXIT WHEN taken + cardinality(run) >= p_n OR cardinality(run) >= p_per_key;
-        END LOOP;
+            LIMIT least(p_per_key, p_n - taken)
+        ) x
+        WHERE x.claimable
+          AND NOT EXISTS (  -- a run of the key in hand
+              SELECT 1 FROM mb_queue o
+              WHERE o.host = p_host AND o.sub = r.sub AND o.order_key = r.order_key
+                AND o.key_lease >= now() AND o.id <> ALL(p_skip)
+          )
+          AND NOT EXISTS (  -- an older entry still to deliver
+              SELECT 1 FROM mb_queue o
+              WHERE o.host = p_host AND o.sub = r.sub AND o.order_key = r.order_key
+                AND o.id < r.id AND (o.expires_at IS NULL OR o.expires_at > now())
+                AND o.id <> ALL(p_skip)
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM mb_suspended h
+              WHERE h.sub = r.sub AND h.order_key = r.order_key AND h.holds_key
+          );
+        CONTINUE WHEN run IS NULL;
         FOR i IN 1 .. cardinality(run) LOOP
             run_id := run[i];
             run_last := i = cardinality(run);
@@ -484,6 +486,7 @@ c AS MATERIALIZED (
     SELECT id, false FROM mb_claimable(
         %(host)s, %(n)s - (SELECT count(*) FROM k), %(done)s::bigint[]
     ) AS id
+    WHERE (SELECT count(*) FROM k) < %(n)s  -- not called when the keyed runs fill it
 ),
 claimed AS (
     UPDATE mb_queue q

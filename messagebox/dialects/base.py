@@ -209,6 +209,9 @@ class Dialect:
     claims_mixed: ClassVar[bool] = False
     """True when the dialect claims instance heads and other entries in one statement
     (``claim_mixed``)."""
+    claims_keyed_with_plain: ClassVar[bool] = False
+    """True when the dialect claims keyed runs and plain entries in one statement
+    (:meth:`lease_keyed` with ``plain``)."""
 
     def __init__(self) -> None:
         route = sql.load(self.name, "route")
@@ -291,8 +294,9 @@ class Dialect:
         return self.fetch(conn, statement, params)
 
     def lease_keyed(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
-        """Run ``claim_keyed`` (``per_key`` among the parameters): the rows of the keyed
-        runs it leased, each with its key last."""
+        """Run ``claim_keyed`` (``per_key`` among the parameters; ``plain``, where
+        :attr:`claims_keyed_with_plain`): the rows of the entries it leased, each with
+        its key last (None for a plain entry)."""
         return self.lease(conn, self.claim_keyed_sql, params)
 
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:

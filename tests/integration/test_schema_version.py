@@ -278,12 +278,12 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
         # and a subscription ordered by a property keys its entries, kept apart from the
         # plain ones (on PostgreSQL by mb_queue_plain's predicate, made again)
         box.subscribe("keyed", host="kept", filter=P("a.B") == 4, ordered_by="a.C")
-        [keyed] = box.publish([Message(b"k", promoted={"a.B": 4, "a.C": "x"})])
+        [keyed_msg] = box.publish([Message(b"k", promoted={"a.B": 4, "a.C": "x"})])
         assert claim(box, "kept", n=5) == []
         claims, _ = box.consumer("kept", "o").claim(
             5, 30.0, ordered=False, instances=False, keyed=5, keyed_only=True
         )
-        assert [(c.msg, c.key) for c in claims] == [(keyed.message_id, "sx")]
+        assert [(c.msg, c.key) for c in claims] == [(keyed_msg.message_id, "sx")]
 
 
 def test_an_unknown_version_is_refused(backend_url: str):
