@@ -279,7 +279,7 @@ class Supervision(Handling):
         recording ``outcomes`` in the same transaction."""
         started = time.perf_counter()
         ordered = self._has_ordered()
-        keyed, keyed_only = self._keyed_share(n if rest_most is None else rest_most)
+        keyed, keyed_only = self._keyed_claim(n if rest_most is None else rest_most)
         claims, recorded = self.queue.claim(
             n,
             self.settings.lease_seconds,
@@ -292,6 +292,7 @@ class Supervision(Handling):
             per_key=self.settings.claim_batch,
             keyed_only=keyed_only,
         )
+        self._keyed_claimed(keyed, keyed_only, claims)
         if recorded is not None:
             self._account(recorded)
         seconds = time.perf_counter() - started
