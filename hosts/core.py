@@ -83,12 +83,15 @@ def _settings(stored: Host, overrides: Mapping[str, Any] | None, instance: str) 
 
 
 KEYED_REST_SECONDS = 0.02
-"""How long a thread whose claim found no free key claims no keyed runs, where its host
-has other subscriptions beside those ordered by a property: looking for them costs
-every claim a statement's worth (0.2 ms a claim on PostgreSQL, 1 ms on DuckDB), a
-tenth of the rest of the host's rate, when none is there. A keyed entry waits at most
-that much more for a claim (the thread that holds a key claims its next run as it
-completes the last)."""
+"""How long a thread whose claim found no free key claims no keyed runs (every thread,
+where one claim serves them all: DuckDB), where its host has other subscriptions
+beside those ordered by a property; twice as long after each such claim in a row, up
+to :data:`KEYED_REST_MOST`. Looking for them costs a claim as much as a plain claim
+costs on DuckDB (the planning of its statement: 2.5 ms), 0.2 ms on PostgreSQL: a
+tenth and more of the rest of the host's rate when there are none. A keyed entry then
+waits that much more for a claim, at most (on PostgreSQL the thread that holds a key
+claims its next run as it completes the last, resting or not)."""
+KEYED_REST_MOST = 0.16
 
 
 class InstanceCore:
@@ -153,7 +156,9 @@ class InstanceCore:
         """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
         self._pace = Pace()  # entries the threads finished lately: how deep to claim ahead
         self._run_pace = Pace()  # ordered runs' entries finished lately: how long a run
-        self._keyed_rest: dict[int, float] = {}  # per thread: no keyed claim before then
+        # per thread (one for all where claims are serialised): (no keyed claim before
+        # then, how long the last rest was)
+        self._keyed_rest: dict[int, tuple[float, float]] = {}
         self._reads = SharedReads()  # batches claimed ahead reading their messages together
         self._flight_lock = threading.Lock()
         self._claiming = 0  # claims running now (under _flight_lock): idle_seconds
@@ -285,21 +290,29 @@ class InstanceCore:
             return any(s.ordered for s in self._subs.values())
 
     def _keyed_claim(self, n: int) -> tuple[int, bool]:
-        """:meth:`_keyed_share` for this thread's claim: none while the thread rests
-        from keyed claims (:meth:`_keyed_claimed`), unless they are all there is."""
+        """:meth:`_keyed_share` for this thread's claim: none while keyed claims rest
+        (:meth:`_keyed_claimed`), unless they are all there is."""
         keyed, only = self._keyed_share(n)
-        resting = time.monotonic() < self._keyed_rest.get(threading.get_ident(), 0.0)
+        resting = time.monotonic() < self._keyed_rest.get(self._rest_slot(), (0.0, 0.0))[0]
         return (0, False) if keyed and not only and resting else (keyed, only)
 
     def _keyed_claimed(self, asked: int, only: bool, claims: Sequence[Claim]) -> None:
         """After a claim that asked for keyed runs beside other entries: one that found
-        none rests this thread from keyed claims for :data:`KEYED_REST_SECONDS`."""
+        none rests keyed claims (this thread's; every thread's where claims are
+        serialised) for :data:`KEYED_REST_SECONDS`, twice as long after each such claim
+        in a row up to :data:`KEYED_REST_MOST`; one that found some ends the rest."""
         if not asked or only:
             return
+        slot = self._rest_slot()
         if any(c.key is not None for c in claims):
-            self._keyed_rest.pop(threading.get_ident(), None)
-        else:
-            self._keyed_rest[threading.get_ident()] = time.monotonic() + KEYED_REST_SECONDS
+            self._keyed_rest.pop(slot, None)
+            return
+        last = self._keyed_rest.get(slot, (0.0, 0.0))[1]
+        rest = min(KEYED_REST_MOST, 2 * last) if last else KEYED_REST_SECONDS
+        self._keyed_rest[slot] = (time.monotonic() + rest, rest)
+
+    def _rest_slot(self) -> int:
+        return 0 if self.queue.claims_serialised else threading.get_ident()
 
     def _keyed_share(self, n: int) -> tuple[int, bool]:
         """How many of a claim of ``n`` may be keyed runs (subscriptions ordered by a
