@@ -5,6 +5,7 @@ batch, retried; what cannot be written yet is kept and retried by the housekeepe
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import math
 import os
@@ -156,9 +157,6 @@ class InstanceCore:
         """Batches claimed for other dequeue threads, and outcomes owed to a claim."""
         self._pace = Pace()  # entries the threads finished lately: how deep to claim ahead
         self._run_pace = Pace()  # ordered runs' entries finished lately: how long a run
-        # per thread (one for all where claims are serialised): (no keyed claim before
-        # then, how long the last rest was)
-        self._keyed_rest: dict[int, tuple[float, float]] = {}
         self._reads = SharedReads()  # batches claimed ahead reading their messages together
         self._flight_lock = threading.Lock()
         self._claiming = 0  # claims running now (under _flight_lock): idle_seconds
@@ -293,26 +291,34 @@ class InstanceCore:
         """:meth:`_keyed_share` for this thread's claim: none while keyed claims rest
         (:meth:`_keyed_claimed`), unless they are all there is."""
         keyed, only = self._keyed_share(n)
-        resting = time.monotonic() < self._keyed_rest.get(self._rest_slot(), (0.0, 0.0))[0]
+        rest = self._keyed_rest.get(self._rest_slot(), (0.0, 0.0))
+        resting = time.monotonic() < rest[0]
         return (0, False) if keyed and not only and resting else (keyed, only)
 
     def _keyed_claimed(self, asked: int, only: bool, claims: Sequence[Claim]) -> None:
         """After a claim that asked for keyed runs beside other entries: one that found
         none rests keyed claims (this thread's; every thread's where claims are
         serialised) for :data:`KEYED_REST_SECONDS`, twice as long after each such claim
-        in a row up to :data:`KEYED_REST_MOST`; one that found some ends the rest."""
+        in a row up to :data:`KEYED_REST_MOST`; one that found some ends the rest.
+        (:attr:`_keyed_rest`: per thread, or 0, no keyed claim before when, and how
+        long the last rest was.)"""
         if not asked or only:
             return
-        slot = self._rest_slot()
+        slot, rests = self._rest_slot(), self._keyed_rest
         if any(c.key is not None for c in claims):
-            self._keyed_rest.pop(slot, None)
+            rests.pop(slot, None)
             return
-        last = self._keyed_rest.get(slot, (0.0, 0.0))[1]
+        last = rests.get(slot, (0.0, 0.0))[1]
         rest = min(KEYED_REST_MOST, 2 * last) if last else KEYED_REST_SECONDS
-        self._keyed_rest[slot] = (time.monotonic() + rest, rest)
+        rests[slot] = (time.monotonic() + rest, rest)
 
     def _rest_slot(self) -> int:
         return 0 if self.queue.claims_serialised else threading.get_ident()
+
+    @functools.cached_property
+    def _keyed_rest(self) -> dict[int, tuple[float, float]]:
+        """The rests of keyed claims (see :meth:`_keyed_claimed`)."""
+        return {}
 
     def _keyed_share(self, n: int) -> tuple[int, bool]:
         """How many of a claim of ``n`` may be keyed runs (subscriptions ordered by a
