@@ -225,3 +225,30 @@ def test_the_command_line_subscribes_ordered_by_a_property(
     )  # fmt: skip
     assert done.returncode != 0
     assert "ordered_by: property name 'NoNamespace'" in done.stderr
+
+
+def test_a_send_port_and_a_batch_with_a_message_stored_suspended_order_by_a_property(
+    box: MessageBox,
+) -> None:
+    """A send port declares ``ordered_by``; in a batch where a message is stored
+    suspended (a receive pipeline refused it, here routed as an error report too), the
+    others' entries still get their own keys."""
+    from messagebox.router import Suspension
+
+    app = HostApp("h")
+    app.send_port("out", transport="file:///tmp/never", filter=P("t.N") >= 0, ordered_by="t.K")
+    app.setup(box)
+    assert box.subscription("out").ordered_by == "t.K"
+    box.messages.publish(
+        [Message(b"x", promoted={"t.N": i, "t.K": f"k{i}"}) for i in range(3)],
+        policy="suspend",
+        trusted=False,
+        block=True,
+        timeout=5.0,
+        suspend={1: Suspension("receive-failure", "refused", route=True)},
+        given=(),
+    )
+    claims, _ = box.consumer("h", "o").claim(
+        5, 30.0, ordered=False, instances=False, keyed=5, keyed_only=True
+    )
+    assert sorted(c.key or "" for c in claims) == ["sk0", "sk1", "sk2"]
