@@ -37,12 +37,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from messagebox.catalog import check_spec
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import AlreadyExists, UnknownHost, UnknownSubscription, ValidationError
 from messagebox.hosts.instance import HostInstance
 from messagebox.hosts.orchestration import Orchestration, OrchestrationService
 from messagebox.hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
-from messagebox.models import HostSettings, OnExpiry
+from messagebox.models import HostSettings
 from messagebox.predicates import to_filter
 
 log = logging.getLogger("messagebox.hosts")
@@ -82,13 +83,9 @@ class HostApp:
     def subscribe(self, service: str, *, filter: object, name: str, **options: Any) -> None:
         """Declare a subscription (created at start when none of that ``name`` exists).
         Options are those of :meth:`MessageBox.subscribe`."""
-        to_filter(filter)  # refuse a bad filter now, not at start
-        if "on_expiry" in options:  # and a bad on_expiry
-            try:
-                OnExpiry.of(options["on_expiry"])
-            except ValueError as exc:
-                raise ValidationError(f"subscription {name!r}: {exc}") from None
-        self.declared.append({"service": service, "filter": filter, "name": name, **options})
+        spec = {"service": service, "filter": filter, "name": name, **options}
+        check_spec(repr(name), {"host": self.host, **spec})  # refused now, not at start
+        self.declared.append(spec)
 
     def orchestration(self, cls: type[Orchestration[Any]]) -> type[Orchestration[Any]]:
         """Run an orchestration class (see :mod:`messagebox.hosts.orchestration`) in this host: a
@@ -144,6 +141,7 @@ class HostApp:
                     "filter": filt,
                     "name": port.name,
                     "ordered": port.ordered,
+                    "ordered_by": port.ordered_by,
                     "on_failure": "stop" if port.stop_on_failure else "suspend",
                     "priority": port.priority,
                 }

@@ -97,12 +97,17 @@ class Handling(InstanceCore):
     def _deliver_all(self, run: Run, batch: MessageBatch) -> Outcomes | None:
         """:meth:`_handle_run` with the batch's messages to read from."""
         unstarted: list[Claim] = []
-        blocked: set[int] = set()  # ordered subscriptions whose run stopped at a failure
+        # ordered subscriptions (key None) and keys whose run stopped at a failure
+        blocked: set[tuple[int, str | None]] = set()
         most = self.settings.max_attempts
-        # an ordered subscription's entries go one by one, in order, even to a service
-        # that takes batches: a failure stops the rest (in a batch, they had been handed
-        # over before it was known)
-        fresh = [c for c in run.claims if not c.interrupted and c.charges < most and not c.ordered]
+        # an ordered subscription's entries (and a key's) go one by one, in order, even
+        # to a service that takes batches: a failure stops the rest (in a batch, they
+        # had been handed over before it was known)
+        fresh = [
+            c
+            for c in run.claims
+            if not c.interrupted and c.charges < most and not c.ordered and c.key is None
+        ]
         together = {} if self._stopping.is_set() else self._handle_together(run, fresh, batch)
         # a run longer than a batch a thread (Supervision._run_most) records its outcomes
         # that many at a time: a crash delivers again no more of it than of the plain
@@ -120,20 +125,20 @@ class Handling(InstanceCore):
             elif c.charges >= most:
                 outcome = self._used_up(c)
                 self._note(run, c, outcome)
-            elif self._stopping.is_set() or c.sub in blocked:
+            elif self._stopping.is_set() or (c.sub, c.key) in blocked:
                 unstarted.append(c)
                 continue
             elif c.interrupted:
                 outcome = self._handle_alone(run, c, batch)
                 if outcome is None:
                     unstarted.append(c)  # given back, still interrupted
-                    if c.ordered:
-                        blocked.add(c.sub)
+                    if c.ordered or c.key is not None:
+                        blocked.add((c.sub, c.key))
                     continue
             else:
                 outcome = self._deliver(run, c, batch)
-            if isinstance(outcome, Failure) and c.ordered:
-                blocked.add(c.sub)
+            if isinstance(outcome, Failure) and (c.ordered or c.key is not None):
+                blocked.add((c.sub, c.key))
         outcomes = self._taken(run, unstarted)
         if self._stopping.is_set():
             self._finish_outcomes(outcomes)

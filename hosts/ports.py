@@ -441,6 +441,7 @@ class SendPort:
         ordered: bool = False,
         stop_on_failure: bool = False,
         priority: int = 0,
+        ordered_by: str | None = None,
     ) -> None:
         if not name:
             raise ValidationError("a send port needs a name")
@@ -460,6 +461,7 @@ class SendPort:
                 )
         self.pipeline = pipeline or PASS_THRU_SEND
         self.ordered = ordered
+        self.ordered_by = ordered_by
         self.stop_on_failure = stop_on_failure
         self.priority = priority
         self.adapters = {"primary": send_adapter(self.primary.url, **dict(self.primary.options))}

@@ -18,7 +18,7 @@ from messagebox.errors import (
 )
 from messagebox.hosts.handling import Handling
 from messagebox.hosts.service import MessageBatch
-from messagebox.leases import Claim, Failure
+from messagebox.leases import Claim, Failure, in_claim_order
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -195,18 +195,23 @@ class Supervision(Handling):
     def _batches(self, claims: list[Claim]) -> list[list[Claim]]:
         """A claim for several threads cut into their batches: an ordered run (at most
         :meth:`_run_most` entries) alone first, for the claiming
-        thread, which handles it in order; entries of service instances (orchestration
+        thread, which handles it in order; keyed runs, each key's whole in one batch
+        (:func:`_key_batches`); entries of service instances (orchestration
         steps) together, up to :data:`STEP_BATCHES` batches' worth; then the others in
         batches of ``claim_batch``."""
         size = self.settings.claim_batch
         run = [c for c in claims if c.run]
         if run:
             claims = [c for c in claims if not c.run]
+        keyed = [c for c in claims if c.key is not None]
+        if keyed:
+            claims = [c for c in claims if c.key is None]
         steps = [c for c in claims if c.instance_id is not None]
         rest = [c for c in claims if c.instance_id is None] if steps else claims
         most = STEP_BATCHES * size
         return (
             ([run] if run else [])
+            + _key_batches(keyed, size)
             + [steps[i : i + most] for i in range(0, len(steps), most)]
             + [rest[i : i + size] for i in range(0, len(rest), size)]
         )
@@ -274,6 +279,7 @@ class Supervision(Handling):
         recording ``outcomes`` in the same transaction."""
         started = time.perf_counter()
         ordered = self._has_ordered()
+        keyed, keyed_only = self._keyed_claim(n if rest_most is None else rest_most)
         claims, recorded = self.queue.claim(
             n,
             self.settings.lease_seconds,
@@ -282,7 +288,11 @@ class Supervision(Handling):
             instances=self._has_instances(),
             outcomes=outcomes or None,
             rest_most=rest_most,
+            keyed=keyed,
+            per_key=self.settings.claim_batch,
+            keyed_only=keyed_only,
         )
+        self._keyed_claimed(keyed, keyed_only, claims)
         if recorded is not None:
             self._account(recorded)
         seconds = time.perf_counter() - started
@@ -564,3 +574,23 @@ class Supervision(Handling):
     def _listener(self) -> None:
         """Wake the workers on wake-ups from other processes (PostgreSQL's NOTIFY)."""
         self.queue.listen(self.wake, self._stopping)
+
+
+def _key_batches(keyed: list[Claim], size: int) -> list[list[Claim]]:
+    """Keyed claims (in claim order) in batches of about ``size``, each key's run whole
+    in one batch and in publish order: a key is handled by one thread at a time."""
+    runs: dict[tuple[int, str | None], list[Claim]] = {}
+    for c in keyed:
+        runs.setdefault((c.sub, c.key), []).append(c)
+    batches: list[list[Claim]] = []
+    batch: list[Claim] = []
+    for run in runs.values():
+        if batch and len(batch) + len(run) > size:
+            batches.append(batch)
+            batch = []
+        batch.extend(run)
+    if batch:
+        batches.append(batch)
+    for b in batches:
+        in_claim_order(b)
+    return batches

@@ -30,6 +30,7 @@ from messagebox.models import (
     Subscription,
 )
 from messagebox.predicates import Filter, to_filter
+from messagebox.predicates.model import Op
 from messagebox.properties import canonical_name, check_text
 from messagebox.store import Store
 from messagebox.suggest import did_you_mean
@@ -51,6 +52,7 @@ SPEC_FIELDS = frozenset(
         "on_failure",
         "on_expiry",
         "correlation",
+        "ordered_by",
     }
 )
 """What a subscription spec (a dict of ``subscribe``'s arguments) may give."""
@@ -112,7 +114,7 @@ def unknown_host(name: str, known: Iterable[str]) -> UnknownHost:
     return UnknownHost(f"no host named {name!r}{did_you_mean(name, known)}")
 
 
-def _correlation(index: int, service: str, names: object) -> tuple[str, ...]:
+def _correlation(index: int | str, service: str, names: object) -> tuple[str, ...]:
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValidationError(
             f"subscription {index} of {service!r}: correlation must be a list of property names"
@@ -132,7 +134,7 @@ def _correlation(index: int, service: str, names: object) -> tuple[str, ...]:
     return tuple(checked)
 
 
-def _fields(index: int, args: Mapping[str, Any]) -> dict[str, Any]:
+def _fields(index: int | str, args: Mapping[str, Any]) -> dict[str, Any]:
     """The spec's enumerated and named fields, checked."""
     unknown = set(args) - SPEC_FIELDS
     if unknown:
@@ -156,8 +158,9 @@ def _fields(index: int, args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(f"subscription {index}: {exc}") from exc
 
 
-def check_spec(index: int, spec: Mapping[str, Any]) -> subscriptions.SubscriptionSpec:
-    """One subscription spec, validated (errors name it by ``index`` and service)."""
+def check_spec(index: int | str, spec: Mapping[str, Any]) -> subscriptions.SubscriptionSpec:
+    """One subscription spec, validated (errors name it by ``index``, its position or
+    its name as a ``repr``, and service)."""
     args = dict(spec)
     fields = _fields(index, args)
     service, kind = fields["service"], fields["kind"]
@@ -182,14 +185,54 @@ def check_spec(index: int, spec: Mapping[str, Any]) -> subscriptions.Subscriptio
         )
     if type(priority) is not int or not -1000 <= priority <= 1000:
         raise ValidationError(f"subscription {index}: priority must be an int in -1000..1000")
+    filt = to_filter(args.get("filter"))
+    ordered = bool(args.get("ordered", False))
+    ordered_by = _ordered_by(index, service, args.get("ordered_by"), filt)
+    if ordered_by is not None and (ordered or kind is Kind.INSTANCE or correlation):
+        what = (
+            "ordered=True (one order for the whole subscription)"
+            if ordered
+            else ("an instance subscription" if kind is Kind.INSTANCE else "a correlation")
+        )
+        raise ValidationError(
+            f"subscription {index} of {service!r}: ordered_by {ordered_by!r} cannot go with "
+            f"{what}: "
+            + (
+                "give one of them"
+                if ordered
+                else "its service instance takes its messages one at a time, in publish "
+                "order, already"
+            )
+        )
     return subscriptions.SubscriptionSpec(
         **fields,
-        filter=to_filter(args.get("filter")),
+        filter=filt,
         instance_id=None if instance_id is None else str(instance_id),
         priority=priority,
-        ordered=bool(args.get("ordered", False)),
+        ordered=ordered,
         correlation=correlation,
+        ordered_by=ordered_by,
     )
+
+
+def _ordered_by(index: int | str, service: str, name: object, filt: Filter) -> str | None:
+    """The property a subscription is ordered by, checked: a property name (canonical),
+    that a message its filter matches can carry (not every group requires it absent)."""
+    if name is None:
+        return None
+    try:
+        prop = canonical_name(name)
+    except (ValueError, TypeError) as exc:
+        raise ValidationError(f"subscription {index} of {service!r}: ordered_by: {exc}") from exc
+    if all(
+        any(p.op is Op.NOT_EXISTS and p.property == prop for p in g.predicates) for g in filt.groups
+    ):
+        raise ValidationError(
+            f"subscription {index} of {service!r}: ordered_by {prop!r}: no message its filter "
+            f"matches carries it (every group requires {prop} to be absent), so there is no "
+            "key to order by"
+        )
+    return prop
 
 
 def resolve(conn: sa.Connection, refs: Sequence[int | str]) -> list[Subscription]:

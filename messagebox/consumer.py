@@ -21,56 +21,27 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, expiry, ids, leases, notify, registry, router, service_instances
+from messagebox import (
+    clock,
+    expiry,
+    ids,
+    leases,
+    notify,
+    registry,
+    router,
+    scheduled,
+    service_instances,
+)
 from messagebox.errors import Conflict
 from messagebox.fence import Fence
-from messagebox.leases import Claim, Failure, Finished
-from messagebox.models import HostSettings, InstanceInfo, RoutingPolicy
+from messagebox.leases import Claim
+from messagebox.models import InstanceInfo, RoutingPolicy
+from messagebox.outcomes import ClaimAsk, Keys
+from messagebox.outcomes import Outcomes as Outcomes  # re-exported: hosts record them
+from messagebox.outcomes import Recorded as Recorded
+from messagebox.outcomes import merged as merged
 from messagebox.sharing import Group
 from messagebox.store import Store
-
-
-@dataclass(frozen=True)
-class Outcomes:
-    """A claimed batch's outcomes, to record in one transaction: entries completed,
-    failed, and claimed but never handed to a service (given back)."""
-
-    done: Sequence[Claim]
-    failed: Sequence[Failure]
-    unstarted: Sequence[Claim]
-    settings: HostSettings
-    stop_on_failure: set[int]
-
-    def __bool__(self) -> bool:
-        return bool(self.done or self.failed or self.unstarted)
-
-    @property
-    def size(self) -> int:
-        return len(self.done) + len(self.failed) + len(self.unstarted)
-
-
-def merged(all_outcomes: list[Outcomes]) -> Outcomes | None:
-    """Several batches' outcomes as one, to record in one transaction (None for none)."""
-    if not all_outcomes:
-        return None
-    if len(all_outcomes) == 1:
-        return all_outcomes[0]
-    last = all_outcomes[-1]
-    return Outcomes(
-        [c for o in all_outcomes for c in o.done],
-        [f for o in all_outcomes for f in o.failed],
-        [c for o in all_outcomes for c in o.unstarted],
-        last.settings,
-        set().union(*(o.stop_on_failure for o in all_outcomes)),
-    )
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What recording a batch's outcomes did: the entries finished and given back."""
-
-    finished: Finished
-    given: int
 
 
 def timer_channel(host: str) -> str:
@@ -84,17 +55,6 @@ class _Steps:
 
     steps: Sequence[service_instances.Step]
     publisher: str
-
-
-@dataclass(frozen=True)
-class _ClaimAsk:
-    """One thread's claim waiting for a transaction (see :meth:`Consumer.claim`)."""
-
-    n: int
-    instances: bool
-    outcomes: Outcomes | None
-    ordered: int = 0
-    """The most entries of an ordered run this thread takes (0: none)."""
 
 
 _TIMER_HINTS: dict[tuple[str, str], float] = {}
@@ -117,7 +77,7 @@ def _group(store: Store, key: str) -> Group[Any, Any]:
         return group
 
 
-def _claim_group(store: Store, owner: str) -> Group[_ClaimAsk, tuple[list[Claim], Recorded | None]]:
+def _claim_group(store: Store, owner: str) -> Group[ClaimAsk, tuple[list[Claim], Recorded | None]]:
     """The claims of one host instance waiting for the next transaction."""
     return _group(store, f"claims {owner}")
 
@@ -254,6 +214,9 @@ class Consumer:
         outcomes: Outcomes | None = None,
         ordered_most: int | None = None,
         rest_most: int | None = None,
+        keyed: int = 0,
+        per_key: int = 0,
+        keyed_only: bool = False,
     ) -> tuple[list[Claim], Recorded | None]:
         """Lease up to ``n`` ready entries; with ``outcomes`` (the previous batch's),
         record those first in the same transaction: one commit per batch instead of
@@ -261,7 +224,10 @@ class Consumer:
         With ``ordered``, the run of an ordered subscription comes first: at most
         ``ordered_most`` entries of it (default ``n``); then at most ``rest_most``
         others (default: ``n`` less the run), so that permits held for a long run
-        alone do not take plain entries.
+        alone do not take plain entries. Of those, at most ``keyed`` are the runs of
+        free keys of subscriptions ordered by a property (``per_key`` a key; see
+        :func:`messagebox.leases.claim_keyed`), all this thread's; with ``keyed_only``
+        nothing else is claimed.
 
         Where transactions are serialised in-process (DuckDB), the claims that other
         threads of this instance ask for while one transaction runs are made together
@@ -270,35 +236,56 @@ class Consumer:
         them (it holds the others' outcomes too; all are the same host instance's), None
         to the others. If that shared claim fails, each thread claims alone."""
         run = (n if ordered_most is None else min(n, ordered_most)) if ordered else 0
+        keys = Keys(min(keyed, n), per_key or n, keyed_only and bool(keyed))
         if not self._dialect.one_process or rest_most is not None:
-            return self._claim(n, lease_seconds, run, instances, outcomes, rest_most)
+            return self._claim(n, lease_seconds, run, instances, outcomes, rest_most, keys)
         return _claim_group(self._store, self.owner).run(
-            _ClaimAsk(n, instances, outcomes, run),
+            ClaimAsk(n, instances, outcomes, run, keys),
             lambda asks: self._claim_shares(asks, lease_seconds),
-            lambda ask: self._claim(ask.n, lease_seconds, ask.ordered, ask.instances, ask.outcomes),
+            lambda ask: self._claim(
+                ask.n,
+                lease_seconds,
+                ask.ordered,
+                ask.instances,
+                ask.outcomes,
+                None,
+                ask.keys,
+            ),
         )
 
     def _claim_shares(
-        self, asks: list[_ClaimAsk], lease_seconds: float
+        self, asks: list[ClaimAsk], lease_seconds: float
     ) -> list[tuple[list[Claim], Recorded | None]]:
         """One claim for every ask, with all their outcomes; a share each in claim order,
         what was recorded to the first. An ordered run (the first ask that takes one
         asks for at most its own share) goes whole to that ask, as a claim alone would
-        give it: a run stays with one thread."""
+        give it: a run stays with one thread. So do keyed runs, all to one ask (another
+        than the ordered run's where there is one): a key's run stays with one thread."""
         runner = next((i for i, a in enumerate(asks) if a.ordered), None)
+        keyer = next((i for i, a in enumerate(asks) if a.keys.most and i != runner), None)
+        if keyer is None and runner is not None and asks[runner].keys.most:
+            keyer = runner
+        keys = Keys()
+        if keyer is not None:  # beside the run, within the ask (a claim alone: within it)
+            ask = asks[keyer]
+            room = ask.n - (ask.ordered if keyer == runner and len(asks) > 1 else 0)
+            keys = ask.keys._replace(most=max(0, min(ask.keys.most, room)))
         claims, recorded = self._claim(
             sum(a.n for a in asks),
             lease_seconds,
             0 if runner is None else asks[runner].ordered,
             any(a.instances for a in asks),
             merged([a.outcomes for a in asks if a.outcomes is not None]),
+            None,
+            keys,
         )
         run = [c for c in claims if c.run] if runner is not None else []
-        rest = [c for c in claims if not c.run] if run else claims
+        keyed = [c for c in claims if c.key is not None] if keys.most else []
+        rest = [c for c in claims if not c.run and c.key is None] if run or keyed else claims
         shares: list[tuple[list[Claim], Recorded | None]] = []
         start = 0
         for i, ask in enumerate(asks):
-            mine = run if i == runner else []
+            mine = (run if i == runner else []) + (keyed if i == keyer else [])
             room = max(0, ask.n - len(mine))  # the run is at most the runner's ask
             share = mine + rest[start : start + room]
             if mine:
@@ -315,9 +302,11 @@ class Consumer:
         instances: bool,
         outcomes: Outcomes | None,
         rest_most: int | None = None,
+        keys: Keys | None = None,
     ) -> tuple[list[Claim], Recorded | None]:
         """:meth:`claim` in one transaction; ``ordered``: the most entries of an ordered
-        run to take first (0: none); ``rest_most``: the most others. Where completions
+        run to take first (0: none); ``rest_most``: the most others; ``keys``: of those,
+        the most of keyed runs (none by default). Where completions
         and a claim are one statement (PostgreSQL), an ordered run is claimed first,
         alone, and that statement then claims the rest: a transaction of several
         statements made a host with an ordered subscription deliver everything at half
@@ -336,9 +325,12 @@ class Consumer:
         )
         # after a batch with ordered entries, those are completed first, in the transaction
         # that claims the next run (their subscription is busy until then)
+        keys = keys or Keys()
         if fused and ordered and not (outcomes and any(c.ordered for c in outcomes.done)):
-            return self._claim_run_first(n, lease_seconds, ordered, instances, outcomes, rest_most)
-        fused = fused and not ordered
+            return self._claim_run_first(
+                n, lease_seconds, ordered, instances, outcomes, rest_most, keys
+            )
+        fused = fused and not ordered and (not keys.most or rest_most is None)
         # the common case is one statement: alone, with no transaction round trips, when
         # tracking (which writes rows of its own) is off
         with self._store.transaction(
@@ -353,6 +345,8 @@ class Consumer:
                     completed=outcomes.done if outcomes is not None else (),
                     n=n,
                     lease_seconds=lease_seconds,
+                    keyed=keys.most,
+                    per_key=keys.per_key,
                 )
                 return claims, None if outcomes is None else Recorded(finished, 0)
             if outcomes is not None and any(c.publish for c in outcomes.done):
@@ -369,6 +363,9 @@ class Consumer:
                 instances=instances,
                 ordered_most=ordered,
                 rest_most=rest_most,
+                keyed=keys.most,
+                per_key=keys.per_key,
+                plain=not keys.only,
             )
         return claims, recorded
 
@@ -380,6 +377,7 @@ class Consumer:
         instances: bool,
         outcomes: Outcomes | None,
         rest_most: int | None,
+        keys: Keys,
     ) -> tuple[list[Claim], Recorded | None]:
         """:meth:`_claim` where completions and a claim are one statement: the run alone
         first, then that statement for the rest (given back if it fails)."""
@@ -396,7 +394,15 @@ class Consumer:
         if room == 0 and outcomes is None:
             return first, None
         try:
-            rest, recorded = self._claim(room, lease_seconds, 0, instances, outcomes)
+            rest, recorded = self._claim(
+                room,
+                lease_seconds,
+                0,
+                instances,
+                outcomes,
+                None,
+                keys._replace(most=min(keys.most, room)),
+            )
         except BaseException:
             with contextlib.suppress(Exception), self._store.transaction(serial=True) as conn:
                 leases.give_back(conn, self.owner, first)  # the run goes on elsewhere
@@ -489,7 +495,7 @@ class Consumer:
         """Seconds until the host's next entry that is not due yet becomes due
         (scheduled, or waiting for its retry), or None when there is none."""
         with self._store.transaction() as conn:  # a read: no write lock while idle
-            return leases.next_available(conn, self.host)
+            return scheduled.next_available(conn, self.host)
 
     def expire(self, batch: int = expiry.BATCH) -> expiry.Swept:
         """Suspend or drop up to ``batch`` of the host's expired entries not in hand."""

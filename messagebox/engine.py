@@ -56,7 +56,7 @@ from messagebox.users import UserStore
 from messagebox.watching import Watching
 
 if TYPE_CHECKING:
-    from messagebox.browse import FoundMessage, QueueEntry
+    from messagebox.browse import FoundMessage, HeldKey, QueueEntry
     from messagebox.cleanup import CleanupReport
     from messagebox.consistency import Problem
     from messagebox.instance_history import InstanceDetail
@@ -163,6 +163,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         on_failure: OnFailure | str = OnFailure.SUSPEND,
         correlation: Sequence[str] = (),
         on_expiry: OnExpiry | str = OnExpiry.SUSPEND,
+        ordered_by: str | None = None,
     ) -> Subscription:
         """Subscribe ``service`` (running in ``host``) to messages matching ``filter``.
         The subscription's ``name`` (unique) defaults to the service's, or, when that
@@ -180,7 +181,11 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         ``instance_id``) a message follows the running instance for its values, and
         does not route there when none runs. ``on_expiry`` says what becomes of an
         entry that expires before it is delivered: ``suspend`` (reason ``expired``,
-        resumable) or ``drop`` (deleted, its reference released).
+        resumable) or ``drop`` (deleted, its reference released). ``ordered_by`` (a
+        property name) delivers the messages with one value of it (a key) strictly in
+        publish order, one at a time, different keys in parallel; a message without it
+        has a key of its own, shared by all such messages; ``on_failure="stop"`` then
+        holds only the failed message's key.
         """
         [made] = self.subscribe_many(
             [
@@ -197,6 +202,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
                     "on_failure": on_failure,
                     "correlation": correlation,
                     "on_expiry": on_expiry,
+                    "ordered_by": ordered_by,
                 }
             ]
         )
@@ -383,6 +389,13 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         if state is not None and state not in QUEUE_STATES:
             raise ValidationError(f"queue state {state!r} is not one of {', '.join(QUEUE_STATES)}")
         return self.operations.peek_queue(host, state, limit)
+
+    def held_keys(self, host: str | None = None, *, limit: int = 1000) -> list[HeldKey]:
+        """The keys that suspended entries hold (subscriptions ordered by a property that
+        stop on failure), oldest first: each with its subscription, the entry that holds
+        it (resume or terminate it to release the key), why, and how many of the key's
+        entries wait behind it."""
+        return self.operations.held_keys(host, limit)
 
     def find_messages(self, name: str, value: Value, *, limit: int = 100) -> list[FoundMessage]:
         """Stored messages whose promoted property ``name`` has ``value`` (of that type),

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from messagebox import arrays, capabilities, clock, ids, schema, tracking
+from messagebox import arrays, clock, ids, schema, tracking
 from messagebox.dialects import Dialect
 from messagebox.models import (
     CRASHED_HOST,
@@ -89,6 +89,10 @@ class Claim(NamedTuple):
     """Messages its service published with its completion
     (``Delivery.publish_on_completion``): stored and routed in the transaction that
     completes the entry, and only if it does."""
+    key: str | None = None
+    """Its key, where its subscription is ordered by a property (``ordered_by``): claimed
+    with the rest of its key's run (:func:`claim_keyed`), which the claiming thread
+    handles in order, one at a time."""
 
     @property
     def enqueued_at(self) -> datetime | None:
@@ -121,6 +125,9 @@ class Finished:
     suspended: int = 0
     lost: int = 0
     stopped_subscriptions: tuple[int, ...] = ()
+    held_keys: tuple[tuple[int, str], ...] = ()
+    """(subscription, key) of the keys a suspended entry now holds (``ordered_by`` with
+    ``on_failure="stop"``)."""
     completed_ids: list[int] = field(default_factory=list)
     """The entries completed (deleted while still the owner's)."""
 
@@ -169,12 +176,17 @@ def claim(
     instances: bool = False,
     ordered_most: int | None = None,
     rest_most: int | None = None,
+    keyed: int = 0,
+    per_key: int = 0,
+    plain: bool = True,
 ) -> list[Claim]:
     """Lease up to ``n`` ready entries of ``host``: the run of one of its ordered
     subscriptions first (when ``ordered``; at most ``ordered_most`` entries if given),
-    then (at most ``rest_most`` of them, if given) the heads of its service instances
-    (when ``instances``; at most half the batch while other entries wait, so neither
-    kind starves the other), then the rest by priority and age."""
+    then (at most ``rest_most`` of them, if given) the runs of free keys of its
+    subscriptions ordered by a property (at most ``keyed`` entries, ``per_key`` a key:
+    :func:`claim_keyed`), the heads of its service instances (when ``instances``; at
+    most half the batch while other entries wait, so neither kind starves the other),
+    then the rest by priority and age (none of those two without ``plain``)."""
 
     def take(sql: str, most: int, **extra: int) -> int:
         params = {**dialect.claim_params(host, owner, most, lease_seconds), **extra}
@@ -189,6 +201,24 @@ def claim(
             conn, dialect, host=host, owner=owner, n=most, lease_seconds=lease_seconds
         )
     room = n - len(claims) if rest_most is None else min(n - len(claims), rest_most)
+    if keyed and room:
+        together = plain and not instances and dialect.claims_keyed_with_plain
+        got = claim_keyed(
+            conn,
+            dialect,
+            host=host,
+            owner=owner,
+            n=min(keyed, room),
+            per_key=per_key or n,
+            lease_seconds=lease_seconds,
+            plain=room if together else 0,
+        )
+        claims.extend(got)
+        room -= len(got)
+        plain = plain and not together
+    if not plain:
+        in_claim_order(claims)
+        return claims
     n = len(claims) + room
     if instances and room and dialect.claim_mixed_sql is not None:
         # one statement for both kinds, interleaved; a claim of one entry alternates
@@ -221,6 +251,30 @@ def claim_run(
     return sorted((_claim(r)._replace(run=True) for r in rows), key=_ID)
 
 
+def claim_keyed(
+    conn: sa.Connection,
+    dialect: Dialect,
+    *,
+    host: str,
+    owner: str,
+    n: int,
+    per_key: int,
+    lease_seconds: float,
+    plain: int = 0,
+) -> list[Claim]:
+    """Lease the runs of free keys of ``host``'s subscriptions ordered by a property: at
+    most ``per_key`` of each key's oldest entries, in publish order, up to ``n`` in all
+    (a key is free when none of its entries is in hand, none older waits and no
+    suspended entry holds it). Each claim carries its :attr:`Claim.key`. With ``plain``
+    (where the dialect ``claims_keyed_with_plain``), plain entries too, up to ``plain``
+    in all."""
+    params = {**dialect.claim_params(host, owner, n, lease_seconds), "per_key": per_key}
+    if plain:
+        params["plain"] = plain
+    rows = dialect.lease_keyed(conn, params)
+    return [_claim(r)._replace(key=r[13]) for r in rows]
+
+
 def in_claim_order(claims: list[Claim]) -> None:
     """Sort by priority (highest first), then age (id): two C-keyed stable sorts, the
     second only when priorities differ."""
@@ -243,21 +297,28 @@ def complete_and_claim(
     completed: Sequence[Claim],
     n: int,
     lease_seconds: float,
+    keyed: int = 0,
+    per_key: int = 0,
 ) -> tuple[Finished, list[Claim]]:
     """Complete entries (as :func:`finish` does for completions) and lease up to ``n``
-    plain entries (as :func:`claim` does with neither ordered subscriptions nor service
-    instances) in one statement: the dialect's ``complete_claim_sql``."""
-    assert dialect.complete_claim_sql is not None
+    entries in one statement: plain ones (as :func:`claim` does with neither ordered
+    subscriptions nor service instances; the dialect's ``complete_claim_sql``), after
+    at most ``keyed`` entries of keyed runs (``per_key`` a key, as :func:`claim_keyed`;
+    ``complete_claim_keyed_sql``) when ``keyed``."""
+    statement = dialect.complete_claim_keyed_sql if keyed else dialect.complete_claim_sql
+    assert statement is not None
     params = {
         **dialect.claim_params(host, owner, n, lease_seconds),
         "done": "{" + ",".join([str(c.id) for c in completed]) + "}",
     }
+    if keyed:
+        params.update(keyed=min(keyed, n), per_key=per_key or n)
     claims: list[Claim] = []
     gone: list[int] = []
     make = Claim._make
-    for row in dialect.fetch(conn, dialect.complete_claim_sql, params):
+    for row in dialect.fetch(conn, statement, params):
         if row[0]:  # typed by the driver already (psycopg), its wait computed
-            claims.append(make((*row[_CLAIM_FIELDS], False, ())))
+            claims.append(make((*row[_CLAIM_FIELDS], False, (), row[13] if keyed else None)))
         else:
             gone = row[-1]
     result = Finished(completed=len(gone), lost=len(completed) - len(gone))
@@ -412,6 +473,14 @@ def _suspend(
     for r in rows:
         by_reason.setdefault(reasons[r.id], []).append(r)
     errors = {f.claim.id: f.error[-MAX_ERROR_CHARS:] for f in failures}
+    # a keyed entry of a subscription that stops on failure holds its key
+    holding = [
+        r
+        for r in rows
+        if r.order_key is not None
+        and r.sub in stop_on_failure
+        and reasons[r.id] not in NOT_RESUMABLE
+    ]
     for reason, group in by_reason.items():
         suspend_rows(
             conn,
@@ -420,6 +489,7 @@ def _suspend(
             reason=reason,
             resumable=reason not in NOT_RESUMABLE,
             errors=errors,
+            holds={r.id for r in holding},
         )
     result.suspended = len(rows)
     suspend_instances(
@@ -435,6 +505,7 @@ def _suspend(
     if stop:
         hold(conn, stop, State.STOPPED)
         result.stopped_subscriptions = tuple(stop)
+    result.held_keys = tuple(sorted({(r.sub, r.order_key) for r in holding}))
 
 
 def _failed(conn: sa.Connection, dialect: Dialect, failures: Sequence[tuple[Failure, str]]) -> None:
@@ -515,34 +586,3 @@ def mark_started(conn: sa.Connection, owner: str, claims: Sequence[Claim]) -> in
             .values(started_by=owner)
         ).rowcount
     )
-
-
-def next_available(conn: sa.Connection, host: str) -> float | None:
-    """Seconds until the host's next ready entry that is not due yet becomes due (one
-    scheduled, or waiting for its retry), by the database clock; None when there is
-    none. One index probe on PostgreSQL (``mb_queue_due``, whose predicate this names)."""
-    q = schema.queue
-    at = conn.execute(
-        sa.select(sa.func.min(q.c.available_at)).where(
-            q.c.host == host,
-            q.c.available_at > q.c.enqueued_at,
-            q.c.available_at > sa.func.now(),
-            q.c.state == "ready",
-        )
-    ).scalar()
-    if at is None:
-        return None
-    return max((clock.utc(at) - clock.now(conn)).total_seconds(), 0.0)
-
-
-def queue_depths(conn: sa.Connection, hosts: Sequence[str]) -> dict[str, int]:
-    """Entries waiting per host (every state), for throttling: those of ``hosts``, and on
-    DuckDB every host's (a scan counts them all at once, without the filter: 180,000
-    entries in 2.5 ms against 4.0)."""
-    q = schema.queue
-    query = sa.select(q.c.host, sa.func.count()).group_by(q.c.host)
-    if capabilities.of(conn).counts_host_by_index:
-        query = query.where(q.c.host.in_(list(hosts)))
-    depths = dict.fromkeys(hosts, 0)
-    depths.update({h: int(n) for h, n in conn.execute(query).all()})
-    return depths

@@ -85,7 +85,9 @@ class OnFailure(StrEnum):
     """Suspend that message (resumable) and go on with the next; the default."""
     STOP = "stop"
     """Suspend that message and stop the service: later messages are held, in order,
-    until the message is resumed or terminated and the service started again."""
+    until the message is resumed or terminated and the service started again. Ordered
+    by a property (``ordered_by``): hold only that message's key, until it is resumed
+    or terminated; the other keys go on."""
 
 
 class OnExpiry(StrEnum):
@@ -345,6 +347,9 @@ class Subscription:
     on_expiry: OnExpiry = OnExpiry.SUSPEND
     """What becomes of its entries that expire before delivery: suspended (``expired``)
     or dropped."""
+    ordered_by: str | None = None
+    """The property whose value orders its entries per key: each key's strictly in
+    publish order, one at a time, keys in parallel (docs/concepts.md: Per-key order)."""
 
 
 @dataclass(frozen=True, slots=True)

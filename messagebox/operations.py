@@ -270,6 +270,11 @@ class Operations:
             check_host(conn, host)
             return browse.peek_queue(conn, host, state, limit)
 
+    def held_keys(self, host: str | None, limit: int) -> list[browse.HeldKey]:
+        with self._store.transaction() as conn:
+            check_host(conn, host)
+            return browse.held_keys(conn, host, limit)
+
     def find_messages(self, name: str, value: Any, limit: int) -> list[browse.FoundMessage]:
         with self._store.transaction() as conn:
             return browse.find_by_property(conn, name, value, limit)

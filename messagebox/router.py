@@ -255,7 +255,7 @@ def _publish_chunk(
     forced = suspensions or {}
     ids = Uuids(ids)  # the messages' ids go to several tables: converted once
     matches = _route_unforced(conn, dialect, messages, forced, now)
-    writes = Writes.empty(now, times)
+    writes = Writes.empty(now, times, [m.promoted for m in messages])
     hosts = writes.matched(matches)
     if before_write is not None and hosts:
         before_write(conn, set(hosts))
@@ -354,12 +354,12 @@ def reroute(
     matches = route(conn, dialect, promoted, now=now)
     writes = Writes.empty(now)
     done: dict[int, tuple[int, ...]] = {}
-    routed = [(r, m) for r, m in zip(rows, matches, strict=True) if m]
-    new_ids = iter(allocate(conn, sum(len(m) for _, m in routed))) if routed else iter(())
+    routed = [(r, m, p) for r, m, p in zip(rows, matches, promoted, strict=True) if m]
+    new_ids = iter(allocate(conn, sum(len(m) for _, m, _ in routed))) if routed else iter(())
     releases: dict[str, list[Any]] = {"msg": [], "n": [], "logged_at": []}
-    for row, m in routed:
+    for row, m, props in routed:
         for match in m:
-            writes.enqueue(next(new_ids), row.msg, match)
+            writes.enqueue(next(new_ids), row.msg, match, props)
         writes.reference(row.msg, len(m))
         releases["msg"].append(row.msg)
         releases["n"].append(1)
@@ -369,7 +369,7 @@ def reroute(
         conn.execute(s.delete().where(s.c.id.in_(list(done))))
         writes.flush(conn, dialect)
         dialect.insert(conn, schema.ref_release, releases)
-        dialect.notify(conn, sorted({m.host for _, ms in routed for m in ms}))
+        dialect.notify(conn, sorted({m.host for _, ms, _ in routed for m in ms}))
     return done
 
 

@@ -8,9 +8,9 @@ subscription's id and its waiting entries: its filter (waiting entries stay, rou
 the old one), priority and ordered (waiting entries take the new values; one being
 delivered finishes as it is), on_failure, on_expiry (for the entries that expire from
 then on) and state (as ``set_service_state`` does it, for that subscription). A change
-of service, host, kind or correlation replaces the subscription: the old one is removed
-(its waiting entries are suspended as ``subscription-removed``, re-routable) and a new
-one made.
+of service, host, kind, correlation or ordered_by replaces the subscription: the old
+one is removed (its waiting entries are suspended as ``subscription-removed``,
+re-routable: a reroute gives them the new subscription's keys) and a new one made.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from messagebox.routing_file import Declared, RoutingConfig, dump, settings_chan
 IN_PLACE = ("filter", "priority", "ordered", "on_failure", "on_expiry", "state")
 """What an apply changes on a live subscription; any other difference replaces it."""
 
-_FIELDS = ("service", "host", "kind", "correlation", *IN_PLACE)
+_FIELDS = ("service", "host", "kind", "correlation", "ordered_by", *IN_PLACE)
 
 
 @dataclass(frozen=True)

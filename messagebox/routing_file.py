@@ -81,6 +81,11 @@ class SubscriptionDecl(BaseModel):
         description="What becomes of an entry that expires before delivery: suspended "
         "(reason expired) or dropped.",
     )
+    ordered_by: str | None = Field(
+        None,
+        description="A property: the messages with one value of it are delivered strictly "
+        "in publish order, one at a time, different values in parallel.",
+    )
 
 
 class ServiceDecl(BaseModel):
@@ -114,6 +119,7 @@ class Declared:
     correlation: tuple[str, ...]
     state: State
     on_expiry: OnExpiry = OnExpiry.SUSPEND
+    ordered_by: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """As :meth:`~messagebox.engine.MessageBox.subscribe_many` takes it."""
@@ -129,6 +135,7 @@ class Declared:
             "correlation": list(self.correlation),
             "state": self.state,
             "on_expiry": self.on_expiry,
+            "ordered_by": self.ordered_by,
         }
 
     @classmethod
@@ -145,6 +152,7 @@ class Declared:
             correlation=tuple(sub.correlation),
             state=sub.state,
             on_expiry=sub.on_expiry,
+            ordered_by=sub.ordered_by,
         )
 
     def same_filter(self, other: Declared) -> bool:
@@ -344,6 +352,7 @@ def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
             correlation=tuple(decl.correlation),
             state=decl.state or service_state,
             on_expiry=decl.on_expiry,
+            ordered_by=decl.ordered_by,
         )
         _check_subscription(subs[name], where, i)
     return RoutingConfig(hosts=dict(parsed.hosts), subscriptions=subs)
@@ -520,6 +529,8 @@ def dump(config: RoutingConfig) -> str:
             item["kind"] = decl.kind.value
         if decl.ordered:
             item["ordered"] = True
+        if decl.ordered_by:
+            item["ordered_by"] = decl.ordered_by
         if decl.priority:
             item["priority"] = decl.priority
         if decl.on_failure is not OnFailure.SUSPEND:

@@ -47,7 +47,13 @@ _STOPPED = State.STOPPED.value
 _HELD = QueueState.HELD.value
 _READY = QueueState.READY.value
 
-_COMMON: dict[str, Any] = {"priority": 0, "state": _READY, "instance_id": None, "ordered": False}
+_COMMON: dict[str, Any] = {
+    "priority": 0,
+    "state": _READY,
+    "instance_id": None,
+    "ordered": False,
+    "ordered_by": None,
+}
 """Queue columns whose value is nearly always this one: while no subscription of the
 index holds another, a batch's column is that value repeated (:class:`Same`), written
 without a value per entry."""
@@ -56,10 +62,14 @@ QUEUE_COLUMNS = ("sub", "host", "priority", "state", "instance_id", "ordered")
 """The queue entry's columns a match gives (``state`` the entry's: held for a stopped
 subscription, else ready)."""
 
+MATCH_COLUMNS = (*QUEUE_COLUMNS, "ordered_by")
+"""A match's columns: the queue's, and the property its entry's key is the value of
+(``ordered_by``; None nearly always), from which a publish makes ``order_key``."""
+
 
 class Matches(NamedTuple):
     """A batch's matches as a publish queues them: how many each message has, and the
-    entries' :data:`QUEUE_COLUMNS`, message by message, each message's in
+    entries' :data:`MATCH_COLUMNS`, message by message, each message's in
     subscription-id order."""
 
     counts: list[int]
@@ -70,10 +80,10 @@ class Matches(NamedTuple):
         """From each message's targets (the SQL router's, or after correlation)."""
         targets = [t for rows in per_message for t in rows]
         if not targets:
-            return cls([0] * len(per_message), dict.fromkeys(QUEUE_COLUMNS, ()))
+            return cls([0] * len(per_message), dict.fromkeys(MATCH_COLUMNS, ()))
         columns = zip(*map(_queued, targets), strict=True)
         return cls(
-            [len(rows) for rows in per_message], dict(zip(QUEUE_COLUMNS, columns, strict=True))
+            [len(rows) for rows in per_message], dict(zip(MATCH_COLUMNS, columns, strict=True))
         )
 
 
@@ -81,7 +91,7 @@ _CORRELATION = Target._fields.index("correlation")
 
 
 def _queued(target: Target) -> tuple[Any, ...]:
-    """A target's :data:`QUEUE_COLUMNS` values."""
+    """A target's :data:`MATCH_COLUMNS` values."""
     held = target.state == _STOPPED
     return (
         target.sub,
@@ -90,6 +100,7 @@ def _queued(target: Target) -> tuple[Any, ...]:
         _HELD if held else _READY,
         target.instance_id,
         target.ordered,
+        target.ordered_by,
     )
 
 
@@ -195,7 +206,7 @@ class RoutingIndex:
             if self._any_correlated(flat):
                 return self._per_message(flat, counts)
             if not flat:
-                return Matches(counts, dict.fromkeys(QUEUE_COLUMNS, ()))
+                return Matches(counts, dict.fromkeys(MATCH_COLUMNS, ()))
             n = len(flat)
             take = (lambda v: (v[flat[0]],)) if n == 1 else itemgetter(*flat)
             uncommon = self._uncommon
@@ -327,6 +338,7 @@ class RoutingIndex:
             bool(row.ordered),
             row.service,
             row.correlation,
+            row.ordered_by,
         )
         slot = self._slots.get(row.id)
         if slot is None:  # a new subscription: a gone one's slot, or a new one
@@ -342,7 +354,7 @@ class RoutingIndex:
                     column.append(_COMMON.get(name, 0))  # a placeholder, set below
             self._slots[row.id] = slot
         self._targets[slot] = tuple(target)
-        for name, value in zip(QUEUE_COLUMNS, _queued(target), strict=True):
+        for name, value in zip(MATCH_COLUMNS, _queued(target), strict=True):
             column = self._columns[name]
             if name in _COMMON:
                 common = _COMMON[name]
@@ -357,7 +369,7 @@ def _no_columns() -> dict[str, MutableSequence[Any]]:
     """Empty queue columns by slot. Ids are kept as machine integers: a batch's are
     made anew, side by side, when gathered, instead of read from int objects spread
     over the whole index (at 100,000 subscriptions, a cache miss each)."""
-    columns: dict[str, MutableSequence[Any]] = {name: [] for name in QUEUE_COLUMNS}
+    columns: dict[str, MutableSequence[Any]] = {name: [] for name in MATCH_COLUMNS}
     columns["sub"] = array("q")
     return columns
 
@@ -375,4 +387,5 @@ def _select() -> sa.Select[Any]:
         s.c.ordered,
         s.c.service,
         s.c.correlation,
+        s.c.ordered_by,
     )

@@ -138,3 +138,21 @@ def cancel(conn: sa.Connection, dialect: Dialect, query: ScheduledQuery) -> list
     release(conn, dialect, (r.msg for r in rows))
     tracking.record_rows(conn, dialect, tracking.TERMINATED, rows, CANCELLED)
     return sorted(int(r.id) for r in rows)
+
+
+def next_available(conn: sa.Connection, host: str) -> float | None:
+    """Seconds until the host's next ready entry that is not due yet becomes due (one
+    scheduled, or waiting for its retry), by the database clock; None when there is
+    none. One index probe on PostgreSQL (``mb_queue_due``, whose predicate this names)."""
+    q = schema.queue
+    at = conn.execute(
+        sa.select(sa.func.min(q.c.available_at)).where(
+            q.c.host == host,
+            q.c.available_at > q.c.enqueued_at,
+            q.c.available_at > sa.func.now(),
+            q.c.state == "ready",
+        )
+    ).scalar()
+    if at is None:
+        return None
+    return max((clock.utc(at) - clock.now(conn)).total_seconds(), 0.0)

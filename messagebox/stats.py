@@ -32,7 +32,8 @@ def scheduled() -> sa.ColumnElement[bool]:
 def _states() -> tuple[sa.ColumnElement[bool], ...]:
     """Of the unleased entries, apart: scheduled (not due yet), held (the service is
     stopped) and blocked (ready, but a suspended step of their service instance holds
-    them; :func:`suspension.holding`). The rest of the unleased ones are ready."""
+    them, :func:`suspension.holding`, or a suspended entry of their key,
+    :func:`suspension.key_held`). The rest of the unleased ones are ready."""
     q = schema.queue
     free = sa.not_(_leased())
     later = sa.and_(scheduled(), free)
@@ -41,7 +42,7 @@ def _states() -> tuple[sa.ColumnElement[bool], ...]:
         q.c.state == QueueState.READY.value,
         free,
         sa.not_(later),
-        q.c.instance_id.in_(suspension.holding()),
+        sa.or_(q.c.instance_id.in_(suspension.holding()), suspension.key_held()),
     )
     return later, held, blocked
 

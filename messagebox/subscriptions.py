@@ -56,6 +56,7 @@ class SubscriptionSpec:
     on_failure: OnFailure = OnFailure.SUSPEND
     correlation: tuple[str, ...] = ()
     on_expiry: OnExpiry = OnExpiry.SUSPEND
+    ordered_by: str | None = None
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -288,6 +289,7 @@ def _subscription_rows(
                 "filter": spec.filter.to_json(),
                 "created_at": now,
                 "correlation": json.dumps(list(spec.correlation)) if spec.correlation else None,
+                "ordered_by": spec.ordered_by,
             }
         )
         _group_rows(spec.filter, sub_id, group_ids, pred_ids, groups, links)
@@ -415,6 +417,7 @@ def _subscription(row: Mapping[Any, Any], filt: Filter | None = None) -> Subscri
         on_failure=OnFailure(row["on_failure"]),
         correlation=tuple(json.loads(row["correlation"])) if row.get("correlation") else (),
         on_expiry=OnExpiry(row.get("on_expiry") or OnExpiry.SUSPEND),
+        ordered_by=row.get("ordered_by"),
     )
 
 

@@ -44,9 +44,11 @@ def suspend_rows(
     resumable: bool | None = None,
     errors: dict[int, str] | None = None,
     report: Mapping[str, Any] | None = None,
+    holds: set[int] | frozenset[int] = frozenset(),
 ) -> None:
     """Insert suspended entries for deleted queue rows (same ids: resuming keeps order).
-    Resumable unless the reason says otherwise; the error defaults to the reason's text."""
+    Resumable unless the reason says otherwise; the error defaults to the reason's text.
+    Those of ``holds`` (ids) hold their key: its later entries wait for them."""
     if not rows:
         return
     if resumable is None:
@@ -73,6 +75,8 @@ def suspend_rows(
             "ordered": [bool(r.ordered) for r in rows],
             "instance_id": [r.instance_id for r in rows],
             "enqueued_at": [r.enqueued_at for r in rows],
+            "order_key": [r.order_key for r in rows],
+            "holds_key": [r.id in holds for r in rows],
         },
     )
     tracking.record_rows(conn, dialect, tracking.SUSPENDED, rows, reason)
@@ -103,7 +107,7 @@ def orphan_suspended(conn: sa.Connection, sub_ids: Sequence[int]) -> int:
         conn.execute(
             s.update()
             .where(s.c.sub.in_(list(sub_ids)), s.c.resumable == sa.true())
-            .values(reason=SUBSCRIPTION_REMOVED, resumable=False)
+            .values(reason=SUBSCRIPTION_REMOVED, resumable=False, holds_key=False)
         ).rowcount
     )
 
@@ -174,6 +178,19 @@ def holding() -> sa.Select[tuple[str | None]]:
     s = schema.suspended
     return sa.select(s.c.instance_id).where(
         s.c.resumable == sa.true(), s.c.instance_id.is_not(None)
+    )
+
+
+def key_held() -> sa.ColumnElement[bool]:
+    """Whether a queue entry's key is held: a suspended entry of its subscription with
+    its key holds it (ordered by a property, stopping on failure), until that one is
+    resumed or terminated."""
+    s, q = schema.suspended, schema.queue
+    return sa.and_(
+        q.c.order_key.is_not(None),
+        sa.exists().where(
+            s.c.holds_key == sa.true(), s.c.sub == q.c.sub, s.c.order_key == q.c.order_key
+        ),
     )
 
 
@@ -304,6 +321,7 @@ def resume(
             sub.c.ordered,
             sa.func.coalesce(s.c.instance_id, sub.c.instance_id).label("instance_id"),
             sub.c.state,
+            s.c.order_key,
         )
         .join(sub, sub.c.id == s.c.sub, isouter=True)
         .where(*query.where(conn))
@@ -350,6 +368,7 @@ def resume(
             "instance_id": [r.instance_id for r in rows],
             "ordered": [bool(r.ordered) for r in rows],
             "expires_at": [expires_at] * len(rows),
+            "order_key": [r.order_key for r in rows],
         },
     )
     _unsuspend_instances(conn, (r.instance_id for r in rows))

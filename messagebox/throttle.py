@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from messagebox import leases, subscriptions
+from messagebox import capabilities, schema, subscriptions
 from messagebox.errors import Throttled
 from messagebox.store import Store
+
+
+def queue_depths(conn: sa.Connection, hosts: Sequence[str]) -> dict[str, int]:
+    """Entries waiting per host (every state), for throttling: those of ``hosts``, and on
+    DuckDB every host's (a scan counts them all at once, without the filter: 180,000
+    entries in 2.5 ms against 4.0)."""
+    q = schema.queue
+    query = sa.select(q.c.host, sa.func.count()).group_by(q.c.host)
+    if capabilities.of(conn).counts_host_by_index:
+        query = query.where(q.c.host.in_(list(hosts)))
+    depths = dict.fromkeys(hosts, 0)
+    depths.update({h: int(n) for h, n in conn.execute(query).all()})
+    return depths
+
 
 DEPTH_TTL_SECONDS = 0.5
 SETTINGS_TTL_SECONDS = 5.0
@@ -52,7 +66,7 @@ class Throttle:
                         cached[h] = entry[1]
         stale = [h for h in wanted if h not in cached]
         if stale:
-            found = leases.queue_depths(conn, stale)  # may count other hosts too: kept
+            found = queue_depths(conn, stale)  # may count other hosts too: kept
             with self._lock:
                 for h, d in found.items():
                     self._depths[h] = (now, d)

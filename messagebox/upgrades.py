@@ -71,6 +71,20 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
     # search: adds mb_tracked_message; PostgreSQL adds mb_spool_published (built as the
     # schema is created: on a large spool, opening the store waits for it)
     "20": ("21", ()),
+    # per-key order (ordered_by): a subscription's property, each entry's key, a
+    # suspended entry's key and whether it holds it; mb_queue_plain leaves keyed
+    # entries out (made again); PostgreSQL adds mb_queue_keyed, mb_queue_keyed_claim,
+    # mb_suspended_key, the queue's key_lease and mb_keyed_runs
+    "21": (
+        "22",
+        (
+            "ALTER TABLE mb_subscription ADD COLUMN ordered_by TEXT",
+            "ALTER TABLE mb_queue ADD COLUMN order_key TEXT",
+            "ALTER TABLE mb_suspended ADD COLUMN order_key TEXT",
+            "ALTER TABLE mb_suspended ADD COLUMN holds_key BOOLEAN NOT NULL DEFAULT false",
+            "DROP INDEX IF EXISTS mb_queue_plain",
+        ),
+    ),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables and indexes are created). Upgrades chain up to

@@ -15,11 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import compiled, expiry, schema, tracking
+from messagebox import compiled, expiry, order_keys, schema, tracking
 from messagebox.compiled import native
 from messagebox.dialects import Dialect, Indexed, Same, Target, Uuids
 from messagebox.dialects.base import distinct
 from messagebox.models import ROUTING_FAILURE, Outcome, Routed
+from messagebox.properties import Value
 from messagebox.routing_index import QUEUE_COLUMNS, Matches
 from messagebox.timing import Times, entry_expiry
 
@@ -56,18 +57,38 @@ class Writes:
     positions: list[int] | None = None
     """Each message of :attr:`msgs`' position in the batch, where :meth:`routed` queued
     it (for :attr:`times`)."""
+    promoted: Sequence[Mapping[str, Value]] = ()
+    """The batch's messages' promoted properties, by position: the keys of entries of
+    subscriptions ordered by a property (:mod:`messagebox.order_keys`) are their values."""
+    enqueued: list[Mapping[str, Value]] | None = None
+    """Each message of :attr:`msgs`' promoted properties, where :meth:`enqueue` queued it."""
 
     @classmethod
-    def empty(cls, now: datetime, times: Times | None = None) -> Writes:
-        return cls(now, [], [], [], [], [], {"msg": [], "n": []}, times=times)
+    def empty(
+        cls,
+        now: datetime,
+        times: Times | None = None,
+        promoted: Sequence[Mapping[str, Value]] = (),
+    ) -> Writes:
+        return cls(now, [], [], [], [], [], {"msg": [], "n": []}, times=times, promoted=promoted)
 
-    def enqueue(self, entry_id: int, msg: uuid.UUID | str, target: Target) -> None:
-        """Queue ``msg`` (its id, or the id's text) for one match."""
+    def enqueue(
+        self,
+        entry_id: int,
+        msg: uuid.UUID | str,
+        target: Target,
+        promoted: Mapping[str, Value] | None = None,
+    ) -> None:
+        """Queue ``msg`` (its id, or the id's text) for one match; ``promoted``, its
+        properties, give its entry's key when the match is ordered by one."""
         self.targets.append(target)
         self.columns = None
         self.entry_ids.append(entry_id)
         self.entry_msgs.append(len(self.msgs))
         self.msgs.append(msg)
+        if self.enqueued is None:
+            self.enqueued = []
+        self.enqueued.append(promoted or {})
 
     def matched(self, matches: Matches) -> Counter[str]:
         """Take a publish's matches (as :meth:`routed` then queues them, message by
@@ -220,6 +241,9 @@ class Writes:
             q["attempts"] = Same(0, n)
             q["available_at"] = Same(now, n)
             q["enqueued_at"] = Same(now, n)
+            by = self.columns.get("ordered_by")
+            if by is not None and not (isinstance(by, Same) and by.value is None):
+                q["order_key"] = self._order_keys(by)
             self._timed(conn, q)
             writes.append((schema.queue, q))
         if self.suspended:
@@ -257,6 +281,23 @@ class Writes:
             tracking.record(
                 conn, dialect, tracking.SUSPENDED, s["msg"], entries=s["id"], details=s["reason"]
             )
+
+    def _order_keys(self, by: Sequence[str | None]) -> list[str | None]:
+        """Each entry's key: its message's value of the property its subscription is
+        ordered by (``by``, per entry), or None where it is not ordered by one."""
+        keys: list[str | None] = []
+        for prop, m in zip(by, self.entry_msgs, strict=True):
+            if prop is None:
+                keys.append(None)
+                continue
+            if self.batch_ids is not None:  # positions in the batch
+                props = self.promoted[m]
+            elif self.enqueued is not None:
+                props = self.enqueued[m]
+            else:
+                props = self.promoted[(self.positions or [])[m]]
+            keys.append(order_keys.encode(props.get(prop)))
+        return keys
 
     def _timed(self, conn: sa.Connection, q: dict[str, Sequence[Any]]) -> None:
         """The entries' due times and expiry, where a message of the batch has its own

@@ -136,7 +136,7 @@ matched AS (
     WHERE coalesce(k.n, 0) = g.n_pos AND v.msg IS NULL
 )
 SELECT m.msg, s.id, s.host, s.priority, s.state, s.kind, s.instance_id, s.ordered,
-       s.service, s.correlation
+       s.service, s.correlation, s.ordered_by
 FROM matched m
 JOIN mb_subscription s ON s.id = m.sub
 WHERE s.state <> 'unenlisted'

@@ -45,6 +45,7 @@ WHERE id IN (SELECT unnest(CAST($ids AS BIGINT[])))
 -- A host's plain entries that a claim may take now (claim, claim_mixed): due, and not
 -- expired (the expiry sweep takes those: expiry.py).
 WHERE host = $host AND state = 'ready' AND NOT ordered AND instance_id IS NULL
+  AND order_key IS NULL
   AND available_at <= now()
   AND (expires_at IS NULL OR expires_at > now())
   AND (lease_expires IS NULL OR lease_expires < now())
@@ -171,6 +172,76 @@ WHERE id IN (
       AND (q.instance_id IS NULL OR q.instance_id NOT IN (SELECT instance_id FROM held))
     ORDER BY q.id
     LIMIT $n
+)
+
+-- name: keyed_pick --
+-- The keyed entries of a host to claim (subscriptions ordered by a property; see
+-- mb_keyed_runs in postgresql.sql): the runs of free keys, up to $n entries, oldest
+-- first (each key's a prefix of its run: the caller keeps at most a run's length of it,
+-- see DuckDBDialect.lease_keyed). A key is free when none of its entries is leased and
+-- no suspended entry holds it; its head is its oldest entry not expired (an expired one
+-- not in hand is passed over: the expiry sweep takes it), and its run ends before its
+-- first entry not claimable now (a retry or a scheduled entry holds the later ones:
+-- `wall`). The keys come from one pass over the host's keyed entries (grouped), their
+-- runs from a join back: with a row number per key (a window over every entry of the
+-- keys taken), a claim of 400 took 10 ms against 6.
+WITH keys AS (
+    SELECT sub, order_key,
+           max(CASE WHEN lease_expires >= now() THEN 1 ELSE 0 END) AS busy,
+           min(id) FILTER (WHERE expires_at IS NULL OR expires_at > now()) AS head,
+           min(id) FILTER (WHERE (expires_at IS NULL OR expires_at > now())
+                             AND (state <> 'ready' OR available_at > now())) AS wall,
+           arg_min(priority, id) AS priority
+    FROM mb_queue WHERE host = $host AND order_key IS NOT NULL
+    GROUP BY sub, order_key
+),
+free AS (
+    SELECT k.sub, k.order_key, k.wall
+    FROM keys k
+    WHERE k.busy = 0 AND k.head IS NOT NULL AND (k.wall IS NULL OR k.wall > k.head)
+      AND NOT EXISTS (
+          SELECT 1 FROM mb_suspended s
+          WHERE s.holds_key AND s.sub = k.sub AND s.order_key = k.order_key
+      )
+    ORDER BY k.priority DESC, k.head
+    LIMIT $n
+)
+SELECT e.id
+FROM mb_queue e
+JOIN free f ON e.sub = f.sub AND e.order_key = f.order_key
+WHERE e.host = $host AND (f.wall IS NULL OR e.id < f.wall)
+  AND (e.expires_at IS NULL OR e.expires_at > now())
+ORDER BY e.priority DESC, e.id
+LIMIT $n
+
+-- name: claim_keyed --
+-- include: claim_values
+     , order_key
+FROM mb_queue
+WHERE id IN (
+-- include: keyed_pick
+)
+
+-- name: claim_keyed_plain --
+-- claim_keyed and claim in one statement (each DuckDB statement costs milliseconds
+-- whatever its row count): up to $n keyed entries and $plain plain ones; the caller
+-- keeps its share of each (DuckDBDialect.lease_keyed). A host with a subscription
+-- ordered by a property beside plain ones claimed 18% slower with two.
+-- include: claim_values
+     , order_key
+FROM mb_queue
+WHERE id IN (
+    SELECT id FROM (
+-- include: keyed_pick
+    )
+    UNION ALL
+    SELECT id FROM (
+        SELECT id
+        FROM mb_queue
+-- include: plain_ready
+        ORDER BY priority DESC, id
+        LIMIT $plain
+    )
 )
 
 -- name: run_cut --

@@ -9,7 +9,8 @@
                                            publish each file (or stdin) as one message
     subscriptions list [--host H] [--service S]
     subscriptions add SERVICE --host H --filter EXPR|JSON|@FILE [--name N] [--priority N]
-            [--ordered] [--on-failure suspend|stop] [--state started|stopped]
+            [--ordered | --ordered-by PROPERTY] [--on-failure suspend|stop]
+            [--state started|stopped]
     subscriptions remove REF ...           by id or name; waiting entries are suspended
     subscriptions set-filter REF --filter EXPR|JSON|@FILE
                                            a new filter in place (id, waiting entries kept)

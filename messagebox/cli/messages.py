@@ -4,6 +4,7 @@ and ``suspended list|show|resume|terminate|reroute``."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from contextlib import ExitStack
 from datetime import datetime
@@ -123,6 +124,9 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
     """Each subscription's queue: its depth by state (ready, held: the service is
     stopped, blocked: behind a suspended entry of their instance, leased) and its oldest
     entry's age."""
+    if args.held_keys:
+        held_keys(args, out)
+        return
     with open_box(args) as box:
         stats = box.queue_stats(inputs.known_host(box, args.host))
     if out.json:
@@ -157,6 +161,32 @@ def queues(args: argparse.Namespace, out: Terminal) -> None:
             for q in stats
         ],
         empty="every queue is empty",
+    )
+
+
+def held_keys(args: argparse.Namespace, out: Terminal) -> None:
+    """The keys suspended entries hold (``queues --held-keys``), oldest first."""
+    with open_box(args) as box:
+        held = box.held_keys(inputs.known_host(box, args.host))
+    if out.json:
+        out.emit([{**dataclasses.asdict(h), "shown": h.shown} for h in held])
+        return
+    out.table(
+        ["host", "subscription", "key", "held by", "reason", "since", "waiting", "error"],
+        [
+            [
+                h.host or "-",
+                f"{h.name} ({h.subscription})" if h.name else str(h.subscription),
+                h.shown,
+                f"suspended entry {h.entry}",
+                h.reason,
+                h.suspended_at.isoformat(timespec="seconds"),
+                h.waiting,
+                h.error or "-",
+            ]
+            for h in held
+        ],
+        empty="no key is held",
     )
 
 

@@ -173,10 +173,17 @@ def build() -> argparse.ArgumentParser:
     add.add_argument("--priority", type=int, default=0, help="-1000..1000 (default 0)")
     add.add_argument("--ordered", action="store_true", help="deliver in publish order")
     add.add_argument(
+        "--ordered-by",
+        metavar="PROPERTY",
+        help="deliver the messages with one value of PROPERTY (a key) in publish order, one "
+        "at a time, different keys in parallel",
+    )
+    add.add_argument(
         "--on-failure",
         default="suspend",
         choices=["suspend", "stop"],
-        help="ordered: what a message that exhausts its retries does (default suspend)",
+        help="ordered: what a message that exhausts its retries does (default suspend; stop "
+        "stops the subscription, or with --ordered-by holds only its key)",
     )
     add.add_argument(
         "--on-expiry",
@@ -270,11 +277,18 @@ def build() -> argparse.ArgumentParser:
         "queues",
         "entries per host and subscription: ready, held, blocked, leased, scheduled, oldest",
         description="Entries per host and subscription: ready; held (the service is "
-        "stopped); blocked (a suspended entry of their orchestration instance holds them "
-        "until it is resumed or terminated); leased (being delivered); scheduled (not due "
-        "yet), with the next due time; the oldest's age.",
+        "stopped); blocked (a suspended entry of their orchestration instance, or of their "
+        "key, holds them until it is resumed or terminated); leased (being delivered); "
+        "scheduled (not due yet), with the next due time; the oldest's age. With "
+        "--held-keys: the keys of subscriptions ordered by a property (--ordered-by) that "
+        "a suspended entry holds, each with that entry and how many wait behind it.",
     )
     queues.add_argument("--host", help="only this host")
+    queues.add_argument(
+        "--held-keys",
+        action="store_true",
+        help="list the keys suspended entries hold instead (resume or terminate the entry)",
+    )
     instances = command(sub, "instances", "running host instances and their heartbeats")
     instances.add_argument("--host", help="only this host's")
     orchestrations_parser(sub, command, _positive)

@@ -25,6 +25,7 @@ def _subscription_json(sub: Any) -> dict[str, Any]:
         "kind": sub.kind,
         "priority": sub.priority,
         "ordered": sub.ordered,
+        "ordered_by": sub.ordered_by,
         "on_failure": sub.on_failure,
         "on_expiry": sub.on_expiry,
         "instance_id": sub.instance_id,
@@ -47,7 +48,7 @@ def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
     from messagebox.predicates import format_filter
 
     out.table(
-        ["id", "name", "service", "host", "state", "on expiry", "filter"],
+        ["id", "name", "service", "host", "state", "order", "on expiry", "filter"],
         [
             [
                 s.id,
@@ -55,6 +56,7 @@ def subscriptions_list(args: argparse.Namespace, out: Terminal) -> None:
                 s.service,
                 s.host,
                 s.state.value,
+                f"by {s.ordered_by}" if s.ordered_by else "publish" if s.ordered else "-",
                 s.on_expiry.value,
                 format_filter(s.filter),
             ]
@@ -87,6 +89,7 @@ def subscriptions_add(args: argparse.Namespace, out: Terminal) -> None:
             name=name,
             priority=args.priority,
             ordered=args.ordered,
+            ordered_by=args.ordered_by,
             on_failure=args.on_failure,
             on_expiry=args.on_expiry,
             state=args.state,

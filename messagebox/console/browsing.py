@@ -50,6 +50,7 @@ def queue(request: Request) -> Response:
         entries=entries,
         names={s.id: s for s in c.box.subscriptions(host=host)},
         limit=PEEK,
+        held_keys=c.box.held_keys(host, limit=PEEK),
     )
 
 

@@ -39,6 +39,7 @@ from messagebox.errors import (
     ValidationError,
 )
 from messagebox.models import REROUTABLE
+from messagebox.order_keys import describe
 from messagebox.predicates import format_filter
 from messagebox.predicates.text import format_predicate, format_value
 from messagebox.properties import (
@@ -118,6 +119,7 @@ FILTERS: dict[str, Any] = {
     "window": _window,
     "predicate": format_predicate,
     "last_line": _last_line,
+    "order_key": describe,
 }
 """Filters the templates use (formatting shared with the CLI)."""
 
@@ -252,6 +254,7 @@ def overview(request: Request) -> Response:
         hosts=hosts,
         instances=instances,
         queues=box.queue_stats(),
+        held_keys=box.held_keys(limit=100),
         tracking=box.tracking(),
         throughput=box.throughput(),
         notice=(request.query_params.get("changed") or "")[:300] or None,

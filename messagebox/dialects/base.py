@@ -164,6 +164,8 @@ class Target(NamedTuple):
     service: str
     correlation: str | None
     """The subscription's correlation: its property names as JSON, or None."""
+    ordered_by: str | None = None
+    """The property whose value orders the subscription's entries per key, or None."""
 
 
 class RouteRow(NamedTuple):
@@ -182,6 +184,7 @@ class RouteRow(NamedTuple):
     ordered: bool
     service: str
     correlation: str | None
+    ordered_by: str | None
 
 
 def route_rows(rows: Iterable[Iterable[Any]]) -> list[RouteRow]:
@@ -207,6 +210,9 @@ class Dialect:
     claims_mixed: ClassVar[bool] = False
     """True when the dialect claims instance heads and other entries in one statement
     (``claim_mixed``)."""
+    claims_keyed_with_plain: ClassVar[bool] = False
+    """True when the dialect claims keyed runs and plain entries in one statement
+    (:meth:`lease_keyed` with ``plain``)."""
     capabilities: ClassVar[Capabilities] = Capabilities()
     """What code holding only a connection may ask (:mod:`messagebox.capabilities`)."""
 
@@ -233,10 +239,16 @@ class Dialect:
             self.claim_mixed_sql = sql.load(self.name, "claim_mixed")
         else:
             self.claim_instance_sql = sql.load(self.name, "claim_instance")
+        self.claim_keyed_sql = sql.load(self.name, "claim_keyed")
+        """The runs of free keys of subscriptions ordered by a property; each row has
+        the entry's key after the columns of the other claims."""
         self.complete_claim_sql: str | None = None
         """Completions and a plain ``claim`` in one statement, where a dialect has it."""
+        self.complete_claim_keyed_sql: str | None = None
+        """``complete_claim`` that claims keyed runs first, where a dialect has it."""
         with suppress(KeyError):
             self.complete_claim_sql = sql.load(self.name, "complete_claim")
+            self.complete_claim_keyed_sql = sql.load(self.name, "complete_claim_keyed")
 
     @classmethod
     def check_url(cls, url: sa.URL) -> None:
@@ -287,6 +299,12 @@ class Dialect:
         """Run a claim statement (``claim``, ``claim_mixed``, ``claim_ordered``): the
         rows of the entries it leased, as they are once leased."""
         return self.fetch(conn, statement, params)
+
+    def lease_keyed(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Run ``claim_keyed`` (``per_key`` among the parameters; ``plain``, where
+        :attr:`claims_keyed_with_plain`): the rows of the entries it leased, each with
+        its key last (None for a plain entry)."""
+        return self.lease(conn, self.claim_keyed_sql, params)
 
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
         """Run ``claim_ordered``: the rows of the ordered run it leased."""

@@ -223,11 +223,22 @@ _PICK = frozenset(("host", "n", "first_kind"))
 """The parameters of a claim's pick (DuckDB refuses a parameter a statement lacks)."""
 
 
+def _by_key(row: Any) -> tuple[Any, ...]:
+    """A claim row's subscription, key and id."""
+    return (row[2], row[13], row[0])
+
+
+def _by_claim_order(row: Any) -> tuple[Any, ...]:
+    """A claim row's priority (highest first) and id."""
+    return (-row[4], row[0])
+
+
 class DuckDBDialect(Dialect):
     name: ClassVar[str] = "duckdb"
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (duckdb.Error,)
     one_process: ClassVar[bool] = True
     claims_mixed: ClassVar[bool] = True
+    claims_keyed_with_plain: ClassVar[bool] = True
     capabilities: ClassVar[Capabilities] = Capabilities(times_as_epoch=True, uuids_as_bytes=True)
 
     def __init__(self) -> None:
@@ -237,6 +248,7 @@ class DuckDBDialect(Dialect):
         self.lease_sql = sql.load(self.name, "lease")
         self.run_cut_sql = sql.load(self.name, "run_cut")
         self.blocked_heads_sql = sql.load(self.name, "blocked_heads")
+        self.claim_keyed_plain_sql = sql.load(self.name, "claim_keyed_plain")
 
     @classmethod
     def check_url(cls, url: sa.URL) -> None:
@@ -411,6 +423,29 @@ class DuckDBDialect(Dialect):
                 },
             )
         return picked
+
+    def lease_keyed(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Pick keyed runs (``claim_keyed``: each key's a prefix of its run), keep at
+        most ``per_key`` of each key's, oldest first, and lease those; with ``plain``
+        (a number) in one statement with a plain claim (``claim_keyed_plain``), then
+        keeping plain entries up to ``plain`` less the keyed ones kept."""
+        pick = {"host": params["host"], "n": params["n"]}
+        plain = params.get("plain", 0)
+        if plain:
+            picked = self.fetch(conn, self.claim_keyed_plain_sql, {**pick, "plain": plain})
+        else:
+            picked = self.fetch(conn, self.claim_keyed_sql, pick)
+        keyed = sorted((r for r in picked if r[13] is not None), key=_by_key)
+        kept: list[Any] = []
+        taken, last = 0, None
+        for r in keyed:
+            taken = taken + 1 if (r[2], r[13]) == last else 1
+            last = (r[2], r[13])
+            if taken <= params["per_key"]:
+                kept.append(r)
+        others = sorted((r for r in picked if r[13] is None), key=_by_claim_order)
+        kept.extend(others[: max(0, plain - len(kept))])
+        return self._leased(conn, params, kept)
 
     def lease_run(self, conn: sa.Connection, params: Mapping[str, Any]) -> list[Any]:
         """Pick the ordered run, end it before an entry whose instance is busy elsewhere

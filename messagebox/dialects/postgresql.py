@@ -316,6 +316,10 @@ class PostgreSQLDialect(Dialect):
             "ordered_run_function",
             "ordered_heads_function",
             "instance_heads_function",
+            "key_last_column",
+            "key_lease_column",
+            "key_lease_index",
+            "keyed_runs_function",
         ):
             conn.exec_driver_sql(sql.load(self.name, statement))
         # room on each page for a claimed row's new version (see schema.QUEUE_FILLFACTOR)

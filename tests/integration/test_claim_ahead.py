@@ -20,10 +20,11 @@ from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
-from messagebox.consumer import Consumer, _ClaimAsk
+from messagebox.consumer import Consumer
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.hosts.supervision import READ_BATCHES, STEP_BATCHES
 from messagebox.leases import Claim
+from messagebox.outcomes import ClaimAsk
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, Stalled, wait_for
 
@@ -592,7 +593,7 @@ def test_a_shared_claim_gives_the_ordered_run_whole_to_one_ask_and_no_entry_twic
     _ordered_and_correlated(box, 60, 40)
     ord_id = next(s.id for s in box.subscriptions() if s.name == "ord")
     consumer = box.consumer("h", "a")
-    asks = [_ClaimAsk(10, True, None, run) for run in (6, 6, 0)]
+    asks = [ClaimAsk(10, True, None, run) for run in (6, 6, 0)]
     shares = [claims for claims, _ in consumer._claim_shares(asks, 30.0)]
     taken = [c.id for share in shares for c in share]
     assert len(taken) == len(set(taken)) == 30  # every ask filled, no entry twice

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, State, Throttled, leases
+from messagebox import Message, MessageBox, State, Throttled, leases, throttle
 from messagebox import schema as mb_schema
 from messagebox.errors import (
     PermanentFailure,
@@ -665,7 +665,7 @@ def test_a_depth_read_for_throttling_counts_every_host_at_once_on_duckdb(
     box.publish(msgs(3))
     # When the depth of one is read for throttling
     with box.store.transaction() as conn:
-        depths = leases.queue_depths(conn, ["a", "none"])
+        depths = throttle.queue_depths(conn, ["a", "none"])
     # Then it is counted (a host with nothing queued as 0); on DuckDB the one scan
     # counts the other too (elsewhere an index gives each host's alone)
     assert depths == ({"a": 3, "none": 0, "b": 3} if box.one_process else {"a": 3, "none": 0})

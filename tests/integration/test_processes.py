@@ -32,7 +32,10 @@ WORKER_SETTINGS: dict[str, Any] = {
 }
 
 
-def start_workers(url: str, out: Path, n: int, slow: float = 0.0) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    url: str, out: Path, n: int, slow: float = 0.0, app: str = "tests.apps.recorder:app"
+) -> list[subprocess.Popen[bytes]]:
+    """``n`` processes of ``messagebox host run APP`` (each logging to ``out``)."""
     env = {
         **os.environ,
         "MB_TEST_OUT": str(out),
@@ -52,7 +55,7 @@ def start_workers(url: str, out: Path, n: int, slow: float = 0.0) -> list[subpro
                         url,
                         "host",
                         "run",
-                        "tests.apps.recorder:app",
+                        app,
                         "--log-level",
                         "WARNING",
                     ],
