@@ -37,7 +37,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from messagebox.catalog import check_spec
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import AlreadyExists, UnknownHost, UnknownSubscription, ValidationError
 from messagebox.hosts.instance import HostInstance
@@ -45,6 +44,7 @@ from messagebox.hosts.orchestration import Orchestration, OrchestrationService
 from messagebox.hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
 from messagebox.models import HostSettings
 from messagebox.predicates import to_filter
+from messagebox.specs import check_spec
 
 log = logging.getLogger("messagebox.hosts")
 

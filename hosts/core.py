@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from messagebox import clock, expiry
-from messagebox.consumer import Outcomes, Recorded
+from messagebox import clock, upkeep
+from messagebox.claims import Claim, Failure
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import BackendUnavailable, MessageBoxError
 from messagebox.hosts.dispatch import (
@@ -31,7 +31,6 @@ from messagebox.hosts.dispatch import (
 )
 from messagebox.hosts.idle import NextDue
 from messagebox.hosts.service import Delivery, Handler, as_handler
-from messagebox.leases import Claim, Failure
 from messagebox.models import (
     Host,
     HostSettings,
@@ -42,13 +41,14 @@ from messagebox.models import (
     Subscription,
 )
 from messagebox.order_keys import describe
+from messagebox.outcomes import Outcomes, Recorded
 
 log = logging.getLogger("messagebox.hosts")
 
 FINISH_TRIES = 5
 
 EXPIRE_BATCHES = 10
-"""Sweep transactions (of ``expiry.BATCH`` entries) a heartbeat at most: a backlog of
+"""Sweep transactions (of ``upkeep.EXPIRY_BATCH`` entries) a heartbeat at most: a backlog of
 expired entries takes several beats rather than delaying one."""
 
 
@@ -219,12 +219,12 @@ class InstanceCore:
     def _expire(self) -> None:
         """Sweep the host's expired entries off its queue (suspended or dropped, as
         their subscriptions say), up to :data:`EXPIRE_BATCHES` transactions a beat."""
-        total = expiry.Swept()
+        total = upkeep.Swept()
         for _ in range(EXPIRE_BATCHES):
             swept = self.queue.expire()
             total.suspended += swept.suspended
             total.dropped += swept.dropped
-            if swept.total < expiry.BATCH:
+            if swept.total < upkeep.EXPIRY_BATCH:
                 break
         if total.total:
             self.stats.add(expired=total.total)

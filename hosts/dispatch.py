@@ -11,9 +11,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
-from messagebox.consumer import Outcomes, merged
+from messagebox.claims import Claim, Failure
 from messagebox.hosts.service import MessageBatch
-from messagebox.leases import Claim, Failure
+from messagebox.outcomes import Outcomes, merged
 
 
 class Settled:

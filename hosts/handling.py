@@ -9,8 +9,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from messagebox import leases
-from messagebox.consumer import Outcomes
+from messagebox.claims import MAX_BACKOFF_SECONDS, Claim, Failure
 from messagebox.errors import (
     BackendUnavailable,
     InstanceCompleted,
@@ -30,12 +29,12 @@ from messagebox.hosts.dispatch import (
     Settled,
 )
 from messagebox.hosts.service import Delivery, MessageBatch
-from messagebox.leases import Claim, Failure
 from messagebox.models import (
     CRASHED_HOST,
     SUBSCRIPTION_REMOVED,
     Subscription,
 )
+from messagebox.outcomes import Outcomes
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -366,7 +365,7 @@ class Handling(InstanceCore):
             charge=False,
             retry_after=min(
                 self.settings.retry_backoff_seconds * 2 ** min(c.attempts - 1, 10),
-                leases.MAX_BACKOFF_SECONDS,
+                MAX_BACKOFF_SECONDS,
             ),
         )
 

@@ -82,7 +82,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from messagebox import clock, service_instances
+from messagebox import clock
 from messagebox.errors import (
     Conflict,
     InstanceCompleted,
@@ -94,6 +94,7 @@ from messagebox.message import Message, from_handler
 from messagebox.models import InstanceState, Kind
 from messagebox.predicates import Filter, P, to_filter
 from messagebox.properties import Value, canonical_name
+from messagebox.steps import TIMER_PUBLISHER, Step, Stored, TimerSpec
 
 log = logging.getLogger("messagebox.orchestration")
 
@@ -243,7 +244,7 @@ class Orchestration(Generic[S]):
         self._pending[receive_name] = due.isoformat()
         self._effects.cancel.append(receive_name)
         self._effects.timers = [t for t in self._effects.timers if t.name != receive_name]
-        self._effects.timers.append(service_instances.TimerSpec(receive_name, due))
+        self._effects.timers.append(TimerSpec(receive_name, due))
 
     def cancel_wait(self, receive_name: str) -> None:
         """Stop waiting for ``receive_name`` (its timeout will not run)."""
@@ -262,7 +263,7 @@ class Orchestration(Generic[S]):
 
     # --- runtime binding ---
 
-    _effects: service_instances.Step
+    _effects: Step
     _pending: dict[str, str]
     _now: datetime
 
@@ -361,11 +362,11 @@ class OrchestrationService:
 
     def _prepare(
         self, deliveries: list[Delivery], which: Iterable[int], errors: list[Exception | None]
-    ) -> dict[int, service_instances.Step]:
+    ) -> dict[int, Step]:
         """Load the instances and run the handlers; a handler's error is recorded."""
         which = list(which)
         ids = [d.instance_id for d in (deliveries[i] for i in which) if d.instance_id]
-        stored: dict[str, service_instances.Stored] = {}
+        stored: dict[str, Stored] = {}
         convoys: set[str] = set()
         now = clock.local_now()
         if which:
@@ -378,7 +379,7 @@ class OrchestrationService:
                 for i in which:
                     errors[i] = exc
                 return {}
-        steps: dict[int, service_instances.Step] = {}
+        steps: dict[int, Step] = {}
         for i in which:
             d = deliveries[i]
             try:
@@ -391,10 +392,10 @@ class OrchestrationService:
     def _run(
         self,
         d: Delivery,
-        stored: service_instances.Stored | None,
+        stored: Stored | None,
         convoys: set[str],
         now: datetime,
-    ) -> service_instances.Step:
+    ) -> Step:
         """Run the handler for one delivery on its instance's saved state."""
         message = d.message
         instance_id = d.instance_id
@@ -437,7 +438,7 @@ class OrchestrationService:
         orch.created = stored is None
         orch._pending = pending
         orch._now = now
-        step = orch._effects = service_instances.Step(
+        step = orch._effects = Step(
             owner=d.host_instance,
             entry_id=d.entry_id,
             instance_id=instance_id,
@@ -448,7 +449,7 @@ class OrchestrationService:
             data={},
             correlation=values,
         )
-        if message.publisher == service_instances.TIMER_PUBLISHER:
+        if message.publisher == TIMER_PUBLISHER:
             name = str(message.written.get("messagebox.TimerName", ""))
             if _same_instant(pending.get(name), message.written.get("messagebox.TimerDue")):
                 del pending[name]
@@ -468,7 +469,7 @@ class OrchestrationService:
         step.data = {"state": orch.state.model_dump(mode="json"), "timers": pending}
         return step
 
-    def _commit(self, deliveries: list[Delivery], steps: dict[int, service_instances.Step]) -> None:
+    def _commit(self, deliveries: list[Delivery], steps: dict[int, Step]) -> None:
         first = deliveries[next(iter(steps))]
         discarded = first.box.consumer(first.subscription.host, first.host_instance).commit_steps(
             list(steps.values()), publisher=f"orchestration:{self.name}"

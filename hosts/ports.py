@@ -37,7 +37,7 @@ from messagebox.errors import (
 )
 from messagebox.hosts.dispatch import Counters
 from messagebox.message import Message
-from messagebox.models import RECEIVE_FAILURE, RoutingPolicy
+from messagebox.models import RECEIVE_FAILURE, RoutingPolicy, Suspension
 from messagebox.pipelines import (
     MESSAGE_TYPE,
     PASS_THRU_RECEIVE,
@@ -49,7 +49,6 @@ from messagebox.pipelines import (
 )
 from messagebox.predicates import to_filter
 from messagebox.predicates.model import Filter
-from messagebox.router import Suspension
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox

@@ -22,8 +22,8 @@ from messagebox.models import Routed, Subscription
 from messagebox.properties import Value
 
 if TYPE_CHECKING:
+    from messagebox.claims import Claim
     from messagebox.engine import MessageBox
-    from messagebox.leases import Claim
 
 Handler = Callable[["Delivery"], object]
 

@@ -11,14 +11,14 @@ import math
 import threading
 import time
 
-from messagebox import cleanup, clock, metrics, rollup
-from messagebox.consumer import Outcomes, merged
+from messagebox import clock, metrics, upkeep
+from messagebox.claims import Claim, Failure, in_claim_order
 from messagebox.errors import (
     MessageBoxError,
 )
 from messagebox.hosts.handling import Handling
 from messagebox.hosts.service import MessageBatch
-from messagebox.leases import Claim, Failure, in_claim_order
+from messagebox.outcomes import Outcomes, merged
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -519,13 +519,13 @@ class Supervision(Handling):
             self.wake()
         self._refresh_subscriptions()
         self._expire()
-        if time.monotonic() - self._last_depth >= rollup.DEPTH_SECONDS:
+        if time.monotonic() - self._last_depth >= upkeep.DEPTH_SECONDS:
             self._last_depth = time.monotonic()
             self.box.operations.sample_depth(self.host, self.id)
         interval = self.settings.cleanup_interval_seconds
         if interval and time.monotonic() - self._last_cleanup >= interval:
             self._last_cleanup = time.monotonic()
-            report = self.box.cleanup(batch=cleanup.HOST_BATCH, stop=self._stopping.is_set)
+            report = self.box.cleanup(batch=upkeep.HOST_BATCH, stop=self._stopping.is_set)
             if report.messages:
                 log.info(
                     "host instance %s: cleanup deleted %d messages, %d parts and %d reference rows",

@@ -33,7 +33,6 @@ import sqlalchemy as sa
 
 from messagebox import (
     arrays,
-    clock,
     expiry,
     ids,
     recent,
@@ -41,11 +40,13 @@ from messagebox import (
     rollup,
     schema,
     service_instances,
+    store_clock,
     subscriptions,
     tracking,
 )
 from messagebox.models import ENDED
 from messagebox.store import Store
+from messagebox.upkeep import EXPIRY_BATCH
 
 
 @dataclass
@@ -162,7 +163,7 @@ def _delete_slice(conn: sa.Connection, msgs: list[uuid.UUID], keep: bool) -> tup
             sp.c.context,
             sp.c.published_at,
             sp.c.publisher,
-            sa.literal(clock.now(conn), schema.Stamp),
+            sa.literal(store_clock.now(conn), schema.Stamp),
         ).where(among(sp.c.id, msgs), ~sa.exists().where(tm.c.id == sp.c.id))
         columns = ["id", "context", "published_at", "publisher", "deleted_at"]
         conn.execute(tm.insert().from_select(columns, kept))  # an id kept before: kept once
@@ -215,20 +216,11 @@ def _purge_completed(
     # completion removed these already; a message routed as the instance completed
     # (another process's publish) is caught here at the latest
     report.discarded_messages += service_instances.complete(
-        conn, store.dialect, done, clock.now(conn), {r.id: r.completed_at for r in rows}
+        conn, store.dialect, done, store_clock.now(conn), {r.id: r.completed_at for r in rows}
     )
     conn.execute(si.delete().where(si.c.id.in_(list(done))))
     report.purged_instances += len(done)
 
-
-HOST_BATCH = 2_500
-"""Messages a transaction when a host instance runs cleanup in-process (``run``'s
-``batch``; ``messagebox cleanup`` and ``box.cleanup()`` take 10,000). A host instance
-lives long and keeps the largest chunk it ever held as resident memory: over a million
-deliveries on PostgreSQL (``bench.memory``), chunks of 10,000 left it 10% larger than
-after warm-up, chunks of 2,500 6-7% (60,000 messages deleted at once: 6 MB against 3 MB
-more, in 2.2 s against 2.7 s; on DuckDB 4.0 s against 4.1 s). A stopping instance also
-waits for a smaller chunk."""
 
 INSTANCE_RETENTION_SECONDS = 24 * 3600.0
 """How long a completed service instance is kept (its state, for reporting and to name
@@ -251,7 +243,7 @@ def _expire_unrun(store: Store, stop: Callable[[], bool] | None) -> int:
             with store.transaction(serial=True) as conn:
                 swept = expiry.sweep(conn, store.dialect, host)
             total += swept.total
-            if swept.total < expiry.BATCH:
+            if swept.total < EXPIRY_BATCH:
                 break
     return total
 

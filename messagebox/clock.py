@@ -1,17 +1,13 @@
-"""The store's clock. Every time a transaction writes (publish, queue, timer and
-tracking stamps) is the database's, read once per transaction, so machines whose own
-clocks disagree still agree on order, ages and due times."""
+"""This process's clock, and times as the store returns them. Every time a transaction
+writes is the database's (:mod:`messagebox.store_clock`); the few stamps a process takes
+from its own clock (instance start, error reports, log lines) come from :func:`local_now`,
+the one place a package module reads the time of day. No SQL here: hosts read it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import sqlalchemy as sa
-
-from messagebox import capabilities
 
 LocalClock = Callable[[], datetime]
 """A source of this process's own time, in UTC."""
@@ -42,60 +38,11 @@ def use_local(clock: LocalClock) -> Iterator[None]:
         _local = previous
 
 
-_KEY = "mb_clock"
-"""``conn.info`` key: the transaction's time, once read (``Store.transaction`` sets it)."""
-
-
-_SAME_MACHINE = "mb_clock_same_machine"
-"""``conn.info`` key: true when the database runs in this process (DuckDB), so that its
-clock is this machine's and the time is read here, without a statement."""
-
-
-def begin(conn: sa.Connection, *, same_machine: bool = False) -> None:
-    """Start caching the time for a store transaction (``Store.transaction`` calls it)."""
-    conn.info[_KEY] = None
-    conn.info[_SAME_MACHINE] = same_machine
-
-
-def end(conn: sa.Connection) -> None:
-    """Forget the transaction's time."""
-    conn.info.pop(_KEY, None)
-    conn.info.pop(_SAME_MACHINE, None)
-
-
-def seed(conn: sa.Connection, at: datetime) -> None:
-    """The transaction's time, read by another statement (a publish's prelude)."""
-    if _KEY in conn.info and conn.info[_KEY] is None:
-        conn.info[_KEY] = at
-
-
-def seed_read(conn: sa.Connection, at: datetime) -> None:
-    """The transaction's time as a statement read it among its columns (saving the round
-    trip of :func:`now`); ignored where the database runs on this machine, whose clock
-    :func:`now` reads instead."""
-    if not conn.info.get(_SAME_MACHINE):
-        seed(conn, utc(at))
-
-
-def read_among_columns(conn: sa.Connection) -> bool:
-    """Whether a statement should read the transaction's time among its columns for
-    :func:`seed_read`: not where the database runs on this machine (DuckDB), whose
-    clock :func:`now` reads here (a time column costs about 3 us a row there)."""
-    return not conn.info.get(_SAME_MACHINE)
-
-
-def fetchable(conn: sa.Connection, at: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """A time column as a hot statement fetches it: on DuckDB its microseconds since the
-    epoch (a time with a zone costs about 3 us a value to fetch there); read it back
-    with :func:`fetched`. DuckDB's claim statements return their times the same way."""
-    return sa.func.epoch_us(at) if capabilities.of(conn).times_as_epoch else at
-
-
 def fetched(at: datetime | int) -> datetime:
-    """A time as :func:`fetchable` gave it: a datetime as it is, microseconds since the
-    epoch as the UTC datetime they name. Up to 2100 through a float of seconds, exact
-    there (each microsecond is the float's nearest, well within half a microsecond):
-    half the cost of adding a timedelta, once per message read and entry claimed."""
+    """A time as :func:`messagebox.store_clock.fetchable` gave it: a datetime as it is,
+    microseconds since the epoch as the UTC datetime they name. Up to 2100 through a float
+    of seconds, exact there (each microsecond is the float's nearest, well within half a
+    microsecond): half the cost of adding a timedelta, once per message read and entry claimed."""
     if not isinstance(at, int):
         return at
     if 0 <= at < _EXACT_US:
@@ -112,16 +59,3 @@ _from_timestamp = datetime.fromtimestamp
 def utc(at: datetime) -> datetime:
     """``at`` in UTC; a time without a zone (as DuckDB returns) is taken as UTC."""
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-
-
-def now(conn: sa.Connection) -> datetime:
-    """The database's time for this transaction, in UTC."""
-    at: datetime | None = conn.info.get(_KEY)
-    if at is None:
-        if conn.info.get(_SAME_MACHINE):
-            at = system_time()  # the database's clock is this machine's
-        else:
-            at = utc(conn.execute(sa.select(sa.func.now())).scalar_one())
-        if _KEY in conn.info:
-            conn.info[_KEY] = at
-    return at

@@ -11,7 +11,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from messagebox import clock, routing_apply, routing_lint, routing_plan, subscriptions, typecheck
+from messagebox import (
+    routing_apply,
+    routing_lint,
+    routing_plan,
+    store_clock,
+    subscriptions,
+    typecheck,
+)
 from messagebox.errors import ValidationError
 from messagebox.fence import Fence
 from messagebox.predicates import Filter
@@ -198,7 +205,7 @@ class Configs:
         return Plan(change, effect, blockers, lint)
 
     def _since(self, conn: Any, seconds: float) -> Any:
-        return clock.now(conn) - timedelta(seconds=seconds)
+        return store_clock.now(conn) - timedelta(seconds=seconds)
 
     def _pages(
         self,

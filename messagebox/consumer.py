@@ -31,17 +31,17 @@ from messagebox import (
     router,
     scheduled,
     service_instances,
+    store_clock,
 )
+from messagebox.claims import Claim, in_claim_order
 from messagebox.errors import Conflict
 from messagebox.fence import Fence
-from messagebox.leases import Claim
 from messagebox.models import InstanceInfo, RoutingPolicy
-from messagebox.outcomes import ClaimAsk, Keys
-from messagebox.outcomes import Outcomes as Outcomes  # re-exported: hosts record them
-from messagebox.outcomes import Recorded as Recorded
-from messagebox.outcomes import merged as merged
+from messagebox.outcomes import ClaimAsk, Keys, Outcomes, Recorded, merged
 from messagebox.sharing import Group
+from messagebox.steps import Step, Stored
 from messagebox.store import Store
+from messagebox.upkeep import EXPIRY_BATCH, Swept
 
 
 def timer_channel(host: str) -> str:
@@ -53,7 +53,7 @@ def timer_channel(host: str) -> str:
 class _Steps:
     """One thread's steps waiting for a commit (see :meth:`Consumer.commit_steps`)."""
 
-    steps: Sequence[service_instances.Step]
+    steps: Sequence[Step]
     publisher: str
 
 
@@ -289,7 +289,7 @@ class Consumer:
             room = max(0, ask.n - len(mine))  # the run is at most the runner's ask
             share = mine + rest[start : start + room]
             if mine:
-                leases.in_claim_order(share)
+                in_claim_order(share)
             shares.append((share, None if shares else recorded))
             start += room
         return shares
@@ -408,7 +408,7 @@ class Consumer:
                 leases.give_back(conn, self.owner, first)  # the run goes on elsewhere
             raise
         claims = first + rest
-        leases.in_claim_order(claims)
+        in_claim_order(claims)
         return claims, recorded
 
     def mark_started(self, claims: Sequence[Claim]) -> None:
@@ -487,7 +487,7 @@ class Consumer:
                 ids.uuid7s(len(messages)),
                 policy=RoutingPolicy.SUSPEND,
                 publisher=self.publisher,
-                now=clock.now(conn),
+                now=store_clock.now(conn),
                 strict=False,  # a message due after its expiry expires: the completion stands
             )
 
@@ -497,7 +497,7 @@ class Consumer:
         with self._store.transaction() as conn:  # a read: no write lock while idle
             return scheduled.next_available(conn, self.host)
 
-    def expire(self, batch: int = expiry.BATCH) -> expiry.Swept:
+    def expire(self, batch: int = EXPIRY_BATCH) -> Swept:
         """Suspend or drop up to ``batch`` of the host's expired entries not in hand."""
         with self._store.transaction(serial=True) as conn:
             return expiry.sweep(conn, self._dialect, self.host, batch)
@@ -529,11 +529,11 @@ class Consumer:
     def fire_timers(self) -> Counter[str]:
         """Queue the host's due timeouts; returns the entries queued per host."""
         with self._store.transaction(serial=True) as conn:
-            return service_instances.fire_timers(conn, self._dialect, self.host, clock.now(conn))
+            return service_instances.fire_timers(
+                conn, self._dialect, self.host, store_clock.now(conn)
+            )
 
-    def load(
-        self, instance_ids: Sequence[str]
-    ) -> tuple[datetime, dict[str, service_instances.Stored], set[str]]:
+    def load(self, instance_ids: Sequence[str]) -> tuple[datetime, dict[str, Stored], set[str]]:
         """The store's time, the saved instances of these ids, and which of the missing
         ones are convoys still being created (their first step has not committed)."""
         with self._store.transaction(autocommit=True) as conn:  # one statement
@@ -542,9 +542,9 @@ class Consumer:
                 if instance_ids
                 else ({}, set())
             )
-            return clock.now(conn), stored, convoys  # timeouts fall due by the store's clock
+            return store_clock.now(conn), stored, convoys  # timeouts fall due by the store's clock
 
-    def commit_steps(self, steps: Sequence[service_instances.Step], publisher: str) -> int:
+    def commit_steps(self, steps: Sequence[Step], publisher: str) -> int:
         """Commit steps at once (see :func:`messagebox.service_instances.commit_steps`); returns
         the messages discarded by completions.
 
@@ -577,7 +577,7 @@ class Consumer:
                     conn, self._dialect, steps, publisher=publisher
                 )
             # timers fall due by the store's clock; the timer loop waits by this process's
-            ahead = clock.now(conn).timestamp() - clock.local_now().timestamp()
+            ahead = store_clock.now(conn).timestamp() - clock.local_now().timestamp()
         soonest: dict[str, float] = {}  # per host, the earliest timer these steps set
         for s in (s for a in together for s in a.steps if s.timers and not s.complete):
             due = min(t.due_at.timestamp() for t in s.timers) - ahead

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from messagebox import resubmission, router
+from messagebox import resubmission
 from messagebox.accounts import Accounts
 from messagebox.as_code import RoutingAsCode
 from messagebox.catalog import Catalog
@@ -43,6 +43,7 @@ from messagebox.models import (
     State,
     Stats,
     Subscription,
+    Suspension,
 )
 from messagebox.operations import Operations
 from messagebox.properties import Value
@@ -255,7 +256,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         trusted: bool = False,
         block: bool = True,
         timeout: float = 60.0,
-        suspend: Mapping[int, router.Suspension] | None = None,
+        suspend: Mapping[int, Suspension] | None = None,
         receipts: Sequence[tuple[str, str, Sequence[int]]] = (),
         connection: object = None,
         delay: float | None = None,
@@ -271,7 +272,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         database's clock (docs/concepts.md: Scheduled delivery). They are routed now.
 
         For receive locations: ``suspend`` stores the messages it names (by index)
-        suspended with a reason instead (see :class:`~messagebox.router.Suspension`);
+        suspended with a reason instead (see :class:`~messagebox.models.Suspension`);
         ``receipts`` records ``(location, key, message indexes)`` in the same
         transaction, and raises :class:`~messagebox.errors.AlreadyReceived` (storing
         nothing) if a key is recorded already, so an input is never published twice.

@@ -15,7 +15,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,13 +25,12 @@ from messagebox.models import EXPIRED, OnExpiry
 from messagebox.schema import queue_columns
 from messagebox.spool import release
 from messagebox.suspension import suspend_rows
+from messagebox.upkeep import EXPIRY_BATCH, Swept
 
 SETTINGS_TTL_SECONDS = 5.0
 """How long a process uses the hosts' ``message_ttl_seconds`` it read before reading
 them again (a change reaches the other processes' publishes within this)."""
 
-BATCH = 1_000
-"""Entries a sweep's transaction takes."""
 
 _KEY = "mb_host_ttls"
 """``conn.info`` key: the store's :class:`HostTtls` (set by ``Store.transaction``)."""
@@ -77,19 +75,7 @@ def host_ttls(conn: sa.Connection) -> dict[str, float]:
     return {} if ttls is None else ttls.get(conn)
 
 
-@dataclass
-class Swept:
-    """What a sweep did."""
-
-    suspended: int = 0
-    dropped: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.suspended + self.dropped
-
-
-def sweep(conn: sa.Connection, dialect: Dialect, host: str, limit: int = BATCH) -> Swept:
+def sweep(conn: sa.Connection, dialect: Dialect, host: str, limit: int = EXPIRY_BATCH) -> Swept:
     """Take up to ``limit`` of ``host``'s expired entries that are not in hand off the
     queue, earliest expiry first: suspended (``expired``) or dropped, as their
     subscriptions say. Where there are row locks, entries another transaction holds are

@@ -28,7 +28,8 @@ import sqlalchemy as sa
 from messagebox import arrays, ids, orchestrations, schema, tracking
 from messagebox.models import QueueState
 from messagebox.orchestrations import ServiceInstanceView
-from messagebox.service_instances import TIMER_PUBLISHER, message_ids
+from messagebox.service_instances import message_ids
+from messagebox.steps import TIMER_PUBLISHER
 from messagebox.tracking import TrackedEvent
 
 MAX_STEPS = 1000

@@ -15,13 +15,12 @@ import itertools
 import operator
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, ids, schema, tracking
+from messagebox import arrays, ids, schema, tracking
+from messagebox.claims import MAX_BACKOFF_SECONDS, Claim, Failure, Finished, in_claim_order
 from messagebox.dialects import Dialect
 from messagebox.models import (
     CRASHED_HOST,
@@ -41,95 +40,7 @@ from messagebox.suspension import (
     suspend_rows,
 )
 
-if TYPE_CHECKING:
-    from messagebox.message import Message
-
-MAX_BACKOFF_SECONDS = 3600.0
-
-
-class Entry(NamedTuple):
-    """A queue entry as tracking records its delivery (a step's:
-    :func:`messagebox.service_instances.commit_steps`)."""
-
-    id: int
-    msg: uuid.UUID
-    sub: int
-    host: str
-
-
-class Claim(NamedTuple):
-    """A queue entry claimed under a lease; ``attempts`` counts this delivery. (A named
-    tuple: a host instance makes one per delivery, and a frozen dataclass costs five
-    times as much to make.)"""
-
-    id: int
-    msg: uuid.UUID
-    sub: int
-    attempts: int
-    priority: int
-    instance_id: str | None
-    ordered: bool
-    enqueued: datetime | int | None = None
-    """When it was queued as the claim fetched it (on DuckDB microseconds since the
-    epoch): read :attr:`enqueued_at`, made when asked for (few ask)."""
-    waited: float | None = None
-    """Seconds from enqueue to this claim by the database clock, when this is the
-    entry's first claim (not after a give-back or a lapsed lease); else ``None``."""
-    charges: int = 0
-    """Earlier deliveries charged against ``max_attempts``: failures, and deliveries
-    marked started whose host then ended."""
-    interrupted: bool = False
-    """The previous delivery ended with no outcome (a crash, a kill, a lapsed lease)."""
-    crashed_by: str | None = None
-    """The last host instance that ended while handling it, if any."""
-    run: bool = False
-    """Claimed as part of an ordered subscription's run (:func:`claim` with
-    ``ordered``): the thread that claimed it handles the run, whole and in order."""
-    publish: tuple[Message, ...] = ()
-    """Messages its service published with its completion
-    (``Delivery.publish_on_completion``): stored and routed in the transaction that
-    completes the entry, and only if it does."""
-    key: str | None = None
-    """Its key, where its subscription is ordered by a property (``ordered_by``): claimed
-    with the rest of its key's run (:func:`claim_keyed`), which the claiming thread
-    handles in order, one at a time."""
-
-    @property
-    def enqueued_at(self) -> datetime | None:
-        """When the entry was queued, by the database clock."""
-        return None if self.enqueued is None else clock.fetched(self.enqueued)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A failed delivery: the error text, and whether to suspend without retrying."""
-
-    claim: Claim
-    error: str
-    permanent: bool = False
-    reason: str = DELIVERY_FAILURE
-    retry_after: float | None = None
-    """The service's own retry delay (``RetryLater``): retried however many attempts."""
-    charge: bool = True
-    """Counted against ``max_attempts``; False for ``RetryLater`` and when the engine,
-    not the service, failed (the store was unreachable): then retried after
-    ``retry_after`` however many times."""
-
-
-@dataclass
-class Finished:
-    """What :func:`finish` did."""
-
-    completed: int = 0
-    retried: int = 0
-    suspended: int = 0
-    lost: int = 0
-    stopped_subscriptions: tuple[int, ...] = ()
-    held_keys: tuple[tuple[int, str], ...] = ()
-    """(subscription, key) of the keys a suspended entry now holds (``ordered_by`` with
-    ``on_failure="stop"``)."""
-    completed_ids: list[int] = field(default_factory=list)
-    """The entries completed (deleted while still the owner's)."""
+_ID = operator.attrgetter("id")
 
 
 def _claim(row: Any) -> Claim:
@@ -273,19 +184,6 @@ def claim_keyed(
         params["plain"] = plain
     rows = dialect.lease_keyed(conn, params)
     return [_claim(r)._replace(key=r[13]) for r in rows]
-
-
-def in_claim_order(claims: list[Claim]) -> None:
-    """Sort by priority (highest first), then age (id): two C-keyed stable sorts, the
-    second only when priorities differ."""
-    claims.sort(key=_ID)
-    priorities = list(map(_PRIORITY, claims))
-    if priorities and min(priorities) != max(priorities):
-        claims.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep id order
-
-
-_ID = operator.attrgetter("id")
-_PRIORITY = operator.attrgetter("priority")
 
 
 def complete_and_claim(

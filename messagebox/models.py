@@ -352,6 +352,18 @@ class Subscription:
     publish order, one at a time, keys in parallel (docs/concepts.md: Per-key order)."""
 
 
+@dataclass(frozen=True)
+class Suspension:
+    """Store a message suspended (not resumable) whatever it matches: a receive
+    pipeline refused it. With ``route`` it is also routed, as an error report, to the
+    subscriptions it matches; it is stored once either way."""
+
+    reason: str
+    error: str
+    report: Mapping[str, Any] | None = None
+    route: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Routed:
     """What publish did with one message."""

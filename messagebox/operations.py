@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from messagebox import audit as audits
 from messagebox import (
     browse,
-    clock,
     failures,
     orchestrations,
     registry,
@@ -24,6 +23,7 @@ from messagebox import (
     router,
     scheduled,
     schema,
+    store_clock,
     suspension,
     timing,
     tracking,
@@ -202,7 +202,7 @@ class Operations:
 
     def now(self) -> datetime:
         with self._store.transaction() as conn:
-            return clock.now(conn)
+            return store_clock.now(conn)
 
     def heartbeat_ages(self) -> dict[str, float]:
         with self._store.transaction() as conn:
@@ -449,7 +449,9 @@ class Operations:
                 ids = list(entry_ids)
             else:
                 ids = list(conn.execute(sa.select(s.c.id).where(reroutable)).scalars())
-            return router.reroute(conn, self._store.dialect, ids, clock.now(conn)) if ids else {}
+            return (
+                router.reroute(conn, self._store.dialect, ids, store_clock.now(conn)) if ids else {}
+            )
 
     # --- scheduled entries ---
 

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, schema, service_instances, spool, tracking
+from messagebox import arrays, schema, service_instances, spool, store_clock, tracking
 from messagebox.dialects import Dialect
 from messagebox.errors import UnknownInstance, ValidationError
 from messagebox.models import ENDED, InstanceState
@@ -370,7 +370,7 @@ def terminate(conn: sa.Connection, dialect: Dialect, instance_id: str) -> Termin
     queued = conn.execute(
         q.delete().where(q.c.instance_id == instance_id).returning(*schema.queue_columns())
     ).all()
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     ended = conn.execute(
         si.update()
         .where(si.c.id == instance_id, si.c.state.not_in(sorted(ENDED)))

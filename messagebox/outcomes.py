@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from messagebox.leases import Claim, Failure, Finished
+from messagebox.claims import Claim, Failure, Finished
 from messagebox.models import HostSettings
 
 

@@ -15,12 +15,12 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from messagebox import (
-    clock,
     receipts,
     recent,
     router,
     schema,
     spool,
+    store_clock,
     subscriptions,
     suspension,
     timing,
@@ -44,6 +44,7 @@ from messagebox.models import (
     State,
     Subscription,
     SubscriptionExplanation,
+    Suspension,
 )
 from messagebox.predicates import normalize_properties
 from messagebox.predicates.explain import explain as explain_filter
@@ -154,7 +155,7 @@ class Messages:
         trusted: bool,
         block: bool,
         timeout: float,
-        suspend: Mapping[int, router.Suspension] | None,
+        suspend: Mapping[int, Suspension] | None,
         given: Sequence[Receipt],
         connection: object = None,
         delay: float | None = None,
@@ -209,7 +210,7 @@ class Messages:
         batch: list[Message],
         ids: list[uuid.UUID],
         routing: RoutingPolicy,
-        suspend: Mapping[int, router.Suspension] | None,
+        suspend: Mapping[int, Suspension] | None,
         given: Sequence[Receipt],
         delay: float | None,
     ) -> list[Routed]:
@@ -249,7 +250,7 @@ class Messages:
         batch: list[Message],
         ids: list[uuid.UUID],
         routing: RoutingPolicy,
-        suspend: Mapping[int, router.Suspension] | None = None,
+        suspend: Mapping[int, Suspension] | None = None,
         given: Sequence[Receipt] = (),
         delay: float | None = None,
     ) -> list[Routed]:
@@ -266,13 +267,13 @@ class Messages:
         batch: list[Message],
         ids: list[uuid.UUID],
         routing: RoutingPolicy,
-        suspend: Mapping[int, router.Suspension] | None,
+        suspend: Mapping[int, Suspension] | None,
         given: Sequence[Receipt],
         delay: float | None = None,
     ) -> tuple[list[Routed], Counter[str]]:
         """Record the receipts, route and store the batch in ``conn``'s transaction,
         after its prelude."""
-        now = clock.now(conn)
+        now = store_clock.now(conn)
         if given:
             receipts.record(conn, given, ids, now)
         return router.publish(
@@ -320,7 +321,7 @@ class Messages:
         batch: list[Message],
         ids: list[uuid.UUID],
         routing: RoutingPolicy,
-        suspend: Mapping[int, router.Suspension] | None,
+        suspend: Mapping[int, Suspension] | None,
         given: Sequence[Receipt],
         delay: float | None,
     ) -> list[Routed]:

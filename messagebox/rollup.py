@@ -7,9 +7,10 @@ A process adds each committed transaction's event counts (the same counts as its
 Prometheus counters) to a per-minute tally in memory, and writes the tally every
 :data:`FLUSH_SECONDS` after a later transaction of its own, and when it closes: one small
 insert, not one per transaction. A host instance samples its host's queue depth every
-:data:`DEPTH_SECONDS`. Rows are ``(minute, source, event, label, n)``; counts of one
-minute add up over sources, a depth is the largest sample of its minute. The cleanup job
-deletes rows older than :data:`KEEP`. Minutes are by each process's own clock.
+:data:`messagebox.upkeep.DEPTH_SECONDS`. Rows are ``(minute, source, event, label,
+n)``; counts of one minute add up over sources, a depth is the largest sample of its
+minute. The cleanup job deletes rows older than :data:`KEEP`. Minutes are by each
+process's own clock.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import sqlalchemy as sa
 from messagebox import clock, schema
 
 FLUSH_SECONDS = 10.0
-DEPTH_SECONDS = 30.0
 KEEP = timedelta(hours=24)
 MAX_PENDING_MINUTES = 120
 """A process that cannot write keeps this many minutes of tallies, then drops the oldest."""

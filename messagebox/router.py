@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, routing_index, schema, spool, timing, tracking
+from messagebox import routing_index, schema, spool, store_clock, timing, tracking
 from messagebox.convoys import correlation_key, find_convoys, resolve_convoys
 from messagebox.dialects import Dialect, StagedBatch, Target, Uuids
 from messagebox.dialects.base import Prelude
@@ -28,11 +28,11 @@ from messagebox.models import (
     Outcome,
     Routed,
     RoutingPolicy,
+    Suspension,
 )
 from messagebox.properties import Value, decode_context, family, sql_key
 from messagebox.routing_index import Matches
 from messagebox.timing import Times
-from messagebox.writes import Suspension as Suspension  # re-exported: publish takes it
 from messagebox.writes import Writes
 
 
@@ -44,7 +44,7 @@ def prelude(conn: sa.Connection, dialect: Dialect) -> Prelude | None:
     asked = None if index is None else index.version
     got = dialect.prelude(conn, asked)
     if got is not None:
-        clock.seed(conn, got.now)
+        store_clock.seed(conn, got.now)
         seed_ids(conn, got.block)
         routing_index.prefetched(conn, asked, got.changes)
     return got

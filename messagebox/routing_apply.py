@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema, subscriptions, suspension
+from messagebox import schema, store_clock, subscriptions, suspension
 from messagebox.dialects import Dialect
 from messagebox.errors import Conflict, NotFound
 from messagebox.models import SERVICE_UNENLISTED, SUBSCRIPTION_REMOVED, State, Subscription
@@ -215,12 +215,12 @@ def apply(
     """Make the store's configuration ``wanted``, in the caller's transaction; returns
     what changed and the version recorded (None when neither the configuration nor the
     newest version's differ)."""
-    from messagebox.catalog import check_spec
+    from messagebox.specs import check_spec
 
     dialect.lock_subscriptions(conn)
     live = live_config(conn)
     change = diff(live, wanted)
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     for h in change.hosts:
         if h.action == "add":
             subscriptions.create_host(conn, h.name, wanted.hosts[h.name], now)
@@ -353,7 +353,7 @@ def _record(
         conn.execute(
             cv.insert().values(
                 version=number,
-                applied_at=clock.now(conn),
+                applied_at=store_clock.now(conn),
                 who=by,
                 digest=hashed,
                 content=text,

@@ -301,7 +301,7 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
 
 
 def _resolve(parsed: _File, where: _Locator) -> RoutingConfig:
-    from messagebox.catalog import check_name
+    from messagebox.specs import check_name
 
     def check(what: str, name: str, loc: tuple[Any, ...]) -> None:
         try:
@@ -408,7 +408,7 @@ def _line_end(text: str, pos: int) -> int:
 
 def _check_subscription(decl: Declared, where: _Locator, i: int) -> None:
     """What subscribe would refuse, refused here with the file's line."""
-    from messagebox.catalog import check_spec
+    from messagebox.specs import check_spec
 
     try:
         check_spec(i, decl.spec())

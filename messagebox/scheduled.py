@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema, tracking
+from messagebox import clock, schema, store_clock, tracking
 from messagebox.dialects import Dialect
 from messagebox.errors import UnknownScheduledEntry
 from messagebox.spool import release
@@ -155,4 +155,4 @@ def next_available(conn: sa.Connection, host: str) -> float | None:
     ).scalar()
     if at is None:
         return None
-    return max((clock.utc(at) - clock.now(conn)).total_seconds(), 0.0)
+    return max((clock.utc(at) - store_clock.now(conn)).total_seconds(), 0.0)

@@ -43,7 +43,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, ids, schema
+from messagebox import arrays, clock, ids, schema, store_clock
 from messagebox import search_walk as walk
 from messagebox.errors import ValidationError
 from messagebox.predicates.model import Filter
@@ -289,7 +289,9 @@ def _resolved(conn: sa.Connection, q: SearchQuery) -> tuple[datetime, datetime |
 
     def at(given: datetime | timedelta) -> datetime:
         try:
-            return clock.utc(given) if isinstance(given, datetime) else clock.now(conn) - given
+            return (
+                clock.utc(given) if isinstance(given, datetime) else store_clock.now(conn) - given
+            )
         except OverflowError:
             raise ValidationError(
                 f"the window reaches outside the years 1 to 9999 ({given})"

@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, ids, schema
+from messagebox import clock, ids, schema, store_clock
 from messagebox.errors import ValidationError
 from messagebox.predicates.model import Filter, Op, Predicate
 from messagebox.properties import INT64_MAX, INT64_MIN, Value, encode_context
@@ -150,7 +150,7 @@ def _page(conn: sa.Connection, window: Window) -> list[Any]:
         *(
             sa.select(
                 ids.fetchable(conn, t.c.id).label("id"),
-                clock.fetchable(conn, t.c.published_at).label("at"),
+                store_clock.fetchable(conn, t.c.published_at).label("at"),
                 t.c.context,
                 sa.literal(t is schema.tracked_message).label("gone"),
                 t.c.published_at,

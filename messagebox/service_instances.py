@@ -24,7 +24,6 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -34,25 +33,22 @@ import sqlalchemy as sa
 from messagebox import (
     arrays,
     clock,
-    leases,
     router,
     schema,
     spool,
+    store_clock,
     subscriptions,
     suspension,
     tracking,
 )
+from messagebox.claims import Entry
 from messagebox.dialects import Dialect, Target
 from messagebox.errors import Conflict, MessageBoxError
 from messagebox.ids import allocate, as_uuid, fetchable, uuid5
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, InstanceState, Kind, RoutingPolicy
-from messagebox.properties import Value, decode_values, encode_value
-
-TIMER_PUBLISHER = "messagebox.timer"
-"""The publisher of timeout messages (their spool rows say so)."""
-TIMEOUT_TYPE = "messagebox#timeout"
-"""``messagebox.MessageType`` of a timeout message."""
+from messagebox.properties import decode_values, encode_value
+from messagebox.steps import TIMEOUT_TYPE, TIMER_PUBLISHER, Step, Stored
 
 _CHUNK = 1000
 
@@ -67,27 +63,13 @@ class LeaseLost(MessageBoxError):
 # --- loading ---
 
 
-@dataclass(frozen=True)
-class Stored:
-    """A service instance as stored."""
-
-    id: str
-    service: str
-    host: str
-    state: InstanceState
-    correlation: dict[str, Value]
-    data: dict[str, Any]
-    version: int
-    completed_at: datetime | None
-
-
 _STATES = {state.value: state for state in InstanceState}
 
 
 def _time_column(conn: sa.Connection) -> list[sa.ColumnElement[Any]]:
     """The transaction's time as a column ``mb_now``, where it is read that way
-    (:func:`clock.read_among_columns`)."""
-    return [sa.func.now().label("mb_now")] if clock.read_among_columns(conn) else []
+    (:func:`store_clock.read_among_columns`)."""
+    return [sa.func.now().label("mb_now")] if store_clock.read_among_columns(conn) else []
 
 
 def load(
@@ -98,7 +80,7 @@ def load(
     in one statement (the dialect's ``load_instances``, on the driver's cursor): one
     snapshot, and one statement where each costs milliseconds (DuckDB) or a round trip
     (PostgreSQL). Where its rows carry the transaction's time, it seeds
-    :func:`clock.now` (see :func:`clock.seed_read`)."""
+    :func:`store_clock.now` (see :func:`store_clock.seed_read`)."""
     found: dict[str, Stored] = {}
     convoys: set[str] = set()
     ids = sorted(set(instance_ids))
@@ -108,7 +90,7 @@ def load(
             conn, dialect.load_instances_sql, {"ids": arrays.array_param(conn, chunk)}
         )
         if rows and len(rows[0]) > 9:
-            clock.seed_read(conn, rows[0][9])
+            store_clock.seed_read(conn, rows[0][9])
         for row in rows:
             instance_id, service, host, state, correlation, data, version, completed_at = row[:8]
             if row[8]:
@@ -130,33 +112,6 @@ def load(
 # --- steps ---
 
 
-@dataclass
-class TimerSpec:
-    name: str
-    due_at: datetime
-
-
-@dataclass
-class Step:
-    """What one message did to an instance, to commit at once."""
-
-    owner: str
-    entry_id: int
-    instance_id: str
-    service: str
-    host: str
-    sub: int
-    """The subscription that delivered the message (timers come back through it)."""
-    version: int | None
-    """The version the step started from; None for a new instance."""
-    data: dict[str, Any]
-    correlation: Mapping[str, Value] = field(default_factory=dict)
-    timers: list[TimerSpec] = field(default_factory=list)
-    cancel: list[str] = field(default_factory=list)
-    publish: list[Message] = field(default_factory=list)
-    complete: bool = False
-
-
 def message_ids(instance_id: str, version: int, n: int) -> list[uuid.UUID]:
     """Ids of a step's publications: the same for a step run again, so a step can never
     store its messages twice."""
@@ -172,7 +127,7 @@ def commit_steps(
     nothing is then committed. Returns the entries queued per host (to wake them) and
     the number of messages discarded by completions (suspended as zombies)."""
     _take_entries(conn, dialect, steps)
-    now = clock.now(conn)  # read with the entries taken
+    now = store_clock.now(conn)  # read with the entries taken
     _insert_instances(conn, dialect, [s for s in steps if s.version is None], now)
     _update_instances(conn, [s for s in steps if s.version is not None], now)
     _cancel_timers(conn, steps)
@@ -198,8 +153,8 @@ def _take_entries(conn: sa.Connection, dialect: Dialect, steps: Sequence[Step]) 
         .returning(q.c.id, fetchable(conn, q.c.msg), q.c.sub, q.c.host, *timed)
     ).all()
     if timed and rows:
-        clock.seed_read(conn, rows[0].mb_now)
-    gone = [leases.Entry(r[0], as_uuid(r[1]), r[2], r[3]) for r in rows]
+        store_clock.seed_read(conn, rows[0].mb_now)
+    gone = [Entry(r[0], as_uuid(r[1]), r[2], r[3]) for r in rows]
     if len(gone) != len(steps):
         lost = sorted(set(entry_ids) - {r.id for r in gone})
         raise LeaseLost(

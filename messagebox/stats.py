@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, schema, subscriptions, suspension
+from messagebox import clock, schema, store_clock, subscriptions, suspension
 from messagebox.models import HostStats, QueueState, QueueStats, Stats, Throughput
 from messagebox.tracking import EVENTS
 
@@ -77,7 +77,7 @@ def queue_stats(conn: sa.Connection, host: str | None = None) -> list[QueueStats
     )
     if host is not None:
         query = query.where(q.c.host == host)
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     out = []
     for r in conn.execute(query):
         depth, n_leased, n_held = int(r.depth), int(r.leased), int(r.held)
@@ -107,7 +107,7 @@ def heartbeat_ages(conn: sa.Connection) -> list[tuple[str, str, float]]:
     """Every registered host instance as (host, instance id, seconds since its last
     heartbeat), by the database clock."""
     i = schema.instance
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     rows = conn.execute(sa.select(i.c.host, i.c.id, i.c.heartbeat_at).order_by(i.c.host, i.c.id))
     return [
         (r.host, r.id, max((now - clock.utc(r.heartbeat_at)).total_seconds(), 0.0)) for r in rows
@@ -182,7 +182,7 @@ def throughput(conn: sa.Connection, windows: Sequence[float]) -> list[Throughput
     """Tracked events per kind within each window (seconds back from the database's
     ``now()``), one pass over the longest window."""
     t = schema.tracking
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     starts = [now - timedelta(seconds=w) for w in windows]
     if not starts:
         return []

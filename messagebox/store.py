@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
 from messagebox import (
-    clock,
     defaults,
     expiry,
     ids,
@@ -27,6 +26,7 @@ from messagebox import (
     rollup,
     routing_index,
     schema,
+    store_clock,
     tracking,
     upgrades,
 )
@@ -282,12 +282,12 @@ class Store:
         expiry.begin(conn, self.host_ttls)
         routing_index.begin(conn, self.routing)
         ids.begin(conn, self._blocks)
-        clock.begin(conn, same_machine=self.dialect.one_process)
+        store_clock.begin(conn, same_machine=self.dialect.one_process)
         recent.begin(conn, self.recent)
 
     def _ending(self, conn: sa.Connection) -> _Done:
         """What the transaction leaves to do once it commits, taken off its connection."""
-        clock.end(conn)
+        store_clock.end(conn)
         counts = tracking.committed(conn)
         wakes = notify.take(conn)
         changed = routing_index.take_changed(conn)
@@ -393,4 +393,4 @@ def _forget(conn: sa.Connection) -> None:
         notify.take(conn)
         routing_index.take_changed(conn)
         recent.take(conn)
-        clock.end(conn)
+        store_clock.end(conn)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, routing_index, schema
+from messagebox import routing_index, schema, store_clock
 from messagebox.dialects import Dialect
 from messagebox.errors import AlreadyExists, UnknownHost, ValidationError
 from messagebox.ids import allocate
@@ -31,6 +30,7 @@ from messagebox.models import (
 )
 from messagebox.predicates import Filter
 from messagebox.predicates.sql import anchor_rank, typed_rows
+from messagebox.specs import SubscriptionSpec
 from messagebox.suggest import did_you_mean
 
 _CHUNK = 1000
@@ -38,25 +38,6 @@ _CHUNK = 1000
 _TABLES = {
     t.name: t for t in (schema.pred_str, schema.pred_num, schema.pred_mask, schema.pred_exists)
 }
-
-
-@dataclass(frozen=True)
-class SubscriptionSpec:
-    """A subscription to create (already validated)."""
-
-    service: str
-    host: str
-    filter: Filter
-    name: str | None
-    kind: Kind
-    instance_id: str | None
-    priority: int
-    state: State
-    ordered: bool
-    on_failure: OnFailure = OnFailure.SUSPEND
-    correlation: tuple[str, ...] = ()
-    on_expiry: OnExpiry = OnExpiry.SUSPEND
-    ordered_by: str | None = None
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -160,7 +141,7 @@ def changed(conn: sa.Connection, dialect: Dialect, sub_ids: Sequence[int]) -> No
         {
             "version": [version] * len(sub_ids),
             "sub": list(sub_ids),
-            "changed_at": [clock.now(conn)] * len(sub_ids),
+            "changed_at": [store_clock.now(conn)] * len(sub_ids),
         },
     )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import arrays, clock, schema, tracking
+from messagebox import arrays, clock, schema, store_clock, tracking
 from messagebox.dialects import Dialect
 from messagebox.errors import Conflict, UnknownSuspendedEntry, ValidationError
 from messagebox.models import (
@@ -55,7 +55,7 @@ def suspend_rows(
         resumable = reason not in NOT_RESUMABLE
     if errors is None and reason in _REASON_TEXT:
         errors = {r.id: _REASON_TEXT[reason] for r in rows}
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     errors = errors or {}
     dialect.insert(
         conn,
@@ -346,7 +346,7 @@ def resume(
     rows = [r for r in rows if r.resumable and r.host is not None]
     if not rows:
         return []
-    now = clock.now(conn)
+    now = store_clock.now(conn)
     expires_at = expiry.of(clock.utc(now))
     conn.execute(s.delete().where(s.c.id.in_([r.id for r in rows])))
     dialect.insert(

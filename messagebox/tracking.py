@@ -29,7 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import clock, ids, schema
+from messagebox import ids, schema, store_clock
 from messagebox.dialects import Dialect
 from messagebox.errors import ValidationError
 
@@ -203,7 +203,7 @@ def record(
         return
     n = len(msgs)
     none: list[Any] = [None] * n
-    at = clock.now(conn)  # one time for the transaction's events (their order breaks ties)
+    at = store_clock.now(conn)  # one time for the transaction's events (their order breaks ties)
     dialect.insert(
         conn,
         schema.tracking,

@@ -19,7 +19,7 @@ from messagebox import compiled, expiry, order_keys, schema, tracking
 from messagebox.compiled import native
 from messagebox.dialects import Dialect, Indexed, Same, Target, Uuids
 from messagebox.dialects.base import distinct
-from messagebox.models import ROUTING_FAILURE, Outcome, Routed
+from messagebox.models import ROUTING_FAILURE, Outcome, Routed, Suspension
 from messagebox.properties import Value
 from messagebox.routing_index import QUEUE_COLUMNS, Matches
 from messagebox.timing import Times, entry_expiry
@@ -327,15 +327,3 @@ class Writes:
             ]
         elif any(e is not None for e in ends):
             q["expires_at"] = Indexed(ends, self.entry_msgs)
-
-
-@dataclass(frozen=True)
-class Suspension:
-    """Store a message suspended (not resumable) whatever it matches: a receive
-    pipeline refused it. With ``route`` it is also routed, as an error report, to the
-    subscriptions it matches; it is stored once either way."""
-
-    reason: str
-    error: str
-    report: Mapping[str, Any] | None = None
-    route: bool = False

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings
 from messagebox import MessageBox
 from messagebox import leases as mb_leases
 from messagebox import schema as mb_schema
+from messagebox.claims import Claim, Failure
 from messagebox.models import HostSettings
 
 PG_DSN = os.environ.get("MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -117,7 +118,7 @@ def claim(
     owner: str = "t",
     lease_seconds: float = 30.0,
     instances: bool = False,
-) -> list[mb_leases.Claim]:
+) -> list[Claim]:
     """Claim up to ``n`` entries of ``host`` as a host instance ``owner`` would."""
     with box.store.transaction(serial=True) as conn:
         return mb_leases.claim(
@@ -132,16 +133,16 @@ def claim(
         )
 
 
-def complete(box: MessageBox, claimed: mb_leases.Claim, owner: str = "t") -> None:
+def complete(box: MessageBox, claimed: Claim, owner: str = "t") -> None:
     """Complete a claimed entry, as a host instance would: its reference is released."""
     with box.store.transaction(serial=True) as conn:
         mb_leases.finish(conn, box.store.dialect, owner, [claimed], [], HostSettings(), set())
 
 
-def fail_for_good(box: MessageBox, claimed: mb_leases.Claim, error: str, owner: str = "t") -> None:
+def fail_for_good(box: MessageBox, claimed: Claim, error: str, owner: str = "t") -> None:
     """Fail a claimed entry permanently, as a host instance would: it is suspended."""
     with box.store.transaction(serial=True) as conn:
-        failure = mb_leases.Failure(claimed, error, permanent=True)
+        failure = Failure(claimed, error, permanent=True)
         mb_leases.finish(conn, box.store.dialect, owner, [], [failure], HostSettings(), set())
 
 

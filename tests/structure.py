@@ -8,9 +8,14 @@ the test suite).
   ``pipelines/`` name neither ``sqlalchemy``, ``psycopg`` nor ``duckdb``, and neither
   they nor the front (``MessageBox``, the CLI, the console, the metrics) open a
   transaction or import a driver;
+- no storage module under the hosts: ``hosts/``, ``adapters/`` and ``pipelines/`` import
+  no ``messagebox`` module that imports SQLAlchemy or a driver (the value types and
+  constants they need live in modules without SQL), but the engine (``MessageBox``) and
+  what they name for typing only (``if TYPE_CHECKING:``);
 - one process clock: no package module but ``messagebox/clock.py`` reads the time of day
   (``datetime.now``, ``datetime.utcnow``, ``time.time``), so a test can set it for all;
-  nor the database's (``SELECT now()``), which each transaction reads once through it;
+  nor the database's (``SELECT now()``) but ``messagebox/store_clock.py``, through which
+  each transaction reads it once;
 - capabilities, not names: no module outside ``messagebox/dialects/`` and
   ``messagebox/capabilities.py`` branches on a backend's name (``dialect.name``).
 
@@ -40,6 +45,7 @@ MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS_ALLOWED = {"messagebox/cli/parser.py"}
 DRIVERS = re.compile(r"sqlalchemy|psycopg|duckdb")
 CLOCK = "messagebox/clock.py"
+STORE_CLOCK = "messagebox/store_clock.py"
 TIME_OF_DAY = re.compile(r"datetime\.(now|utcnow)\(|time\.time\(\)")
 DATABASE_TIME = re.compile(r"select\(sa\.func\.now\(\)\)")
 BACKEND_NAME = re.compile(r"dialect\.name\s*(==|!=|in\b|not\s+in\b)")
@@ -100,13 +106,66 @@ def front_reaching_storage() -> list[str]:
     return found
 
 
+STORAGE_IMPORT = re.compile(r"^\s*(import|from) (sqlalchemy|psycopg|duckdb)\b", re.MULTILINE)
+SQL_ALLOWED = frozenset({"messagebox.engine"})
+"""The facade the hosts are given a store through."""
+
+
+def _module_file(name: str) -> Path | None:
+    """``messagebox.x.y``'s source (``messagebox/x/y.py`` or its package's
+    ``__init__.py``), or None for what is not a module of the tree."""
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _runtime_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, module) of each ``messagebox`` module a source imports when it runs: not
+    under ``if TYPE_CHECKING:``; ``from messagebox import x`` names module ``x`` where
+    there is one."""
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for child in node.body
+        for n in ast.walk(child)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                yield node.lineno, sub if _module_file(sub) else node.module
+
+
+def hosts_import_sql_modules() -> list[str]:
+    found = []
+    for path in sources(ABOVE_STORAGE):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for number, module in _runtime_imports(tree):
+            if not module.startswith("messagebox.") or module in SQL_ALLOWED:
+                continue
+            target = _module_file(module)
+            if target is not None and STORAGE_IMPORT.search(target.read_text(encoding="utf-8")):
+                found.append(
+                    f"{path.relative_to(ROOT)}:{number}: imports {module}, which imports SQL"
+                )
+    return sorted(set(found))
+
+
 def clock_reads() -> list[str]:
     found = []
     for path in sources(PACKAGES[:-1]):  # the benches time themselves
-        if path.relative_to(ROOT).as_posix() == CLOCK:
-            continue
+        name = path.relative_to(ROOT).as_posix()
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if TIME_OF_DAY.search(line) or DATABASE_TIME.search(line):
+            if (TIME_OF_DAY.search(line) and name != CLOCK) or (
+                DATABASE_TIME.search(line) and name != STORE_CLOCK
+            ):
                 found.append(f"{path.relative_to(ROOT)}:{number}: reads the clock: {line.strip()}")
     return found
 
@@ -129,6 +188,7 @@ def main() -> int:
         + long_functions()
         + driver_mentions()
         + front_reaching_storage()
+        + hosts_import_sql_modules()
         + clock_reads()
         + backend_names()
     )
@@ -137,7 +197,8 @@ def main() -> int:
     if not breaches:
         print(
             f"no module over {MAX_MODULE_LINES} lines, no function over "
-            f"{MAX_FUNCTION_LINES}, no driver above the storage layer, one process clock, "
+            f"{MAX_FUNCTION_LINES}, no driver above the storage layer, no storage module "
+            "under the hosts, one process clock, "
             "no backend's name"
         )
     return 1 if breaches else 0

@@ -20,10 +20,10 @@ from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
 from messagebox import schema as mb_schema
+from messagebox.claims import Claim
 from messagebox.consumer import Consumer
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.hosts.supervision import READ_BATCHES, STEP_BATCHES
-from messagebox.leases import Claim
 from messagebox.outcomes import ClaimAsk
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, Stalled, wait_for

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from messagebox import Message, MessageBox, leases
 from messagebox import schema as mb_schema
+from messagebox.claims import Claim, Failure
 from messagebox.models import HostSettings
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST
@@ -114,7 +115,7 @@ def _check(box: MessageBox, work: list[tuple[Any, ...]]) -> None:
     }
     ordered = {kinds["a"].id, kinds["c"].id}
     dialect = box.store.dialect
-    hands: dict[str, dict[int, leases.Claim]] = {o: {} for o in OWNERS}
+    hands: dict[str, dict[int, Claim]] = {o: {} for o in OWNERS}
     resumed_after: dict[int, set[int]] = {}  # entry resumed -> entries in hand then
     taken: set[int] = set()
     for step in work:
@@ -151,7 +152,7 @@ def _check(box: MessageBox, work: list[tuple[Any, ...]]) -> None:
                 if step[0] == "complete":
                     leases.finish(conn, dialect, owner, [c], [], HostSettings(), set())
                 else:
-                    failure = leases.Failure(c, "refused", permanent=step[0] == "fail")
+                    failure = Failure(c, "refused", permanent=step[0] == "fail")
                     leases.finish(conn, dialect, owner, [], [failure], RETRY_AT_ONCE, set())
                     # a host instance gives back the rest of a failed run
                     rest = [

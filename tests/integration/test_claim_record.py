@@ -16,12 +16,14 @@ import sqlalchemy as sa
 from messagebox import Message, MessageBox
 from messagebox import leases as mb_leases
 from messagebox import schema as mb_schema
-from messagebox.consumer import Consumer, Outcomes
+from messagebox.claims import Claim, Failure
+from messagebox.consumer import Consumer
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.errors import BackendUnavailable, StorageError
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.hosts.dispatch import Permits
 from messagebox.models import HostSettings
+from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from tests.conftest import wait_for
 
@@ -34,9 +36,9 @@ def setup(box: MessageBox, n: int) -> Consumer:
 
 
 def outcomes(
-    done: list[mb_leases.Claim],
-    failed: list[mb_leases.Failure] | None = None,
-    unstarted: list[mb_leases.Claim] | None = None,
+    done: list[Claim],
+    failed: list[Failure] | None = None,
+    unstarted: list[Claim] | None = None,
 ) -> Outcomes:
     return Outcomes(done, failed or [], unstarted or [], HostSettings(), set())
 
@@ -135,7 +137,7 @@ def test_a_completion_whose_lease_another_instance_took_is_lost(box: MessageBox)
     consumer = setup(box, 1)
     [c] = consumer.claim(1, 0.001, ordered=False, instances=False)[0]
     other = box.consumer("h", "b")
-    taken: list[mb_leases.Claim] = []
+    taken: list[Claim] = []
 
     def take() -> bool:
         taken.extend(other.claim(1, 30.0, ordered=False, instances=False)[0])
@@ -160,7 +162,7 @@ def test_failures_and_give_backs_are_recorded_with_the_next_claim(box: MessageBo
         30.0,
         ordered=False,
         instances=False,
-        outcomes=outcomes([c0], [mb_leases.Failure(c1, "boom", permanent=True)], [c2]),
+        outcomes=outcomes([c0], [Failure(c1, "boom", permanent=True)], [c2]),
     )
     assert recorded is not None
     assert (recorded.finished.completed, recorded.finished.suspended, recorded.given) == (1, 1, 1)
@@ -288,7 +290,7 @@ def test_what_each_kind_of_claim_returns_is_what_it_stored(box: MessageBox) -> N
             [Message(b"m", promoted={"t.K": k, "t.N": i}) for k in ("p", "o", "i") for i in numbers]
         )
 
-    def take(owner: str) -> list[mb_leases.Claim]:
+    def take(owner: str) -> list[Claim]:
         with box.store.transaction(serial=True) as conn:
             return mb_leases.claim(
                 conn,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, cleanup
+from messagebox import Message, MessageBox, cleanup, upkeep
 from messagebox.hosts import HostInstance
 from messagebox.predicates import P
 from tests.conftest import claim, complete, table_counts, wait_for
@@ -75,7 +75,7 @@ def test_a_host_instance_cleans_up_in_chunks_of_the_host_batch(
     box: MessageBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given seven delivered messages, a host batch of three, and the chunks recorded
-    monkeypatch.setattr(cleanup, "HOST_BATCH", 3)
+    monkeypatch.setattr(upkeep, "HOST_BATCH", 3)
     chunks: list[int] = []
     delete = cleanup._delete_messages
 

@@ -10,8 +10,8 @@ import uuid
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, schema
-from messagebox.consumer import Outcomes
 from messagebox.models import HostSettings
+from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from tests.cli_support import run_cli
 from tests.conftest import claim, complete, fail_for_good

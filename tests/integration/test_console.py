@@ -404,9 +404,10 @@ def test_hostile_values_are_escaped_on_every_page(
 ) -> None:
     # Given a host, subscription and message whose names and values are markup (names
     # this version refuses, stored as an older version let them be)
-    from messagebox import catalog
+    from messagebox import catalog, specs
 
     monkeypatch.setattr(catalog, "check_name", lambda what, name: name)
+    monkeypatch.setattr(specs, "check_name", lambda what, name: name)
     box.create_host(HOSTILE)
     box.subscribe(HOSTILE, host=HOSTILE, filter=P("x.Evil") == HOSTILE, name=HOSTILE)
     [routed] = box.publish(

@@ -13,6 +13,7 @@ import warnings
 import pytest
 
 from messagebox import Message, MessageBox, leases
+from messagebox.claims import Failure
 from messagebox.console import create_app, pages
 from messagebox.console.auth import COOKIE
 from messagebox.models import HostSettings
@@ -40,7 +41,7 @@ def fail(box: MessageBox, host: str, errors: list[str]) -> None:
     """Suspend one queued entry of ``host`` per error, as a failing service would."""
     claims = claim(box, host, n=len(errors), owner="worker")
     assert len(claims) == len(errors)
-    failures = [leases.Failure(c, e, permanent=True) for c, e in zip(claims, errors, strict=True)]
+    failures = [Failure(c, e, permanent=True) for c, e in zip(claims, errors, strict=True)]
     with box.store.transaction(serial=True) as conn:
         leases.finish(conn, box.store.dialect, "worker", [], failures, HostSettings(), set())
 

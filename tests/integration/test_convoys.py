@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, clock, convoys, schema
+from messagebox import MessageBox, convoys, schema, store_clock
 
 
 def _resolve(box: MessageBox, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
     with box.store.transaction(serial=True) as conn:
-        return convoys.resolve_convoys(conn, box.store.dialect, pairs, clock.now(conn))
+        return convoys.resolve_convoys(conn, box.store.dialect, pairs, store_clock.now(conn))
 
 
 def _find(box: MessageBox, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:

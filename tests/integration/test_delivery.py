@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, State, Throttled, leases, throttle
 from messagebox import schema as mb_schema
+from messagebox.claims import Claim
 from messagebox.errors import (
     PermanentFailure,
     UnknownSuspendedEntry,
@@ -388,7 +389,7 @@ def test_a_suspended_message_of_an_ordered_correlated_subscription_holds_its_ins
     assert [n for _, n, _ in rec.seen] == [0, 1, 2, 3, 4, 5, 7, 8, 3, 6]
 
 
-def _run(box: MessageBox, n: int = 10) -> list[leases.Claim]:
+def _run(box: MessageBox, n: int = 10) -> list[Claim]:
     """The ordered run a claim takes now for host ``h``."""
     with box.store.transaction(serial=True) as conn:
         return leases.claim_run(

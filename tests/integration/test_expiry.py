@@ -21,6 +21,7 @@ from messagebox.errors import ValidationError
 from messagebox.hosts import HostInstance
 from messagebox.models import EXPIRED
 from messagebox.predicates import P
+from messagebox.upkeep import Swept
 from tests.conftest import FAST_HOST, claim, complete, wait_for
 
 HOUR = timedelta(hours=1)
@@ -50,7 +51,7 @@ def _expire_now(box: MessageBox, host: str) -> None:
         )
 
 
-def _sweep(box: MessageBox, host: str) -> expiry.Swept:
+def _sweep(box: MessageBox, host: str) -> Swept:
     with box.store.transaction(serial=True) as conn:
         return expiry.sweep(conn, box.store.dialect, host)
 
@@ -87,13 +88,13 @@ def test_an_expired_entry_is_never_claimed_and_is_suspended_as_expired(box: Mess
     assert [c.msg for c in claim(box, h, n=10)] == [routed[2].message_id]
     # Then the sweep suspends them, resumable, reason expired, keeping their references
     before = metrics.EXPIRED.labels(h)._value.get()
-    assert _sweep(box, h) == expiry.Swept(suspended=2, dropped=0)
+    assert _sweep(box, h) == Swept(suspended=2, dropped=0)
     entries = box.suspended(host=h)
     assert [(e.reason, e.resumable) for e in entries] == [(EXPIRED, True)] * 2
     assert all(e.error is not None and "expired at" in e.error for e in entries)
     assert [box.references(r.message_id) for r in routed[:2]] == [1, 1]
     assert metrics.EXPIRED.labels(h)._value.get() == before + 2
-    assert _sweep(box, h) == expiry.Swept()
+    assert _sweep(box, h) == Swept()
     # and the per-minute counts (the console's chart) have them, by subscription
     box.store.write_tally()
     assert sum(box.rates(5).counts[("expired", h)]) == 2
@@ -104,7 +105,7 @@ def test_a_subscription_that_drops_expired_entries_releases_them(box: MessageBox
     assert box.subscription(h).on_expiry == "drop"
     [routed] = box.publish([_msg(h, ttl=3600)])
     _expire_now(box, h)
-    assert _sweep(box, h) == expiry.Swept(suspended=0, dropped=1)
+    assert _sweep(box, h) == Swept(suspended=0, dropped=1)
     assert box.suspended(host=h) == []
     assert box.references(routed.message_id) == 0
     assert box.cleanup().messages == 1
@@ -117,7 +118,7 @@ def test_an_entry_in_hand_when_it_expires_finishes(box: MessageBox):
     [c] = claim(box, h)
     # When it expires while in hand, the sweep leaves it, and its delivery completes
     _expire_now(box, h)
-    assert _sweep(box, h) == expiry.Swept()
+    assert _sweep(box, h) == Swept()
     complete(box, c)
     assert box.queue_stats(h) == []
     assert box.suspended(host=h) == []
@@ -280,7 +281,7 @@ def test_a_sweep_takes_exactly_the_expired_entries(
     expired = sum(1 for e in ends if e is not None and e < 0)
     # When swept, exactly the expired ones go, suspended or dropped
     swept = _sweep(box, h)
-    assert swept == (expiry.Swept(0, expired) if drop else expiry.Swept(expired, 0))
+    assert swept == (Swept(0, expired) if drop else Swept(expired, 0))
     assert len(box.suspended(host=h)) == (0 if drop else expired)
     left = sum(q.depth for q in box.queue_stats(h))
     assert left == (len(ends) or 1) - expired

@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, consumer, publishing, schema, service_instances
-from messagebox.consumer import Outcomes
+from messagebox import Message, MessageBox, consumer, publishing, schema
+from messagebox.claims import Claim
 from messagebox.errors import AlreadyExists, BackendUnavailable
-from messagebox.leases import Claim
 from messagebox.models import HostSettings, Outcome, RoutingPolicy
+from messagebox.outcomes import Outcomes
 from messagebox.service_instances import LeaseLost
+from messagebox.steps import Step
 from tests.integration.conftest import catch_all_box
 from tests.integration.orchestration_support import wait_until
 
@@ -169,8 +170,8 @@ def _leased(box: MessageBox, n: int) -> list[Claim]:
     return sorted(claims, key=lambda c: c.id)
 
 
-def _step(claim: Claim, *, owner: str = "a") -> service_instances.Step:
-    return service_instances.Step(
+def _step(claim: Claim, *, owner: str = "a") -> Step:
+    return Step(
         owner=owner,
         entry_id=claim.id,
         instance_id=f"i-{claim.id}",
@@ -182,13 +183,11 @@ def _step(claim: Claim, *, owner: str = "a") -> service_instances.Step:
     )
 
 
-def _steps_in_threads(
-    box: MessageBox, batches: list[list[service_instances.Step]]
-) -> tuple[list[Any], list[int]]:
+def _steps_in_threads(box: MessageBox, batches: list[list[Step]]) -> tuple[list[Any], list[int]]:
     """Commit each batch of steps from a thread of its own; each thread's result and,
     per transaction, how many threads' steps it held."""
 
-    def call(steps: list[service_instances.Step]) -> Callable[[], Any]:
+    def call(steps: list[Step]) -> Callable[[], Any]:
         return lambda: box.consumer("h", "a").commit_steps(steps, publisher="tests")
 
     group = consumer._step_group(box.messages._store)

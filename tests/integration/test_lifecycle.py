@@ -181,14 +181,14 @@ def test_the_console_changes_filters_services_and_removes_hosts(shop: MessageBox
 def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -> None:
     import threading
 
-    from messagebox import clock, subscriptions
-    from messagebox.catalog import check_spec
+    from messagebox import store_clock, subscriptions
+    from messagebox.specs import check_spec
 
     box.create_host("h2")
     spec = check_spec(0, {"service": "svc", "host": "h2", "filter": P("a.B") == 1})
     outcome: list[BaseException | None] = []
     with box.store.transaction(serial=box.one_process) as conn:  # a subscribe, not committed
-        subscriptions.subscribe(conn, box.store.dialect, [spec], clock.now(conn))
+        subscriptions.subscribe(conn, box.store.dialect, [spec], store_clock.now(conn))
 
         def remove() -> None:
             trying.set()
@@ -213,11 +213,11 @@ def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -
 def test_a_host_with_a_pending_timer_is_not_removed(box: MessageBox) -> None:
     import sqlalchemy as sa
 
-    from messagebox import clock, schema
+    from messagebox import schema, store_clock
 
     box.create_host("timed")
     with box.store.transaction() as conn:
-        now = clock.now(conn)
+        now = store_clock.now(conn)
         conn.execute(
             sa.insert(schema.timer).values(
                 id=1,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from messagebox import MessageBox, clock, convoys, schema, service_instances
+from messagebox import MessageBox, convoys, schema, service_instances, store_clock
 from messagebox.models import InstanceState
 from messagebox.properties import encode_value
 
@@ -48,7 +48,7 @@ def test_saved_instances_and_convoys_come_back_as_stored(box: MessageBox) -> Non
     done_at = _save(box, ids, completed={"inst-0003"})
     with box.store.transaction(serial=True) as conn:  # a convoy whose first step is due
         [pending] = convoys.resolve_convoys(
-            conn, box.store.dialect, [("picking", "k-9")], clock.now(conn)
+            conn, box.store.dialect, [("picking", "k-9")], store_clock.now(conn)
         ).values()
     with box.store.transaction(autocommit=True) as conn:
         found, pending_ids = service_instances.load(

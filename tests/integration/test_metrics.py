@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from messagebox import Message, MessageBox, leases
+from messagebox.claims import Claim
 from messagebox.errors import RoutingFailure
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.metrics import exposition
@@ -152,7 +153,7 @@ def test_an_entry_s_wait_is_its_first_claim_s_and_a_resumed_entry_waits_from_its
     assert first.waited is not None
     assert first.waited >= 0.3
     # A lapsed lease, then a give-back, are claimed again, but not waited again
-    lapsed: list[leases.Claim] = []
+    lapsed: list[Claim] = []
 
     def claimed_again() -> bool:
         lapsed.extend(claim(box, host, n=5))  # nothing while the lease holds

@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, leases, router, schema
+from messagebox.claims import Claim
 from messagebox.errors import MessageBoxError
 from messagebox.ids import uuid7
 from messagebox.models import HostSettings, Outcome, RoutingPolicy
@@ -387,7 +388,7 @@ def test_a_message_committed_late_with_an_older_id_waits_for_the_running_step(pg
     with MessageBox(pg_url, publisher="tests") as box:
         app.setup(box)
 
-        def take(owner: str) -> list[leases.Claim]:
+        def take(owner: str) -> list[Claim]:
             return claim(box, HOST, n=10, owner=owner, lease_seconds=60, instances=True)
 
         # Given a running instance for X whose first order was handled

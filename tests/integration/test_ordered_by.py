@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox, schema
-from messagebox.consumer import Outcomes
-from messagebox.leases import Claim, Failure
+from messagebox.claims import Claim, Failure
 from messagebox.models import HostSettings
 from messagebox.order_keys import ABSENT, describe, encode
+from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST
 

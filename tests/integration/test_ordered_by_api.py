@@ -233,7 +233,7 @@ def test_a_send_port_and_a_batch_with_a_message_stored_suspended_order_by_a_prop
     """A send port declares ``ordered_by``; in a batch where a message is stored
     suspended (a receive pipeline refused it, here routed as an error report too), the
     others' entries still get their own keys."""
-    from messagebox.router import Suspension
+    from messagebox.models import Suspension
 
     app = HostApp("h")
     app.send_port("out", transport="file:///tmp/never", filter=P("t.N") >= 0, ordered_by="t.K")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from messagebox import Message, MessageBox, schema
+from messagebox.claims import Claim
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.hosts.dispatch import Pace
-from messagebox.leases import Claim
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, wait_for
 

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from messagebox import leases as mb_leases
+from messagebox.claims import Claim, Finished
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.predicates import P
@@ -58,7 +59,7 @@ def test_completions_are_deleted_before_the_claim_locks_anything(box: MessageBox
     holder.autocommit = False
     holder.execute("SELECT 1 FROM mb_queue WHERE id = %s FOR UPDATE", (done.id,))
     pid: list[int] = []
-    result: list[tuple[mb_leases.Finished, list[mb_leases.Claim]]] = []
+    result: list[tuple[Finished, list[Claim]]] = []
 
     def complete_and_claim() -> None:
         with box.store.transaction(serial=True) as conn:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from messagebox import leases
 from messagebox import schema as mb_schema
+from messagebox.claims import Claim
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.predicates import P
@@ -21,7 +22,7 @@ pytestmark = [
 ]
 
 
-def _run(box: MessageBox, conn: sa.Connection, n: int) -> list[leases.Claim]:
+def _run(box: MessageBox, conn: sa.Connection, n: int) -> list[Claim]:
     return leases.claim_run(conn, box.store.dialect, host="h", owner="t", n=n, lease_seconds=30)
 
 

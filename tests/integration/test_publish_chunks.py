@@ -12,9 +12,8 @@ import pytest
 from messagebox import Message, MessageBox
 from messagebox import router as mb_router
 from messagebox.errors import RoutingFailure, Throttled
-from messagebox.models import Outcome
+from messagebox.models import Outcome, Suspension
 from messagebox.predicates import P
-from messagebox.router import Suspension
 from tests.conftest import table_counts
 
 

@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from messagebox import Message, MessageBox
-from messagebox.consumer import Outcomes
 from messagebox.errors import ValidationError
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import HostSettings
+from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, wait_for
 

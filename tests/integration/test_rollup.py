@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, clock, rollup, schema
+from messagebox import Message, MessageBox, clock, rollup, schema, upkeep
 from messagebox.console import create_app
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.predicates import P
@@ -81,7 +81,7 @@ def test_depth_samples_and_a_running_host_writes_both(
     box: MessageBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(rollup, "FLUSH_SECONDS", 0.0)
-    monkeypatch.setattr(rollup, "DEPTH_SECONDS", 0.0)
+    monkeypatch.setattr(upkeep, "DEPTH_SECONDS", 0.0)
     box.create_host("h", **FAST)
     box.subscribe("work", host="h", filter=P("t.N") >= 0)
     box.publish([Message(b"x", promoted={"t.N": i}) for i in range(3)])

@@ -10,11 +10,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from messagebox import Message, MessageBox, rollup, service_instances
-from messagebox.consumer import Outcomes
+from messagebox import Message, MessageBox, rollup
 from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import HostSettings
+from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
+from messagebox.steps import Step
 from tests.integration.conftest import catch_all_box
 
 pytestmark = pytest.mark.postgres
@@ -114,7 +115,7 @@ def test_a_step_batch_reads_the_time_with_its_rows(
     box.publish([Message(b"x", promoted={"a.N": 1})])
     consumer = box.consumer("h", "a")
     [claim], _ = consumer.claim(1, 30.0, ordered=False, instances=False)
-    step = service_instances.Step(
+    step = Step(
         owner="a",
         entry_id=claim.id,
         instance_id="i-1",

@@ -19,9 +19,8 @@ from messagebox import (
     UnknownHost,
     schema,
 )
-from messagebox.models import ROUTING_FAILURE
+from messagebox.models import ROUTING_FAILURE, Suspension
 from messagebox.predicates import P
-from messagebox.router import Suspension
 from messagebox.spool import FRAGMENT_SIZE
 from tests.conftest import table_counts
 

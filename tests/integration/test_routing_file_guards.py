@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from messagebox import MessageBox, clock, subscriptions
+from messagebox import MessageBox, store_clock, subscriptions
 from messagebox.errors import ValidationError
 from messagebox.models import HostSettings
 from messagebox.predicates import P
@@ -119,7 +119,7 @@ def test_hosts_list_escapes_a_stored_name_with_escape_sequences(backend_url: str
     hostile = "evil\x1b]0;owned\x07\x1b[2J"
     with MessageBox(backend_url) as box:
         with box.store.transaction(serial=True) as conn:
-            subscriptions.create_host(conn, hostile, HostSettings(), clock.now(conn))
+            subscriptions.create_host(conn, hostile, HostSettings(), store_clock.now(conn))
         box.create_host("h")
         box.subscribe("svc", host="h", filter=P("a.B") == 1, name="plain")
     # When the hosts are listed

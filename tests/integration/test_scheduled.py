@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from messagebox import Message, MessageBox, UnknownScheduledEntry, leases
 from messagebox import schema as mb_schema
+from messagebox.claims import Claim
 from messagebox.errors import MessageValidationError, ValidationError
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.predicates import P
@@ -321,7 +322,7 @@ def test_a_message_published_on_completion_keeps_its_times(
     assert e.expires_at > e.due_at
 
 
-def _claim_run(box: MessageBox, host: str) -> list[leases.Claim]:
+def _claim_run(box: MessageBox, host: str) -> list[Claim]:
     with box.store.transaction(serial=True) as conn:
         return list(
             leases.claim(
@@ -336,7 +337,7 @@ def _claim_run(box: MessageBox, host: str) -> list[leases.Claim]:
         )
 
 
-def _n(box: MessageBox, claimed: leases.Claim) -> int:
+def _n(box: MessageBox, claimed: Claim) -> int:
     return int(box.read_message(claimed.msg).promoted["t.N"])  # type: ignore[arg-type]
 
 
@@ -405,7 +406,7 @@ def test_each_entry_is_due_at_its_own_messages_time_on_every_publish_path(
     # suspended as well (a receive pipeline's refusal, routed: the message-by-message
     # path), published in chunks of ``chunk`` (one transaction)
     from messagebox import router as mb_router
-    from messagebox.router import Suspension
+    from messagebox.models import Suspension
 
     h = _host(box)
     box.subscribe(f"{h}-2", host=h, filter=P("t.K") == h, name=f"{h}-2")

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, clock, schema, search_walk
+from messagebox import Message, MessageBox, clock, schema, search_walk, store_clock
 from messagebox.errors import ValidationError
 from messagebox.predicates import Filter, P, filter_matches
 from messagebox.properties import decode_context
@@ -223,7 +223,7 @@ def test_tracking_keeps_a_deleted_message_until_its_retention(box: MessageBox) -
     with box.store.transaction() as conn:  # published two hours ago, as far as tracking knows
         conn.execute(
             schema.tracked_message.update().values(
-                published_at=clock.now(conn) - timedelta(hours=2)
+                published_at=store_clock.now(conn) - timedelta(hours=2)
             )
         )
     assert box.search("t.N == 1", since=timedelta(hours=3)).found != []
@@ -294,7 +294,7 @@ def test_a_search_followed_page_by_page_finds_what_the_evaluator_finds(
 ) -> None:
     box = searched_box
     with box.store.transaction() as conn:
-        since = clock.now(conn)
+        since = store_clock.now(conn)
     # Given messages published in batches (routing failures: stored, suspended), some of
     # them then terminated and deleted by cleanup (kept by tracking)
     for batch in batches:

@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from messagebox import Message, MessageBox, schema, service_instances
+from messagebox import Message, MessageBox, schema
 from messagebox.consumer import Consumer
+from messagebox.steps import Step
 from tests.integration.conftest import catch_all_box
 
 
@@ -67,8 +68,8 @@ class Statements:
         del self.dialect.fetch, self.dialect.fetch_messages
 
 
-def _step(claim_id: int, sub: int, instance_id: str) -> service_instances.Step:
-    return service_instances.Step(
+def _step(claim_id: int, sub: int, instance_id: str) -> Step:
+    return Step(
         owner="a",
         entry_id=claim_id,
         instance_id=instance_id,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from messagebox.catalog import check_name
 from messagebox.errors import ValidationError
 from messagebox.routing_file import MAX_FILE_BYTES, RoutingFileError, load, read
+from messagebox.specs import check_name
 from tests.cli_support import run_cli
 
 ONE = '[hosts.h]\n[[subscriptions]]\nservice = "s"\nhost = "h"\nfilter = "a.b == 1"\n'

@@ -13,11 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from messagebox import Message, service_instances
+from messagebox import Message
 from messagebox.errors import MessageValidationError
 from messagebox.hosts import Delivery, Orchestration, activate
 from messagebox.predicates import P
 from messagebox.properties import Value, normalize_value
+from messagebox.steps import Step
 from tests.strategies import values
 
 
@@ -41,7 +42,7 @@ def _step(correlation: dict[str, object]) -> Shipping:
         k: None if v is None else normalize_value(v, promoted=True) for k, v in correlation.items()
     }
     orch.correlation_values = typing.cast(dict[str, Value], normal)  # None: not in the message
-    orch._effects = service_instances.Step(
+    orch._effects = Step(
         owner="o",
         entry_id=1,
         instance_id="i",

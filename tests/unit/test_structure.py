@@ -1,5 +1,5 @@
 """The code keeps its shape (tests/structure.py): module and function sizes, no driver
-above the storage layer, one process clock."""
+above the storage layer, no storage module under the hosts, one process clock."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ def test_nothing_above_the_storage_layer_names_a_driver_or_opens_a_transaction()
     assert structure.front_reaching_storage() == []
 
 
+def test_hosts_adapters_and_pipelines_import_no_module_that_runs_sql() -> None:
+    assert structure.hosts_import_sql_modules() == []
+
+
 def test_only_the_clock_module_reads_the_time_of_day() -> None:
     assert structure.clock_reads() == []
 
@@ -38,10 +42,21 @@ def test_the_checks_find_what_they_look_for(
         f"import sqlalchemy\n\n\ndef long():\n{body}\n    return datetime.now(UTC)\n"
         + "\n" * structure.MAX_MODULE_LINES
     )
+    (tmp_path / "hosts" / "imports.py").write_text(
+        "from typing import TYPE_CHECKING\n\n"
+        "from messagebox import allowed, storage, values\n"
+        "from messagebox.storage import Thing\n"
+        "from messagebox.values import Value\n\n"
+        "if TYPE_CHECKING:\n    from messagebox.storage import Typed\n"
+    )
+    (tmp_path / "messagebox" / "storage.py").write_text("import sqlalchemy as sa\n")
+    (tmp_path / "messagebox" / "allowed.py").write_text("import sqlalchemy as sa\n")
+    (tmp_path / "messagebox" / "values.py").write_text("Value = int\n")
     (tmp_path / "messagebox" / "named.py").write_text(
         'if conn.dialect.name == "duckdb":\n    at = conn.execute(sa.select(sa.func.now()))\n'
     )
     monkeypatch.setattr(structure, "ROOT", tmp_path)
+    monkeypatch.setattr(structure, "SQL_ALLOWED", frozenset({"messagebox.allowed"}))
     assert structure.long_modules() == [f"hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines"]
     assert structure.long_functions() == [
         f"hosts/bad.py:4 long(): {structure.MAX_FUNCTION_LINES + 2} lines"
@@ -53,3 +68,7 @@ def test_the_checks_find_what_they_look_for(
         "messagebox/named.py:2",
     ]
     assert [b.split(": ")[0] for b in structure.backend_names()] == ["messagebox/named.py:1"]
+    assert [b.split(": ")[0] for b in structure.hosts_import_sql_modules()] == [
+        "hosts/imports.py:3",
+        "hosts/imports.py:4",
+    ]
