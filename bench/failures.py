@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from bench.orchestrate import positive
 from bench.tracking import PG_URL, pg_reachable, store
 from messagebox import MessageBox, failures, schema
 from messagebox.predicates import P
@@ -155,20 +156,10 @@ def run(backend: str, entries: int, rounds: int) -> list[str]:
     return row
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failures", description=__doc__)
-    parser.add_argument("--entries", type=_positive, default=100_000, help="default 100,000")
-    parser.add_argument("--rounds", type=_positive, default=3, help="timed runs (default 3)")
+    parser.add_argument("--entries", type=positive, default=100_000, help="default 100,000")
+    parser.add_argument("--rounds", type=positive, default=3, help="timed runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="one round")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds

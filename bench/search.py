@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from bench.orchestrate import positive
 from bench.tracking import PG_URL, pg_reachable, store
 from messagebox import MessageBox, schema
 from messagebox.predicates import Filter, filter_matches, parse_filter
@@ -225,20 +226,10 @@ def run(backend: str, n: int, rounds: int) -> list[list[str]]:
     return rows
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.search", description=__doc__)
-    parser.add_argument("--messages", type=_positive, default=1_000_000, help="default 1M")
-    parser.add_argument("--rounds", type=_positive, default=3, help="timed runs (default 3)")
+    parser.add_argument("--messages", type=positive, default=1_000_000, help="default 1M")
+    parser.add_argument("--rounds", type=positive, default=3, help="timed runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="one round")
     parser.add_argument("--backend", choices=("duckdb", "postgresql"), help="only this one")
     args = parser.parse_args(argv)
