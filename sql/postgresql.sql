@@ -138,7 +138,8 @@ DECLARE
     r record;
     taken bigint := 0;
 BEGIN
-    IF p_n < 1 OR NOT pg_try_advisory_xact_lock(724012, hashtext(p_sub::text)) THEN
+    -- advisory locks span the database: the schema names the store's own
+    IF p_n < 1 OR NOT pg_try_advisory_xact_lock(724012, hashtext(current_schema() || '/' || p_sub::text)) THEN
         RETURN;
     END IF;
     IF EXISTS (  -- by mb_queue_run_lease: the entries in hand, not the backlog
@@ -257,7 +258,7 @@ BEGIN
         k := r.sub::text || '/' || r.order_key;
         CONTINUE WHEN k = ANY(seen);
         seen := seen || k;
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(724014, hashtext(k));
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(724014, hashtext(current_schema() || '/' || k));
         -- its run, in one statement: its oldest entries not expired, as far as they are
         -- claimable now; none when it is not free (tests that do not depend on the
         -- rows, evaluated once, first)
