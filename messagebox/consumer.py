@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +25,6 @@ from messagebox import (
     expiry,
     ids,
     leases,
-    notify,
     registry,
     router,
     scheduled,
@@ -57,24 +55,9 @@ class _Steps:
     publisher: str
 
 
-_TIMER_HINTS: dict[tuple[str, str], float] = {}
-"""Per store key and host: the earliest due time (seconds since the epoch, by this
-process's clock, :func:`clock.local_now`) of the timers steps in this process set since
-the host's timers were last looked at."""
-_TIMER_HINTS_GUARD = threading.Lock()
-
-_GROUPS: weakref.WeakKeyDictionary[Store, dict[str, Group[Any, Any]]] = weakref.WeakKeyDictionary()
-_GROUPS_GUARD = threading.Lock()
-
-
 def _group(store: Store, key: str) -> Group[Any, Any]:
-    """The store's group ``key``, its turn the in-process lock."""
-    with _GROUPS_GUARD:
-        groups = _GROUPS.setdefault(store, {})
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = Group(store.dialect.serial())
-        return group
+    """The store's group ``key``, its turn the database's in-process lock."""
+    return store.groups.get(key)
 
 
 def _claim_group(store: Store, owner: str) -> Group[ClaimAsk, tuple[list[Claim], Recorded | None]]:
@@ -85,12 +68,6 @@ def _claim_group(store: Store, owner: str) -> Group[ClaimAsk, tuple[list[Claim],
 def _step_group(store: Store) -> Group[_Steps, int]:
     """The steps of a store waiting for the next commit."""
     return _group(store, "steps")
-
-
-_LIVE: dict[str, set[str]] = {}
-"""The host instances registered by this process, by database (``Store.key``): where one
-process holds the database, every other registered instance is a process that ended."""
-_LIVE_GUARD = threading.Lock()
 
 
 class Consumer:
@@ -127,11 +104,11 @@ class Consumer:
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when this process queues work for the host; returns the
         function that stops watching."""
-        return notify.watch(self._store.key, self.host, wake)
+        return self._store.local.wakes.watch(self.host, wake)
 
     def watch_timers(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when a step in this process sets a timer on the host."""
-        return notify.watch(self._store.key, timer_channel(self.host), wake)
+        return self._store.local.wakes.watch(timer_channel(self.host), wake)
 
     def listen(self, wake: Callable[[], None], stop: threading.Event) -> None:
         """Call ``wake`` when another process queues work for the host, until ``stop``
@@ -144,10 +121,7 @@ class Consumer:
         """Register; returns warnings about the server (see ``Dialect.warnings``).
         Where one process holds the database (DuckDB), the instances registered by a
         process that ended are unregistered, and their leases released, at once."""
-        with _LIVE_GUARD:
-            live = _LIVE.setdefault(self._store.key, set())
-            live.add(self.owner)
-            mine = sorted(live)
+        mine = self._store.local.instance_registered(self.owner)
         with self._store.transaction(serial=True) as conn:
             registry.register(conn, info)
             warnings = self._dialect.warnings(conn)
@@ -171,8 +145,7 @@ class Consumer:
                 if released:
                     self._dialect.notify(conn, [self.host])
         finally:
-            with _LIVE_GUARD:
-                _LIVE.get(self._store.key, set()).discard(self.owner)
+            self._store.local.instance_unregistered(self.owner)
             if self._store.recent is not None:
                 self._store.recent.reader_stopped()
         return released
@@ -197,8 +170,7 @@ class Consumer:
     def held_elsewhere(self) -> bool:
         """Whether entries of the host are leased by an instance that is not one of
         this process's (another process at work, or one that ended)."""
-        with _LIVE_GUARD:
-            mine = sorted(_LIVE.get(self._store.key, set()))
+        mine = self._store.local.instances()
         with self._store.transaction() as conn:
             return registry.held_elsewhere(conn, self._dialect, self.host, mine)
 
@@ -507,8 +479,7 @@ class Consumer:
     def next_due(self) -> float | None:
         """Seconds until the host's next timer is due (0 if one is), or None. A look at
         the timers: what :meth:`timer_set_before` says starts again from here."""
-        with _TIMER_HINTS_GUARD:
-            _TIMER_HINTS.pop((self._store.key, self.host), None)
+        self._store.local.timers_looked_at(self.host)
         with self._store.transaction() as conn:  # a read: no write lock while idle
             return service_instances.next_due(conn, self.host)
 
@@ -523,8 +494,7 @@ class Consumer:
         (seconds since the epoch) since the host's timers were last looked at
         (:meth:`next_due`). A timer loop that looks by ``at`` anyway need not be woken
         for a later one: timers set with long time-outs then cost it no read."""
-        with _TIMER_HINTS_GUARD:
-            return _TIMER_HINTS.get((self._store.key, self.host), math.inf) < at
+        return self._store.local.timer_set_before(self.host, at)
 
     def fire_timers(self) -> Counter[str]:
         """Queue the host's due timeouts; returns the entries queued per host."""
@@ -583,9 +553,8 @@ class Consumer:
             due = min(t.due_at.timestamp() for t in s.timers) - ahead
             soonest[s.host] = min(due, soonest.get(s.host, math.inf))
         if soonest:  # committed: hint first, then wake (a look now sees the timers)
-            with _TIMER_HINTS_GUARD:
-                for host, due in soonest.items():
-                    key = (self._store.key, host)
-                    _TIMER_HINTS[key] = min(due, _TIMER_HINTS.get(key, math.inf))
-            notify.signal(self._store.key, [timer_channel(h) for h in soonest])
+            local = self._store.local
+            for host, due in soonest.items():
+                local.timer_set(host, due)
+            local.wakes.signal([timer_channel(h) for h in soonest])
         return discarded

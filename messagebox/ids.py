@@ -119,7 +119,8 @@ class Blocks:
 
     For a database only this process opens (DuckDB): ids stay increasing in the order
     they are handed out, and a publish needs no statement for them. Sequence values are
-    not given back on rollback, so a block is never handed out twice."""
+    not given back on rollback, so a block is never handed out twice. One per database
+    in the process, shared by its stores (``DatabaseLocal.blocks``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -137,16 +138,6 @@ class Blocks:
                 ids.extend(range(self._next, self._next + take))
                 self._next += take
         return ids
-
-
-_SHARED: dict[str, Blocks] = {}
-_SHARED_GUARD = threading.Lock()
-
-
-def blocks_for(database: str) -> Blocks:
-    """The one :class:`Blocks` of a database in this process."""
-    with _SHARED_GUARD:
-        return _SHARED.setdefault(database, Blocks())
 
 
 def begin(conn: sa.Connection, blocks: Blocks | None) -> None:

@@ -1,5 +1,7 @@
 """In-process wake-ups: a publish wakes the idle host instances of its hosts that run
-in the same process at once (on PostgreSQL, other processes are woken by NOTIFY).
+in the same process at once (on PostgreSQL, other processes are woken by NOTIFY). A
+transaction names the hosts to wake (:func:`after_commit`); once it commits, its store
+signals them through the database's :class:`Waiters` (``store.local.wakes``).
 """
 
 from __future__ import annotations
@@ -8,35 +10,43 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-_Key = tuple[str, str]
-_waiters: dict[_Key, set[Callable[[], None]]] = {}
-_guard = threading.Lock()
 
+class Waiters:
+    """The wake-ups of one database in this process, by host (or channel): kept by its
+    :class:`~messagebox.database_local.DatabaseLocal`, so that a publish through any
+    store of the database wakes the watchers of every other."""
 
-def watch(database: str, host: str, wake: Callable[[], None]) -> Callable[[], None]:
-    """Call ``wake`` whenever this process publishes to ``host`` in ``database``.
-    Returns the function that stops watching."""
-    key = (database, host)
-    with _guard:
-        _waiters.setdefault(key, set()).add(wake)
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[Callable[[], None]]] = {}
+        self._guard = threading.Lock()
 
-    def unwatch() -> None:
-        with _guard:
-            waiters = _waiters.get(key)
-            if waiters is not None:
-                waiters.discard(wake)
-                if not waiters:
-                    del _waiters[key]
+    def watch(self, host: str, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` whenever this process publishes to ``host`` in the database.
+        Returns the function that stops watching."""
+        with self._guard:
+            self._waiters.setdefault(host, set()).add(wake)
 
-    return unwatch
+        def unwatch() -> None:
+            with self._guard:
+                waiters = self._waiters.get(host)
+                if waiters is not None:
+                    waiters.discard(wake)
+                    if not waiters:
+                        del self._waiters[host]
 
+        return unwatch
 
-def signal(database: str, hosts: Iterable[str]) -> None:
-    """Wake this process's watchers of these hosts."""
-    with _guard:
-        targets = [w for h in set(hosts) for w in _waiters.get((database, h), ())]
-    for wake in targets:
-        wake()
+    def signal(self, hosts: Iterable[str]) -> None:
+        """Wake this process's watchers of these hosts."""
+        with self._guard:
+            targets = [w for h in set(hosts) for w in self._waiters.get(h, ())]
+        for wake in targets:
+            wake()
+
+    def __len__(self) -> int:
+        """How many hosts are watched."""
+        with self._guard:
+            return len(self._waiters)
 
 
 _AFTER_COMMIT = "messagebox.wake"

@@ -70,7 +70,9 @@ def _message(msg_id: uuid.UUID, kept: Kept) -> StoredMessage:
 
 
 class Recent:
-    """The messages kept for one database (shared by every store of it in the process)."""
+    """The messages kept for one database (shared by every store of it in the process:
+    ``DatabaseLocal.recent``, made when the first opens, dropped when the last closes,
+    so a database file removed and made anew between two opens starts with none)."""
 
     def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.limit = limit
@@ -135,36 +137,6 @@ class Recent:
                 old = self._kept.pop(msg_id, None)
                 if old is not None:
                     self.used -= old[0]
-
-
-_OPEN: dict[str, tuple[Recent, int]] = {}
-"""Per database open in this process (by its key): its kept messages and how many
-stores have it open. They live while one does: a database file removed and made
-anew between two opens starts with none."""
-_GUARD = threading.Lock()
-
-
-def opened(key: str) -> Recent:
-    """The kept messages of a database that only this process opens, for a store that
-    opens it (give them back with :func:`closed`)."""
-    with _GUARD:
-        found, n = _OPEN.get(key, (None, 0))
-        if found is None:
-            found = Recent()
-        _OPEN[key] = (found, n + 1)
-        return found
-
-
-def closed(key: str) -> None:
-    """A store of the database closed: the last one forgets its kept messages."""
-    with _GUARD:
-        found, n = _OPEN.get(key, (None, 0))
-        if found is None:
-            return
-        if n > 1:
-            _OPEN[key] = (found, n - 1)
-        else:
-            del _OPEN[key]
 
 
 def entry(

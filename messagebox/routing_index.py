@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Mapping, MutableSequence, Sequence
 from operator import itemgetter
 from sys import intern
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -28,6 +28,9 @@ from messagebox.predicates.index import FilterIndex
 from messagebox.predicates.model import Filter
 from messagebox.properties import Value
 
+if TYPE_CHECKING:
+    from messagebox.database_local import DatabaseLocal
+
 _KEY = "mb_routing_index"
 """``conn.info`` key: the store's :class:`RoutingIndex` (set by ``Store.transaction``)."""
 
@@ -36,11 +39,6 @@ _PREFETCHED = "mb_routing_prefetched"
 
 _CHANGED = "mb_routing_changed"
 """``conn.info`` key: set when the transaction records a routing version."""
-
-_LOCAL: dict[str, int] = {}
-"""Per database only this process opens (DuckDB): how many transactions that changed
-routing have committed here, so an index skips its query while nothing changed."""
-_LOCAL_GUARD = threading.Lock()
 
 _UNENLISTED = State.UNENLISTED.value
 _STOPPED = State.STOPPED.value
@@ -126,13 +124,6 @@ def take_changed(conn: sa.Connection) -> bool:
     return bool(conn.info.pop(_CHANGED, False))
 
 
-def committed_change(database: str) -> None:
-    """A transaction that changed routing committed on ``database`` (one-process
-    backends: ``Store.transaction`` calls it after the commit)."""
-    with _LOCAL_GUARD:
-        _LOCAL[database] = _LOCAL.get(database, 0) + 1
-
-
 def of(conn: sa.Connection) -> RoutingIndex | None:
     """The routing index of the transaction on ``conn``, if it has one."""
     found: RoutingIndex | None = conn.info.get(_KEY)
@@ -151,10 +142,11 @@ class RoutingIndex:
     Thread-safe: a batch is matched under a lock (matching holds the interpreter lock,
     so threads gain nothing from running it at once)."""
 
-    def __init__(self, local: str | None = None) -> None:
+    def __init__(self, local: DatabaseLocal | None = None) -> None:
         self._local = local
-        """The database key where every change is made in this process (DuckDB): the
-        index then asks the database only after such a change committed here."""
+        """The database's state in this process where every change is made in this
+        process (DuckDB): the index then asks the database only after such a change
+        committed here (:attr:`DatabaseLocal.routing_changes`)."""
         self._local_seen = -1
         self._lock = threading.Lock()
         self._filters: FilterIndex[int] = FilterIndex()
@@ -253,7 +245,7 @@ class RoutingIndex:
     def _catch_up(self, conn: sa.Connection) -> None:
         """Bring the index to the newest routing version this transaction sees."""
         if self._local is not None:
-            seen = _LOCAL.get(self._local, 0)
+            seen = self._local.routing_changes
             if seen == self._local_seen and self._version is not None:
                 return  # no change committed since the last look
             self._local_seen = seen  # read before the query: a later change looks again

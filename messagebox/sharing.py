@@ -109,3 +109,26 @@ class Group(Generic[W, R]):
                     w.result = results[i]
                 w.done = True
             self.mutex.notify_all()
+
+
+class Groups:
+    """One store's groups by name, made on first use, each with ``turn()`` as its turn.
+
+    Per store, not per database: the leader does the work it takes along through its
+    own store (its transaction, its count hooks, its outage), so work brought through
+    one store is never done, nor counted, through another. The turn is the database's
+    in-process lock all the same, so the groups of two stores of one database still
+    take turns."""
+
+    def __init__(self, turn: Callable[[], AbstractContextManager[Any]]) -> None:
+        self._turn = turn
+        self._groups: dict[str, Group[Any, Any]] = {}
+        self._guard = threading.Lock()
+
+    def get(self, name: str) -> Group[Any, Any]:
+        """The group ``name`` (made now if it is new)."""
+        with self._guard:
+            group = self._groups.get(name)
+            if group is None:
+                group = self._groups[name] = Group(self._turn())
+            return group

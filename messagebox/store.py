@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
 from messagebox import (
+    database_local,
     defaults,
     expiry,
     ids,
@@ -26,6 +27,7 @@ from messagebox import (
     rollup,
     routing_index,
     schema,
+    sharing,
     store_clock,
     tracking,
     upgrades,
@@ -101,25 +103,33 @@ class Store:
         self.host_ttls = expiry.HostTtls()
         """The hosts' ``message_ttl_seconds``, as publishes read them."""
         self.key = self.dialect.database_key(self.url)
-        """Names this database within the process (in-process wake-ups)."""
+        """Names this database within the process."""
         one_process = self.dialect.one_process
+        self._released = False
+        self.local = database_local.opened(
+            self.key, one_process=one_process, private=self.dialect.private_database(self.url)
+        )
+        """What this process keeps about the database, shared with its other stores
+        (locks, wake-ups, id block, kept messages: :mod:`messagebox.database_local`)."""
+        self.groups = sharing.Groups(self.local.serial)
+        """This store's transaction groups (:mod:`messagebox.sharing`)."""
         self.routing = (
-            routing_index.RoutingIndex(self.key if one_process else None)
+            routing_index.RoutingIndex(self.local if one_process else None)
             if router == "index"
             else None
         )
         """This process's in-memory routing index (None: publishes route in SQL)."""
         self.id: str | None = None
         """The store's id (``mb_meta``), read when it opens."""
-        self._blocks = ids.blocks_for(self.key) if one_process else None
-        self.recent = recent.opened(self.key) if one_process else None
-        """Messages this process published or read lately (:mod:`messagebox.recent`)."""
+        self.recent = self.local.recent
+        """Messages this process published or read lately (:mod:`messagebox.recent`);
+        None once the store closes."""
         self.outage: outage.Outage | None = None
         """Whether the store answers, as this process sees it (logged), once open."""
         try:
             self._open(create, shown)
         except BaseException:
-            self._forget_recent()
+            self._release()
             raise
         self.outage = outage.Outage(shown)
 
@@ -215,8 +225,8 @@ class Store:
         runs in it too (``box.transaction()``), and :meth:`joined` takes it as it is.
         """
         with (
-            self.dialect.hold_routing(fence) if fence is not None else nullcontext(),
-            self.dialect.serial() if serial else nullcontext(),
+            self.local.hold_routing(fence) if fence is not None else nullcontext(),
+            self.local.serial() if serial else nullcontext(),
         ):
             try:
                 with self._begin(autocommit) as conn:
@@ -242,7 +252,7 @@ class Store:
                     self.outage.failed(error)
                 raise error from exc
             if done.changed and self.dialect.one_process:  # before the routing fence goes:
-                routing_index.committed_change(self.key)  # the next publish sees the change
+                self.local.routing_changed()  # the next publish sees the change
         if self.outage is not None:
             self.outage.answered()
         self._committed(done)
@@ -281,7 +291,7 @@ class Store:
         tracking.begin(conn, self.tracking)
         expiry.begin(conn, self.host_ttls)
         routing_index.begin(conn, self.routing)
-        ids.begin(conn, self._blocks)
+        ids.begin(conn, self.local.blocks)
         store_clock.begin(conn, same_machine=self.dialect.one_process)
         recent.begin(conn, self.recent)
 
@@ -303,8 +313,8 @@ class Store:
             for hook in self.count_hooks:
                 hook(done.counts)  # committed: count it
             self.tally.add(done.counts)
-        if done.wakes:
-            notify.signal(self.key, done.wakes)
+        if done.wakes:  # through the database's: its other stores' watchers too
+            self.local.wakes.signal(done.wakes)
         if self.tally.due():
             self.write_tally()
 
@@ -348,13 +358,16 @@ class Store:
         """Write the last per-minute counts, then close every pooled connection."""
         with suppress(Exception):  # closing goes on whatever the store says
             self.write_tally()
-        self._forget_recent()
+        self._release()
         self.engine.dispose()
 
-    def _forget_recent(self) -> None:
-        if self.recent is not None:
+    def _release(self) -> None:
+        """Give back the database's state (once): the last store of it to close drops
+        its id block and kept messages."""
+        if not self._released:
+            self._released = True
             self.recent = None
-            recent.closed(self.key)
+            self.local.closed()
 
 
 class _Done(NamedTuple):

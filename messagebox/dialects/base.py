@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import repeat
@@ -206,7 +206,10 @@ class Dialect:
     write lock stands in for them)."""
     supports_notify: ClassVar[bool] = False
     one_process: ClassVar[bool] = False
-    """True when only one OS process may open the database (host instances are threads)."""
+    """True when only one OS process may open the database (host instances are threads):
+    the transactions that must not interleave, and those that route or change
+    subscriptions, are then serialised in this process, by the write lock and routing
+    fence of :class:`messagebox.database_local.DatabaseLocal`."""
     claims_mixed: ClassVar[bool] = False
     """True when the dialect claims instance heads and other entries in one statement
     (``claim_mixed``)."""
@@ -261,6 +264,11 @@ class Dialect:
     def database_key(self, url: sa.URL) -> str:
         """What names this database within the process (the URL, without a password)."""
         return url.render_as_string(hide_password=True)
+
+    def private_database(self, url: sa.URL) -> bool:
+        """Whether every open of ``url`` makes a database of its own (DuckDB's
+        ``:memory:``): two stores of it share nothing in the process."""
+        return False
 
     def same_database(self, url: sa.URL, other: sa.URL) -> bool:
         """Whether two URLs name one database (the same :meth:`database_key`)."""
@@ -360,10 +368,6 @@ class Dialect:
         }
         return int(conn.exec_driver_sql(self.create_convoys_sql, params).rowcount)
 
-    def serial(self) -> AbstractContextManager[Any]:
-        """Held around a transaction that must not interleave with another in this process."""
-        return nullcontext()
-
     def warnings(self, conn: sa.Connection) -> list[str]:
         """What about the server would hurt a host instance (read when one starts)."""
         return []
@@ -383,11 +387,6 @@ class Dialect:
             f"connection=: a {self.name} store takes only the connections of its own "
             "box.transaction() (one process holds the file: publish in that transaction)"
         )
-
-    def hold_routing(self, fence: Fence) -> AbstractContextManager[Any]:
-        """Held around a whole transaction that routes or changes subscriptions, where
-        the routing fence is this process's (:mod:`messagebox.fence`)."""
-        return nullcontext()
 
     def lock_routing(self, conn: sa.Connection, fence: Fence) -> None:
         """Take the routing fence as the transaction's first statement, where it is the

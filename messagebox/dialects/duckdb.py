@@ -3,17 +3,16 @@
 One OS process owns the file; host instances are threads in it. Bulk writes and the
 staged batch go through Arrow tables registered on the connection (about 100× faster
 than ``executemany``). DuckDB has no row locks (``FOR UPDATE`` compiles to nothing), so
-whatever must be serialised is serialised in-process, per database file. Secondary
+whatever must be serialised is serialised in-process, per database file (the write
+lock and routing fence of :class:`messagebox.database_local.DatabaseLocal`). Secondary
 indexes are not created: DuckDB joins by hashing and they would only slow inserts.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import uuid as uuid_mod
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -42,7 +41,6 @@ from messagebox.errors import (
     MessageBoxError,
     ValidationError,
 )
-from messagebox.fence import Fence, ReadWriteLock
 from messagebox.ids import uuid_bytes
 
 
@@ -107,10 +105,6 @@ sa.dialects.registry.register("duckdb.messagebox", __name__, "_CachingDriver")
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-_LOCKS: dict[str, threading.RLock] = {}
-_FENCES: dict[str, ReadWriteLock] = {}
-_LOCKS_GUARD = threading.Lock()
 
 
 def arrow_type(column: sa.Column[Any]) -> pa.DataType:
@@ -243,8 +237,6 @@ class DuckDBDialect(Dialect):
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock: threading.RLock = threading.RLock()
-        self._fence = ReadWriteLock()
         self.lease_sql = sql.load(self.name, "lease")
         self.run_cut_sql = sql.load(self.name, "run_cut")
         self.blocked_heads_sql = sql.load(self.name, "blocked_heads")
@@ -263,12 +255,6 @@ class DuckDBDialect(Dialect):
             )
 
     def create_engine(self, url: sa.URL) -> sa.Engine:
-        database = url.database or ""
-        if database and database != ":memory:":
-            path = os.path.abspath(database)
-            with _LOCKS_GUARD:
-                self._lock = _LOCKS.setdefault(path, threading.RLock())
-                self._fence = _FENCES.setdefault(path, ReadWriteLock())
         if url.drivername == "duckdb":
             url = url.set(drivername="duckdb+messagebox")
         return sa.create_engine(url)
@@ -279,6 +265,10 @@ class DuckDBDialect(Dialect):
         return (
             super().database_key(url) if database in ("", ":memory:") else os.path.abspath(database)
         )
+
+    def private_database(self, url: sa.URL) -> bool:
+        """``:memory:`` (or no file): every open makes a database of its own."""
+        return (url.database or "") in ("", ":memory:")
 
     def database_exists(self, url: sa.URL) -> bool:
         database = url.database or ""
@@ -485,16 +475,6 @@ class DuckDBDialect(Dialect):
     def now_plus(self, seconds: float | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         secs = sa.literal(float(seconds)) if isinstance(seconds, float | int) else seconds
         return sa.func.now() + sa.func.to_microseconds(sa.cast(secs * 1_000_000, sa.BigInteger))
-
-    def serial(self) -> AbstractContextManager[Any]:
-        """The in-process lock (one per database file) for work that must not interleave."""
-        return self._lock
-
-    def hold_routing(self, fence: Fence) -> AbstractContextManager[Any]:
-        """The routing fence of the database file (one process: this one's). Only
-        publishes take it to route: the other transactions that route are serial, as
-        every change is, so they cannot overlap one."""
-        return self._fence.writing() if fence is Fence.CHANGES else self._fence.reading()
 
     def create_convoys(
         self,

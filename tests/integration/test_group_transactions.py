@@ -76,7 +76,7 @@ def _in_threads(
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
         dialect = box.messages._store.dialect
         if dialect.one_process:
-            with busy if busy is not None else dialect.serial():
+            with busy if busy is not None else box.messages._store.local.serial():
                 for t in threads:
                     t.start()
                 wait_until(lambda: len(pending()) == len(calls), what="all threads waiting")
