@@ -172,6 +172,11 @@ class Conflict(StorageError):
     and may be retried (a DuckDB commit conflict, a PostgreSQL deadlock)."""
 
 
+class LeaseLost(MessageBoxError):
+    """The step's queue entry is no longer leased by this host instance: another one
+    took it over, and this step is not committed."""
+
+
 class BackendUnavailable(StorageError):
     """The database cannot be reached or opened."""
 
