@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from messagebox.claims import Claim, Finished
-from messagebox.errors import Conflict
+from messagebox.errors import AlreadyExists, Conflict
 from messagebox.memory import finishing, instances, picking
 from messagebox.memory.state import MemoryStore, Registered
 from messagebox.models import InstanceInfo, RoutingPolicy
@@ -61,7 +61,10 @@ class MemoryConsumer:
     # --- membership ---
 
     def register(self, info: InstanceInfo) -> list[str]:
+        """Register; an id registered already is refused (as the SQL stores' key is)."""
         with self._store.lock:
+            if info.id in self._store.rows.registered:
+                raise AlreadyExists(f"host instance {info.id} is registered already")
             self._store.rows.registered[info.id] = Registered(info, self._store.now())
             self._store.live.add(self.owner)
         return []

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from messagebox.errors import Conflict, LeaseLost
 from messagebox.memory.state import MemoryStore, Timer
 from messagebox.message import Message
-from messagebox.models import INSTANCE_COMPLETED, SUBSCRIPTION_REMOVED, InstanceState, RoutingPolicy
+from messagebox.models import INSTANCE_COMPLETED, InstanceState, RoutingPolicy
 from messagebox.steps import TIMEOUT_TYPE, TIMER_PUBLISHER, Step, Stored
 
 
@@ -82,16 +82,12 @@ def commit_steps(store: MemoryStore, steps: Sequence[Step], publisher: str) -> i
 
 
 def _complete(store: MemoryStore, done: set[str]) -> int:
-    """End completed instances: remove their instance subscriptions (their waiting
-    entries suspended as ``subscription-removed``) and timers; the entries still queued
-    for them are suspended (``completed-with-discarded-messages``), fired timeouts
-    dropped. Returns the messages suspended."""
+    """End completed instances: remove their instance subscriptions and timers; every
+    entry still queued for them (in hand or not) is suspended, not resumable
+    (``completed-with-discarded-messages``), a fired timeout dropped. Returns the
+    messages suspended."""
     rows = store.rows
-    gone = {i for i, sub in rows.subs.items() if sub.instance_id in done}
-    for e in [e for e in rows.queue.values() if e.sub in gone and e.lease_owner is None]:
-        del rows.queue[e.id]
-        store.suspend(e, SUBSCRIPTION_REMOVED, "its subscription was removed")
-    for i in gone:
+    for i in [i for i, sub in rows.subs.items() if sub.instance_id in done]:
         del rows.subs[i]
     for tid in [t.id for t in rows.timers.values() if t.instance_id in done]:
         del rows.timers[tid]
