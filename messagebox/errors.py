@@ -24,6 +24,7 @@ MessageBoxError
 ├── UserDisabled                    a console user's password was right, but it is disabled
 ├── HostExhausted                   hung handlers took a host instance's threads: it stopped
 ├── PipelineError                   a pipeline component refused a message (names it)
+├── LeaseLost                       a step's queue entry was taken over: nothing committed
 └── StorageError                    the database failed; the driver error is chained
     ├── Conflict                    a concurrent write won; nothing was written, retry
     └── BackendUnavailable          cannot connect, or the file is owned by another process

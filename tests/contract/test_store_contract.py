@@ -581,3 +581,72 @@ def test_a_cancelled_timer_never_fires(store: Harness) -> None:
     port.commit_steps([_step(c2, sub, 1, cancel=["t"])], "p")
     assert port.next_due() is None
     assert port.fire_timers() == Counter()
+
+
+# --- more of the queue: stopped services, instances, completing in a transaction ---
+
+
+def test_a_stopped_subscription_holds_its_entries(store: Harness) -> None:
+    catch_all(store, state="stopped")
+    store.publish(messages(1, 2))
+    assert [r.state for r in store.queue("h")] == ["held", "held"]
+    assert claim(store.port("h", "a"), ordered=True, instances=True) == []
+    assert store.port("h", "b").next_available() is None
+
+
+def test_a_service_instance_handles_one_message_at_a_time(store: Harness) -> None:
+    store.subscribe("inst", host="h", filter=P("a.K").exists(), kind="instance", instance_id="x")
+    store.publish(messages(1, 2, 3))
+    ids = [r.id for r in store.queue("h")]
+    a, b = store.port("h", "a"), store.port("h", "b")
+    assert claim(a) == []  # never a plain claim's
+    [head] = claim(a, instances=True)
+    assert (head.id, head.instance_id) == (ids[0], "x")
+    assert claim(b, instances=True) == []  # the instance is busy
+    a.record(outcomes(done=[head]))
+    [nxt] = claim(b, instances=True)
+    assert nxt.id == ids[1]
+
+
+def test_a_suspended_step_holds_its_instance(store: Harness) -> None:
+    store.subscribe("inst", host="h", filter=P("a.K").exists(), kind="instance", instance_id="x")
+    store.publish(messages(1, 2))
+    a = store.port("h", "a")
+    [head] = claim(a, instances=True)
+    a.record(outcomes(failed=[Failure(head, "bad", permanent=True)]))
+    assert [p.id for p in store.suspended()] == [head.id]
+    assert claim(a, instances=True) == []  # its later message waits for the resume
+    assert len(store.queue("h")) == 1
+
+
+def test_an_ordered_run_comes_before_plain_entries(store: Harness) -> None:
+    ordered = store.subscribe("o", host="h", filter=P("a.K") == 1, ordered=True).id
+    store.subscribe("p", host="h", filter=P("a.K") == 2, priority=9)
+    store.publish(messages(2, 1, 1, 2))
+    claims = claim(store.port("h", "a"), 3, ordered=True, ordered_most=2)
+    assert sorted(c.sub == ordered for c in claims) == [False, True, True]
+    assert [c.run for c in claims if c.sub == ordered] == [True, True]
+    assert len(store.queue("h")) == 4
+
+
+def test_completing_in_a_transaction_publishes_with_the_completion(store: Harness) -> None:
+    catch_all(store)
+    out = store.subscribe("out", host="h", filter=P("a.Out") == 1).id
+    store.publish(messages(1))
+    a = store.port("h", "a")
+    [c] = claim(a)
+    reply = Message(b"r", promoted={"a.Out": 1})
+    with a.completing(lambda: c._replace(publish=(reply,))):
+        pass
+    assert [r.sub for r in store.queue("h")] == [out]
+
+
+def test_completing_an_entry_no_longer_held_conflicts(store: Harness) -> None:
+    catch_all(store)
+    store.publish(messages(1))
+    a, b = store.port("h", "a"), store.port("h", "b")
+    [c] = claim(a, lease=SHORT)
+    [again] = store.eventually(lambda: claim(b))
+    with pytest.raises(Conflict), a.completing(lambda: c):
+        pass
+    assert [r.id for r in store.queue("h")] == [again.id]
