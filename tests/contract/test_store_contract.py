@@ -650,3 +650,17 @@ def test_completing_an_entry_no_longer_held_conflicts(store: Harness) -> None:
     with pytest.raises(Conflict), a.completing(lambda: c):
         pass
     assert [r.id for r in store.queue("h")] == [again.id]
+
+
+def test_keyed_runs_and_plain_entries_in_one_claim(store: Harness) -> None:
+    keyed = store.subscribe("k", host="h", filter=P("a.K") == 1, ordered_by="a.Id").id
+    plain = store.subscribe("p", host="h", filter=P("a.K") == 2).id
+    store.publish(
+        [Message(b"x", promoted={"a.K": k, "a.Id": i}) for k, i in ((1, 1), (2, 0), (1, 1), (1, 2))]
+    )
+    claims = claim(store.port("h", "a"), 10, keyed=10, per_key=1)
+    assert sorted(c.sub for c in claims) == sorted([keyed, keyed, plain])
+    assert len({c.key for c in claims if c.sub == keyed}) == 2  # one of each key
+    assert all(c.key is None for c in claims if c.sub == plain)
+    rest = claim(store.port("h", "b"), 10, keyed=10, per_key=1)
+    assert rest == []  # key 1's second entry waits for its first
