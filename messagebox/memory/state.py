@@ -36,7 +36,7 @@ from messagebox.models import (
     Subscription,
 )
 from messagebox.predicates import filter_matches, to_filter
-from messagebox.steps import Stored
+from messagebox.steps import TIMER_PUBLISHER, Stored
 from messagebox.timing import batch_times, entry_expiry
 
 READY, HELD = "ready", "held"
@@ -325,10 +325,11 @@ class MemoryStore:
         instance_id: str,
         now: datetime,
     ) -> None:
-        """Store ``message`` and queue it for ``sub``'s ``instance_id`` alone (a timeout)."""
-        self.rows.messages[msg_id] = (message, "messagebox.timer")
-        self._enqueue(msg_id, dataclasses.replace(sub, ordered=False), message, now, None, now,
-                      instance_id)  # fmt: skip
+        """Store ``message`` and queue it for ``sub``'s ``instance_id`` alone, neither
+        ordered nor keyed (a timeout, as ``router.enqueue_direct`` queues it)."""
+        self.rows.messages[msg_id] = (message, TIMER_PUBLISHER)
+        direct = dataclasses.replace(sub, ordered=False, ordered_by=None)
+        self._enqueue(msg_id, direct, message, now, None, now, instance_id)
 
     def suspend(self, e: Entry, reason: str, error: str, *, holds_key: bool = False) -> None:
         """Move an entry (already off the queue) to the suspended queue."""
