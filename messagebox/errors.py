@@ -24,6 +24,7 @@ MessageBoxError
 ├── UserDisabled                    a console user's password was right, but it is disabled
 ├── HostExhausted                   hung handlers took a host instance's threads: it stopped
 ├── PipelineError                   a pipeline component refused a message (names it)
+├── LeaseLost                       a step's queue entry was taken over: nothing committed
 └── StorageError                    the database failed; the driver error is chained
     ├── Conflict                    a concurrent write won; nothing was written, retry
     └── BackendUnavailable          cannot connect, or the file is owned by another process
@@ -170,6 +171,11 @@ class StorageError(MessageBoxError):
 class Conflict(StorageError):
     """Two transactions wrote the same row at once; the one that got this wrote nothing
     and may be retried (a DuckDB commit conflict, a PostgreSQL deadlock)."""
+
+
+class LeaseLost(MessageBoxError):
+    """The step's queue entry is no longer leased by this host instance: another one
+    took it over, and this step is not committed."""
 
 
 class BackendUnavailable(StorageError):

@@ -43,7 +43,8 @@ from messagebox import (
 )
 from messagebox.claims import Entry
 from messagebox.dialects import Dialect, Target
-from messagebox.errors import Conflict, MessageBoxError
+from messagebox.errors import Conflict
+from messagebox.errors import LeaseLost as LeaseLost  # named here before errors.py had it
 from messagebox.ids import allocate, as_uuid, fetchable, uuid5
 from messagebox.message import Message
 from messagebox.models import INSTANCE_COMPLETED, InstanceState, Kind, RoutingPolicy
@@ -53,11 +54,6 @@ from messagebox.steps import TIMEOUT_TYPE, TIMER_PUBLISHER, Step, Stored
 _CHUNK = 1000
 
 log = logging.getLogger("messagebox.service_instances")
-
-
-class LeaseLost(MessageBoxError):
-    """The step's queue entry is no longer leased by this host instance: another one
-    took it over, and this step is not committed."""
 
 
 # --- loading ---
