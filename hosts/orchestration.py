@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 import typing
 import uuid
 from collections.abc import Callable, Iterable
@@ -89,6 +88,7 @@ from messagebox.errors import (
     MessageBoxError,
     ValidationError,
 )
+from messagebox.hosts import timing
 from messagebox.hosts.service import Delivery
 from messagebox.message import Message, from_handler
 from messagebox.models import InstanceState, Kind
@@ -283,6 +283,7 @@ class OrchestrationService:
             )
         self.cls = cls
         self.name = cls.name
+        self._clock = timing.current()  # the pause before a conflicting step runs again
 
     def subscription_specs(self) -> list[dict[str, Any]]:
         """The orchestration's subscriptions, one per receive, named
@@ -350,7 +351,7 @@ class OrchestrationService:
                     if attempt == STEP_CONFLICT_RETRIES:
                         errors[i] = exc
                         break
-                    time.sleep(0.01 * attempt)
+                    self._clock.sleep(0.01 * attempt)
                     again = self._prepare(deliveries, [i], errors)
                     if i not in again:
                         break
