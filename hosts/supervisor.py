@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection
+from typing import Protocol
 
 from messagebox.claims import Claim, Failure
-from messagebox.hosts.batch import BatchHandler
-from messagebox.hosts.dispatch import InstanceStats
+from messagebox.hosts.dispatch import InstanceStats, Run
 from messagebox.hosts.events import InstanceLog, log
 from messagebox.hosts.recording import OutcomeRecorder
 from messagebox.hosts.subscriptions import HostSubscriptions
 from messagebox.hosts.threads import DequeueThreads
 from messagebox.hosts.timing import Clock
 from messagebox.models import HostSettings
+
+
+class RunsInHand(Protocol):
+    """The batches being delivered (:class:`~messagebox.hosts.batch.BatchHandler`)."""
+
+    def in_hand(self) -> list[Run]: ...
+
+    def release(self, run: Run) -> None: ...
 
 
 class Supervisor:
@@ -26,7 +34,7 @@ class Supervisor:
     def __init__(
         self,
         settings: HostSettings,
-        batches: BatchHandler,
+        batches: RunsInHand,
         threads: DequeueThreads,
         recorder: OutcomeRecorder,
         subscriptions: HostSubscriptions,
@@ -54,7 +62,7 @@ class Supervisor:
         self._on_exhausted = on_exhausted
         self.exhausted: str | None = None
         """Why the instance stopped itself: its handlers hung past what its threads can
-        take (:meth:`_exhaust`); None while it runs as it should."""
+        take (:meth:`_stop_exhausted`); None while it runs as it should."""
 
     def run(self) -> None:
         """Abandon handlers past ``handler_timeout_seconds``, and keep
@@ -68,7 +76,7 @@ class Supervisor:
             try:
                 self._abandon_overdue()
                 if not self._stopping.is_set():
-                    self._top_up()
+                    self._keep_threads_running()
             except Exception as exc:  # the supervisor itself must not die
                 log.error(
                     "host instance %s: supervisor failed: %s",
@@ -141,15 +149,15 @@ class Supervisor:
                 kept.append(c)
         self._recorder.record_batch(kept, failed, unstarted)
 
-    def _top_up(self) -> None:
+    def _keep_threads_running(self) -> None:
         """Replace dequeue threads that failed or whose handler was abandoned; when
         abandoned handlers still running leave no thread to start, stop the instance
-        (:meth:`_exhaust`) rather than live on delivering less, or nothing."""
+        (:meth:`_stop_exhausted`) rather than live on delivering less, or nothing."""
         short = self._threads.replace_ended(self._stopping)
         if short is not None:
-            self._exhaust(*short)
+            self._stop_exhausted(*short)
 
-    def _exhaust(self, want: int, abandoned: int) -> None:
+    def _stop_exhausted(self, want: int, abandoned: int) -> None:
         """Stop the instance, loudly, because its hung handlers have taken every thread
         it may start: claims stop, the entries in hand are given back, it unregisters,
         and ``HostInstance.run`` (``messagebox host run``) ends with an error, so that
