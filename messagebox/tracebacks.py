@@ -180,10 +180,15 @@ def _relative(path: str, kind: str, root: str) -> str:
     return posixpath.relpath(path, root) if root and not path.startswith("<") else path
 
 
+RETIRED = frozenset({"hosts/core.py", "hosts/handling.py", "hosts/supervision.py"})
+"""messagebox's files of earlier versions (before a host instance was composed of parts):
+errors stored then name them, and read as they did."""
+
+
 def _ours(path: str) -> bool:
     """Whether ``path`` is one of messagebox's own files, wherever it is installed."""
     _, found, rest = path.rpartition("/messagebox/")
-    return bool(found) and rest in _package_files()
+    return bool(found) and (rest in _package_files() or rest in RETIRED)
 
 
 @lru_cache(maxsize=1)

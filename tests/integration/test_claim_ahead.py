@@ -1,4 +1,4 @@
-"""Claiming ahead (hosts/dispatch.py, ``Ahead``): where claims are serialised in-process
+"""Claiming ahead (hosts/dispatch.py, ``ClaimedAhead``): where claims are serialised in-process
 (DuckDB), and in an instance that runs orchestrations, one claim takes up to
 ``max_in_flight`` entries and the instance's dequeue threads handle them in batches of
 ``claim_batch`` (orchestration steps together). Each entry is still handled once,
