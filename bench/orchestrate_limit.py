@@ -44,7 +44,7 @@ import duckdb
 import psycopg
 
 from bench.spent import Meter, Spent
-from messagebox.hosts.supervision import STEP_BATCHES
+from messagebox.hosts.cutting import STEP_BATCHES
 
 THREADS = 4
 BATCH = STEP_BATCHES * 50

@@ -25,7 +25,7 @@ What it measures
     message, ordered or not (the baseline). A run is one thread's, in order, so its
     claim's cost is shared by the run alone; with runs of one batch (50), ordered
     delivery on DuckDB ran at 4.8k/s against 83k plain. Runs now grow with their pace
-    (``Supervision._run_most``).
+    (``Claimer.longest_run``).
 
     Per-key order (``ordered_by``), two tables more. First, one subscription taking
     every message, ordered by a property with ``--keys`` values (1,000; each message's

@@ -40,7 +40,8 @@ from typing import Any, TypeVar
 from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import AlreadyExists, UnknownHost, UnknownSubscription, ValidationError
 from messagebox.hosts.instance import HostInstance
-from messagebox.hosts.orchestration import Orchestration, OrchestrationService
+from messagebox.hosts.orchestration import Orchestration
+from messagebox.hosts.orchestration_service import OrchestrationService
 from messagebox.hosts.ports import ReceivePort, SendPort, SendPortGroup, port_filter
 from messagebox.models import HostSettings
 from messagebox.predicates import to_filter

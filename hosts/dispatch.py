@@ -6,13 +6,13 @@ times out), the per-process slot for interrupted entries, permits, and counters.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
 from messagebox.claims import Claim, Failure
 from messagebox.hosts.service import MessageBatch
+from messagebox.hosts.timing import SYSTEM, Clock
 from messagebox.outcomes import Outcomes, merged
 
 
@@ -36,8 +36,9 @@ class Run:
     """A claimed batch a dequeue thread handles, shared with the supervisor, which takes
     it over when a handler runs past its time-out."""
 
-    def __init__(self, claims: list[Claim], *, timed: bool = True) -> None:
+    def __init__(self, claims: list[Claim], *, timed: bool = True, clock: Clock = SYSTEM) -> None:
         self.claims = claims
+        self._clock = clock
         self._timed = timed
         """Whether its handlers have a time-out: without one it is never abandoned, and
         one delivery's bookkeeping takes no lock."""
@@ -57,7 +58,7 @@ class Run:
                 raise Abandoned
             self._current = claims
             self._seen.update(c.id for c in claims)
-            self._deadline = None if seconds is None else time.monotonic() + seconds
+            self._deadline = None if seconds is None else self._clock.monotonic() + seconds
 
     def begin_one(self, c: Claim, seconds: float | None) -> None:
         """:meth:`begin` for one claim (the hot path)."""
@@ -69,7 +70,7 @@ class Run:
                 raise Abandoned
             self._current = [c]
             self._seen.add(c.id)
-            self._deadline = None if seconds is None else time.monotonic() + seconds
+            self._deadline = None if seconds is None else self._clock.monotonic() + seconds
 
     def end_with(self, c: Claim, outcome: Settled | Done) -> None:
         """:meth:`end` then :meth:`add` of a success, under one lock: no time-out can
@@ -146,15 +147,15 @@ class OneAtATime:
         self._owner: Run | None = None
         self._cond = threading.Condition()
 
-    def acquire(self, run: Run, wait: float) -> bool:
+    def acquire(self, run: Run, wait: float, clock: Clock) -> bool:
         """Take it, waiting at most ``wait`` seconds for another batch to let it go."""
-        deadline = time.monotonic() + wait
+        deadline = clock.monotonic() + wait
         with self._cond:
             while self._owner is not None and self._owner is not run:
-                left = deadline - time.monotonic()
+                left = deadline - clock.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(left)
+                clock.wait_on(self._cond, left)
             self._owner = run
             return True
 
@@ -227,9 +228,9 @@ class InstanceStats(Counters):
     """Entries of the host that expired before delivery (suspended or dropped)."""
 
 
-class Ahead:
+class ClaimedAhead:
     """Entries one claim took for the instance's other dequeue threads, in batches, and
-    the outcomes of the batches handled from them, owed to the next claim's transaction.
+    the outcomes of the batches handled from them, deferred to the next claim's transaction.
 
     On DuckDB a claim costs milliseconds whatever its size (measured: 100 entries in
     3.6 ms, 500 in 6.7), and every claim is serialised in-process anyway: one claim for
@@ -240,7 +241,7 @@ class Ahead:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._batches: deque[list[Claim]] = deque()
-        self._owed: list[Outcomes] = []
+        self._deferred: list[Outcomes] = []
 
     def __bool__(self) -> bool:
         """Whether a batch waits for a thread."""
@@ -257,33 +258,35 @@ class Ahead:
         with self._lock:
             return self._batches.popleft() if self._batches else None
 
-    def owe(self, outcomes: Outcomes) -> None:
-        """Record these with the next claim (a batch from here needed none)."""
+    def defer_outcomes(self, outcomes: Outcomes) -> None:
+        """Leave these to be recorded with the instance's next claim (a batch taken from
+        here needed no claim of its own)."""
         with self._lock:
-            self._owed.append(outcomes)
+            self._deferred.append(outcomes)
 
-    def owed_with(self, carry: Outcomes | None) -> Outcomes | None:
-        """``carry`` with every outcome owed, as one (taking them)."""
+    def take_deferred_outcomes(self, carry: Outcomes | None) -> Outcomes | None:
+        """``carry`` with every outcome deferred to a claim, as one (taking them)."""
         with self._lock:
-            owed, self._owed = self._owed, []
+            deferred, self._deferred = self._deferred, []
         if carry is not None:
-            owed.append(carry)
-        return merged(owed)
+            deferred.append(carry)
+        return merged(deferred)
 
     def drain(self) -> tuple[list[list[Claim]], list[Outcomes]]:
         """Everything held (at the end): the batches never handed out, and the outcomes
-        owed."""
+        deferred."""
         with self._lock:
             batches, self._batches = list(self._batches), deque()
-            owed, self._owed = self._owed, []
-        return batches, owed
+            deferred, self._deferred = self._deferred, []
+        return batches, deferred
 
 
 class Permits:
     """At most ``max_in_flight`` claimed-but-unfinished entries per instance."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, clock: Clock = SYSTEM) -> None:
         self._n = n
+        self._clock = clock
         self._free = n
         self._cond = threading.Condition()
 
@@ -300,7 +303,7 @@ class Permits:
         unless: Callable[[], bool] | None = None,
     ) -> int:
         """Up to ``most`` permits, waiting for one unless ``wait`` is False (or
-        stopping, or ``unless()``: checked again on each :meth:`nudge`)."""
+        stopping, or ``unless()``: checked again on each :meth:`recheck_waiters`)."""
         with self._cond:
             while (
                 wait
@@ -308,7 +311,7 @@ class Permits:
                 and not stopping.is_set()
                 and not (unless is not None and unless())
             ):
-                self._cond.wait(0.2)
+                self._clock.wait_on(self._cond, 0.2)
             n = min(most, self._free)
             self._free -= n
             return n
@@ -319,7 +322,7 @@ class Permits:
                 self._free += n
                 self._cond.notify_all()
 
-    def nudge(self) -> None:
+    def recheck_waiters(self) -> None:
         """Wake the threads waiting for a permit to check their ``unless`` again."""
         with self._cond:
             self._cond.notify_all()
@@ -329,8 +332,9 @@ class Pace:
     """Entries a host instance's threads finished over the last ``window`` seconds:
     how much work claimed ahead would wait for a thread, at that pace."""
 
-    def __init__(self, window: float = 1.0) -> None:
+    def __init__(self, window: float = 1.0, clock: Clock = SYSTEM) -> None:
         self._window = window
+        self._clock = clock
         self._lock = threading.Lock()
         self._finished: deque[tuple[float, int]] = deque()
         self._total = 0
@@ -339,19 +343,19 @@ class Pace:
     def begin(self) -> None:
         """Start pacing now (a young instance's pace is over its life so far)."""
         with self._lock:
-            self._since = time.monotonic()
+            self._since = self._clock.monotonic()
             self._finished.clear()
             self._total = 0
 
     def add(self, n: int) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         with self._lock:
             self._finished.append((now, n))
             self._total += n
             self._trim(now)
 
     def per_second(self) -> float:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         with self._lock:
             self._trim(now)
             return self._total / max(min(self._window, now - self._since), 0.05)

@@ -18,6 +18,8 @@ Threads:
   the rest of its batch is given back) and replaces a dequeue thread that timed out or
   ended. Python cannot stop a thread: an abandoned handler runs on until it returns,
   and its outcome is then dropped.
+- where it runs service instances, a timer loop; on PostgreSQL, a listener on its own
+  connection.
 
 Faults: a handler's exception (``SystemExit`` and ``KeyboardInterrupt`` too) fails its
 entry. An entry whose previous delivery ended with no outcome (its process crashed or
@@ -25,12 +27,18 @@ was killed) is delivered alone, marked started in storage first: when host proce
 have ended while handling it ``max_attempts`` times it is suspended (``crashed-host``),
 and entries that were merely claimed alongside it are not charged. A store failure while
 a message is read is the engine's: retried without using up an attempt.
-- on PostgreSQL, a listener on its own connection.
 
-The parts, each a class the next extends: :mod:`messagebox.hosts.core` (state, wake-ups,
-outcome recording), :mod:`messagebox.hosts.handling` (handing batches to services),
-:mod:`messagebox.hosts.supervision` (the dequeue loop and the service threads), and this
-module (start, stop, run).
+The instance is composed of parts, each owning its state, given what it uses (never the
+instance): :mod:`~messagebox.hosts.parts` builds them: the dequeue loop
+(:mod:`~messagebox.hosts.dequeue`) with the claimer (:mod:`~messagebox.hosts.claiming`)
+and the batch handler (:mod:`~messagebox.hosts.batch`, :mod:`~messagebox.hosts.calls`,
+:mod:`~messagebox.hosts.failures`), the dequeue threads (:mod:`~messagebox.hosts.threads`),
+the supervisor (:mod:`~messagebox.hosts.supervisor`), the housekeeper
+(:mod:`~messagebox.hosts.housekeeper`), the timer loop (:mod:`~messagebox.hosts.timers`),
+the outcome recorder (:mod:`~messagebox.hosts.recording`), the subscriptions
+(:mod:`~messagebox.hosts.subscriptions`), and the wake-ups, batches in flight and
+idleness. They read time from one clock (:mod:`~messagebox.hosts.timing`). This module
+starts, stops and runs them.
 
 Stopping is graceful: workers stop claiming, in-flight handlers get ``timeout`` seconds
 to finish, claimed entries never handed to a service are given back (their attempt not
@@ -40,29 +48,36 @@ counted), and the instance unregisters.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
-import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from messagebox import clock
+from messagebox.engine import MessageBox, StoreURL
 from messagebox.errors import Conflict, HostExhausted, MessageBoxError
-from messagebox.hosts import collector
-from messagebox.hosts.core import Receiver
-from messagebox.hosts.supervision import Supervision
-from messagebox.models import State
+from messagebox.hosts import collector, timing
+from messagebox.hosts.calls import Services
+from messagebox.hosts.dispatch import InstanceStats
+from messagebox.hosts.events import InstanceLog
+from messagebox.hosts.parts import Parts, Receiver, stored_settings
+from messagebox.models import HostSettings, InstanceInfo
 
 log = logging.getLogger("messagebox.hosts")
 
-JOIN_SLICE_SECONDS = 0.05
-"""How often a stop waiting for a dequeue thread looks again at which are left."""
 STOP_WAIT_MARGIN = 10.0
 """Beyond its ``timeout``, how long a second :meth:`HostInstance.stop` waits for the
 stop already running (the store's last writes after the handlers' time)."""
+RUN_LOOK_SECONDS = 0.2
+"""How often :meth:`HostInstance.run` looks at its ``duration``."""
 
 __all__ = ["HostInstance", "Receiver"]
 
 
-class HostInstance(Supervision):
+class HostInstance:
     """One running instance of a host: several processes or machines may run instances
     of the same host (PostgreSQL); each queue entry is handled by exactly one of them.
 
@@ -75,12 +90,91 @@ class HostInstance(Supervision):
     _frozen = False
     """Whether this instance holds the collector's freeze (:mod:`messagebox.hosts.collector`)."""
 
+    def __init__(
+        self,
+        box: MessageBox | StoreURL | None,
+        host: str,
+        services: Mapping[str, object],
+        *,
+        settings: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        close_box: bool | None = None,
+        receivers: Sequence[Receiver] = (),
+    ) -> None:
+        self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
+        self.box = box if isinstance(box, MessageBox) else MessageBox(box)
+        self.host = host
+        self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.settings: HostSettings = stored_settings(self.box.host(host), settings, self.id)
+        self.queue = self.box.consumer(host, self.id)
+        """The store as this instance uses it."""
+        self._services = Services.of(services)
+        self.handlers = self._services.handlers
+        self.stats = InstanceStats()
+        self.receivers: list[Receiver] = list(receivers)
+        """Receive locations this instance runs (started after it registers, stopped
+        first)."""
+        self.on_stop: list[Callable[[], None]] = []
+        """Called once the instance has stopped (closing send ports' connections)."""
+        self._clock = timing.current()
+        self._events = InstanceLog(self.id, host)
+        self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._stopped = threading.Event()
+        """Set when :meth:`stop` has finished (given back, unregistered)."""
+        self._started = False
+        self._service_threads: list[threading.Thread] = []
+        self._unwatch: Callable[[], None] | None = None
+        self._parts = Parts.build(
+            self.box,
+            self.queue,
+            self.settings,
+            self._services,
+            self.stats,
+            clock=self._clock,
+            events=self._events,
+            stopping=self._stopping,
+            info=self._info,
+            on_exhausted=self._stop_exhausted,
+        )
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why the instance stopped itself: its handlers hung past what its threads can
+        take; None while it runs as it should."""
+        return self._parts.supervisor.exhausted
+
+    def wake(self) -> None:
+        """Wake idle workers (a publish touched this host)."""
+        self._parts.wakeups.wake()
+
+    def idle_seconds(self) -> float:
+        """How long the instance has had nothing to do (see
+        :meth:`messagebox.hosts.idle.Idleness.seconds`)."""
+        return self._parts.idleness.seconds()
+
+    def unserved_hint(self, service: str) -> str:
+        """What this instance runs instead of ``service``, and the likeliest misspelling."""
+        return self._parts.subscriptions.unserved_hint(service)
+
+    def _info(self) -> InstanceInfo:
+        stamp = clock.local_now()
+        return InstanceInfo(
+            id=self.id,
+            host=self.host,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=stamp,
+            heartbeat_at=stamp,
+            state="running",
+        )
+
     def start(self) -> HostInstance:
         """Register and start the threads; returns at once."""
         if self._started:
             raise MessageBoxError(f"host instance {self.id} is started already")
         self._started = True
-        self._refresh_subscriptions()
+        self._parts.subscriptions.refresh()
         if self.settings.unserved == "refuse":
             self._refuse_unserved()
         for warning in self.queue.register(self._info()):
@@ -88,33 +182,49 @@ class HostInstance(Supervision):
                 "host instance %s: %s",
                 self.id,
                 warning,
-                extra={"event": "store-warning", "host_instance": self.id, "host": self.host},
+                extra=self._events.fields("store-warning"),
             )
         self._unwatch = self.queue.watch(self.wake)
-        self._pace.begin()  # paced from the start of the work
-        self._run_pace.begin()
-        for n in range(self.settings.dequeue_threads):
-            t = threading.Thread(target=self._worker, name=f"{self.host}-dequeue-{n}", daemon=True)
-            self._threads.append(t)
-        self._service_threads.append(
-            threading.Thread(target=self._housekeeper, name=f"{self.host}-housekeeper", daemon=True)
-        )
-        self._service_threads.append(
-            threading.Thread(target=self._supervisor, name=f"{self.host}-supervisor", daemon=True)
-        )
-        if self.queue.listens:
-            self._service_threads.append(
-                threading.Thread(target=self._listener, name=f"{self.host}-listener", daemon=True)
-            )
-        if self._uses_instances:
-            self._unwatch_timers = self.queue.watch_timers(self._wake_timers)
-            self._service_threads.append(
-                threading.Thread(target=self._timers, name=f"{self.host}-timers", daemon=True)
-            )
+        self._parts.claimer.begin()  # paced from the start of the work
+        self._service_threads = self._service_threads_to_start()
         collector.instance_started()
         self._frozen = True
-        for t in (*self._threads, *self._service_threads):
+        self._parts.threads.start()
+        for t in self._service_threads:
             t.start()
+        self._start_receivers()
+        log.info(
+            "host instance %s started: %d dequeue threads, claim batch %d",
+            self.id,
+            self.settings.dequeue_threads,
+            self.settings.claim_batch,
+            extra=self._events.fields("instance-started"),
+        )
+        return self
+
+    def _service_threads_to_start(self) -> list[threading.Thread]:
+        """The housekeeper, the supervisor, the listener (where the store notifies) and
+        the timer loop (where the instance runs service instances)."""
+        parts, host = self._parts, self.host
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("housekeeper", parts.housekeeper.run),
+            ("supervisor", parts.supervisor.run),
+        ]
+        if self.queue.listens:
+            targets.append(("listener", self._listen))
+        if self._services.uses_instances:
+            parts.timers.watch()
+            targets.append(("timers", parts.timers.run))
+        return [
+            threading.Thread(target=target, name=f"{host}-{name}", daemon=True)
+            for name, target in targets
+        ]
+
+    def _listen(self) -> None:
+        """Wake the workers on wake-ups from other processes (PostgreSQL's NOTIFY)."""
+        self.queue.listen(self.wake, self._stopping)
+
+    def _start_receivers(self) -> None:
         for n, r in enumerate(self.receivers):
             try:
                 r.start(self.box, self.id)
@@ -124,24 +234,11 @@ class HostInstance(Supervision):
                 self.receivers = self.receivers[:0]
                 self.stop(5.0)
                 raise
-        log.info(
-            "host instance %s started: %d dequeue threads, claim batch %d",
-            self.id,
-            self.settings.dequeue_threads,
-            self.settings.claim_batch,
-            extra={"event": "instance-started", "host_instance": self.id, "host": self.host},
-        )
-        return self
 
     def _refuse_unserved(self) -> None:
         """Raise (unstarted) when a subscription of the host names a service this
         instance does not run (the host's ``unserved="refuse"``)."""
-        with self._subs_lock:
-            missing = [
-                s
-                for s in self._subs.values()
-                if s.service not in self.handlers and s.state is not State.UNENLISTED
-            ]
+        missing = self._parts.subscriptions.unserved()
         if missing:
             self._started = False
             raise Conflict(
@@ -160,43 +257,21 @@ class HostInstance(Supervision):
         if not self._started:
             return True
         if self._stopping.is_set():  # stopping in another thread: wait for it to end
-            return self._stopped.wait(timeout + STOP_WAIT_MARGIN)
-        deadline = time.monotonic() + timeout
-        for r in reversed(self.receivers):  # take nothing more in before draining
-            try:
-                r.stop(max(deadline - time.monotonic(), 1.0))
-            except Exception as exc:
-                log.error(
-                    "host instance %s: receiver %r failed to stop: %s",
-                    self.id,
-                    r,
-                    exc,
-                    extra=self._event("receiver-stop-failed", error=str(exc)),
-                )
+            return self._clock.wait(self._stopped, timeout + STOP_WAIT_MARGIN)
+        deadline = self._clock.monotonic() + timeout
+        self._stop_receivers(deadline)  # take nothing more in before draining
         self._stopping.set()
-        self._timer_wake.set()
+        self._parts.timers.wake()
         self.wake()
-        finished = self._join_workers(deadline)
-        self._workers_ended.set()
-        self._settle_ahead()
+        finished = self._parts.stop_dequeuing(deadline)
         for t in self._service_threads:  # a cleanup ends after its current batch
-            t.join(max(deadline - time.monotonic(), 5.0))
+            t.join(max(deadline - self._clock.monotonic(), 5.0))
         if self._unwatch is not None:
             self._unwatch()
-        if self._unwatch_timers is not None:
-            self._unwatch_timers()
-        if self._pending:  # known outcomes, rather than deliveries again
-            self._retry_pending()
-        try:
-            released = self.queue.unregister()
-        except MessageBoxError as exc:
-            log.error(
-                "host instance %s could not unregister: %s",
-                self.id,
-                exc,
-                extra=self._event("unregister-failed", error=str(exc)),
-            )
-            released = 0
+        self._parts.timers.unwatch()
+        if self._parts.recorder.has_unwritten():  # known outcomes, not deliveries again
+            self._parts.recorder.retry_unwritten()
+        released = self._unregister()
         if not finished:
             log.warning(
                 "host instance %s: handlers still running after %.1f s; %d entries released "
@@ -204,14 +279,46 @@ class HostInstance(Supervision):
                 self.id,
                 timeout,
                 released,
-                extra=self._event("stopped-with-handlers-running", released=released),
+                extra=self._events.fields("stopped-with-handlers-running", released=released),
             )
         log.info(
             "host instance %s stopped: %s",
             self.id,
             self.stats.snapshot(),
-            extra=self._event("instance-stopped", counts=self.stats.snapshot()),
+            extra=self._events.fields("instance-stopped", counts=self.stats.snapshot()),
         )
+        self._after_stop()
+        return finished
+
+    def _stop_receivers(self, deadline: float) -> None:
+        for r in reversed(self.receivers):
+            try:
+                r.stop(max(deadline - self._clock.monotonic(), 1.0))
+            except Exception as exc:
+                log.error(
+                    "host instance %s: receiver %r failed to stop: %s",
+                    self.id,
+                    r,
+                    exc,
+                    extra=self._events.fields("receiver-stop-failed", error=str(exc)),
+                )
+
+    def _unregister(self) -> int:
+        """Unregister; the entries it released (0 when it could not)."""
+        try:
+            return self.queue.unregister()
+        except MessageBoxError as exc:
+            log.error(
+                "host instance %s could not unregister: %s",
+                self.id,
+                exc,
+                extra=self._events.fields("unregister-failed", error=str(exc)),
+            )
+            return 0
+
+    def _after_stop(self) -> None:
+        """The ``on_stop`` callbacks, the collector's freeze let go, the box closed
+        (where the instance opened it); then the stop is over."""
         for callback in self.on_stop:
             try:
                 callback()
@@ -220,7 +327,7 @@ class HostInstance(Supervision):
                     "host instance %s: on_stop callback failed: %s",
                     self.id,
                     exc,
-                    extra=self._event("on-stop-failed", error=str(exc)),
+                    extra=self._events.fields("on-stop-failed", error=str(exc)),
                 )
         if self._frozen:
             self._frozen = False
@@ -228,18 +335,12 @@ class HostInstance(Supervision):
         if self._owns_box:
             self.box.close()
         self._stopped.set()
-        return finished
 
-    def _join_workers(self, deadline: float) -> bool:
-        """Wait for the dequeue threads to end, until ``deadline``; whether they did. A
-        thread whose handler the supervisor abandons meanwhile is not waited for."""
-        while True:
-            with self._runs_lock:
-                live = [t for t in self._threads if t.is_alive()]
-            left = deadline - time.monotonic()
-            if not live or left <= 0:
-                return not live
-            live[0].join(min(left, JOIN_SLICE_SECONDS))
+    def _stop_exhausted(self) -> None:
+        """The supervisor found the instance exhausted: stop it (from a thread of its own,
+        :meth:`run` then raising :class:`~messagebox.errors.HostExhausted`)."""
+        self._stop_requested.set()
+        threading.Thread(target=self.stop, name=f"{self.host}-exhausted", daemon=True).start()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (safe from a signal handler or another thread)."""
@@ -256,9 +357,9 @@ class HostInstance(Supervision):
                 previous[sig] = signal.signal(sig, lambda _s, _f: self.request_stop())
         try:
             self.start()
-            deadline = None if duration is None else time.monotonic() + duration
-            while not self._stop_requested.wait(0.2):
-                if deadline is not None and time.monotonic() >= deadline:
+            deadline = None if duration is None else self._clock.monotonic() + duration
+            while not self._clock.wait(self._stop_requested, RUN_LOOK_SECONDS):
+                if deadline is not None and self._clock.monotonic() >= deadline:
                     break
         finally:
             self.stop(stop_timeout)

@@ -34,7 +34,7 @@ service that reads only properties never loads a large body."""
 BATCH_READ_TOTAL = 16 * 1024 * 1024
 """At most this many bytes of parts are read together for a batch (in id order); a
 message past it is read alone when its service asks for its parts. A batch of
-orchestration steps can hold many ``claim_batch`` (``hosts.supervision.STEP_BATCHES``)."""
+orchestration steps can hold many ``claim_batch`` (``hosts.cutting.STEP_BATCHES``)."""
 
 
 class Delivery:

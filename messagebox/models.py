@@ -132,7 +132,7 @@ PREFETCH_BATCHES = 16
 takes them for all its threads: where claims are serialised in-process (DuckDB, where a
 statement costs milliseconds whatever its size), and where the instance runs
 orchestrations (a thread then takes many steps together). How far it claims ahead also
-follows its handlers' pace (``hosts.supervision.AHEAD_SECONDS``). At 4 threads of 50
+follows its handlers' pace (``hosts.claiming.AHEAD_SECONDS``). At 4 threads of 50
 (``bench.orchestrate``, DuckDB): 1 (200) gave 5.6k msgs/s of plain delivery and 700
 orchestration steps/s; 4 (800) 8.8k and 1.6k; on a faster machine 4 gave 30-32k and
 3.8-4.3k, 16 (3,200, at the handlers' pace) 33-37k and 5.1-6.5k. On PostgreSQL,

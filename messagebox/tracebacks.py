@@ -1,7 +1,7 @@
 """Reading a stored error: where it was raised and what was raised.
 
 A host instance stores a failed delivery's error as ``traceback.format_exception``
-writes it (``hosts/handling.py``); other errors are one line (``TimeoutError: the
+writes it (``hosts/failures.py``); other errors are one line (``TimeoutError: the
 handler of service … did not return``, ``its subscription was removed …``).
 :func:`read` takes the last traceback of the text (a chained exception's own), its
 exception line, and the innermost frames of the **handler's own code**:
@@ -33,8 +33,15 @@ FRAMES = 2
 """The innermost frames of the handler's own code that say where an error was raised:
 the raising statement and its caller, so that one helper failing for two callers is two
 places; deeper callers would split one failure by every path into it."""
-DISPATCHERS = ("/hosts/handling.py", "/hosts/orchestration.py", "/hosts/app.py")
-"""messagebox's files that call a handler (a service, an orchestration's receive)."""
+DISPATCHERS = (
+    "/hosts/calls.py",
+    "/hosts/orchestration_service.py",
+    "/hosts/app.py",
+    "/hosts/handling.py",
+    "/hosts/orchestration.py",
+)
+"""messagebox's files that call a handler (a service, an orchestration's receive); the
+last two did before a host instance was composed of parts (errors stored then)."""
 HEADER = "Traceback (most recent call last):"
 MAX_MESSAGE = 300
 
@@ -173,10 +180,15 @@ def _relative(path: str, kind: str, root: str) -> str:
     return posixpath.relpath(path, root) if root and not path.startswith("<") else path
 
 
+RETIRED = frozenset({"hosts/core.py", "hosts/handling.py", "hosts/supervision.py"})
+"""messagebox's files of earlier versions (before a host instance was composed of parts):
+errors stored then name them, and read as they did."""
+
+
 def _ours(path: str) -> bool:
     """Whether ``path`` is one of messagebox's own files, wherever it is installed."""
     _, found, rest = path.rpartition("/messagebox/")
-    return bool(found) and rest in _package_files()
+    return bool(found) and (rest in _package_files() or rest in RETIRED)
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,9 @@
 """The code's shape, checked: ``python -m tests.structure`` (``make lint`` runs it; so does
 the test suite).
 
-- no module of the packages or benches over ``MAX_MODULE_LINES`` lines;
+- no module of the packages or benches over ``MAX_MODULE_LINES`` lines, and none under
+  ``hosts/`` over ``MAX_HOST_MODULE_LINES`` (a host instance is composed of parts, each
+  a module of its own);
 - no function over ``MAX_FUNCTION_LINES`` lines (the CLI's argument parser excepted: it is
   one declaration of every command);
 - no SQL driver or SQLAlchemy above the storage layer: ``hosts/``, ``adapters/`` and
@@ -15,7 +17,9 @@ the test suite).
 - one process clock: no package module but ``messagebox/clock.py`` reads the time of day
   (``datetime.now``, ``datetime.utcnow``, ``time.time``), so a test can set it for all;
   nor the database's (``SELECT now()``) but ``messagebox/store_clock.py``, through which
-  each transaction reads it once;
+  each transaction reads it once; nor, under ``hosts/``, the monotonic clock
+  (``time.monotonic``, ``time.sleep``) but ``hosts/timing.py``, whose clock the parts
+  of a host instance are given, so that a test can drive their time;
 - capabilities, not names: no module outside ``messagebox/dialects/`` and
   ``messagebox/capabilities.py`` branches on a backend's name (``dialect.name``).
 
@@ -41,10 +45,13 @@ FRONT = (
 )
 """Inside the messagebox package but above the storage layer."""
 MAX_MODULE_LINES = 600
+MAX_HOST_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS_ALLOWED = {"messagebox/cli/parser.py"}
 DRIVERS = re.compile(r"sqlalchemy|psycopg|duckdb")
 CLOCK = "messagebox/clock.py"
+HOST_CLOCK = "hosts/timing.py"
+MONOTONIC = re.compile(r"\btime\.(monotonic|sleep)\b|\bfrom time import\b")
 STORE_CLOCK = "messagebox/store_clock.py"
 TIME_OF_DAY = re.compile(r"datetime\.(now|utcnow)\(|time\.time\(\)")
 DATABASE_TIME = re.compile(r"select\(sa\.func\.now\(\)\)")
@@ -61,8 +68,10 @@ def long_modules() -> list[str]:
     found = []
     for path in sources():
         lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_MODULE_LINES:
-            found.append(f"{path.relative_to(ROOT)}: {lines} lines")
+        name = path.relative_to(ROOT).as_posix()
+        most = MAX_HOST_MODULE_LINES if name.startswith("hosts/") else MAX_MODULE_LINES
+        if lines > most:
+            found.append(f"{name}: {lines} lines (at most {most})")
     return found
 
 
@@ -170,6 +179,18 @@ def clock_reads() -> list[str]:
     return found
 
 
+def host_clock_reads() -> list[str]:
+    found = []
+    for path in sources(("hosts",)):
+        name = path.relative_to(ROOT).as_posix()
+        if name == HOST_CLOCK:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if MONOTONIC.search(line):
+                found.append(f"{name}:{number}: reads the monotonic clock: {line.strip()}")
+    return found
+
+
 def backend_names() -> list[str]:
     found = []
     for path in sources(PACKAGES[:-1]):  # a bench may name what it measures
@@ -190,15 +211,17 @@ def main() -> int:
         + front_reaching_storage()
         + hosts_import_sql_modules()
         + clock_reads()
+        + host_clock_reads()
         + backend_names()
     )
     for breach in breaches:
         print(breach)
     if not breaches:
         print(
-            f"no module over {MAX_MODULE_LINES} lines, no function over "
+            f"no module over {MAX_MODULE_LINES} lines (under hosts/, "
+            f"{MAX_HOST_MODULE_LINES}), no function over "
             f"{MAX_FUNCTION_LINES}, no driver above the storage layer, no storage module "
-            "under the hosts, one process clock, "
+            "under the hosts, one process clock, one host clock, "
             "no backend's name"
         )
     return 1 if breaches else 0

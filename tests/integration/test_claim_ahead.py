@@ -1,4 +1,4 @@
-"""Claiming ahead (hosts/dispatch.py, ``Ahead``): where claims are serialised in-process
+"""Claiming ahead (hosts/dispatch.py, ``ClaimedAhead``): where claims are serialised in-process
 (DuckDB), and in an instance that runs orchestrations, one claim takes up to
 ``max_in_flight`` entries and the instance's dequeue threads handle them in batches of
 ``claim_batch`` (orchestration steps together). Each entry is still handled once,
@@ -23,7 +23,8 @@ from messagebox import schema as mb_schema
 from messagebox.claims import Claim
 from messagebox.consumer import Consumer
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
-from messagebox.hosts.supervision import READ_BATCHES, STEP_BATCHES
+from messagebox.hosts.claiming import READ_BATCHES
+from messagebox.hosts.cutting import STEP_BATCHES
 from messagebox.outcomes import ClaimAsk
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, Stalled, wait_for
@@ -579,7 +580,7 @@ def test_entries_of_an_ordered_correlated_subscription_are_each_handled_once(
     wait_for(lambda: inst.stats.snapshot()["completed"] == expected, what="completions counted")
     assert set(handled.values()) == {1}
     assert len(handled) == expected
-    wait_for(lambda: inst._permits.taken() == 0, what="every permit given back")
+    wait_for(lambda: inst._parts.claimer.permits.taken() == 0, what="every permit given back")
 
 
 def test_a_shared_claim_gives_the_ordered_run_whole_to_one_ask_and_no_entry_twice(

@@ -838,7 +838,8 @@ def test_notify_wakes_an_idle_instance_at_once(
     wakes: list[None] = []
     slept: dict[str, int] = {}
     lock = threading.Lock()
-    real_wake, real_wait = inst.wake, inst._wait
+    wakeups = inst._parts.wakeups  # every wake-up goes through it
+    real_wake, real_wait = wakeups.wake, wakeups.wait
 
     def recording_wake() -> None:
         real_wake()
@@ -850,8 +851,8 @@ def test_notify_wakes_an_idle_instance_at_once(
             slept[threading.current_thread().name] = seen
         real_wait(seen, seconds)
 
-    monkeypatch.setattr(inst, "wake", recording_wake)
-    monkeypatch.setattr(inst, "_wait", recording_wait)
+    monkeypatch.setattr(wakeups, "wake", recording_wake)
+    monkeypatch.setattr(wakeups, "wait", recording_wait)
     instances.append(inst.start())
 
     def asleep() -> bool:

@@ -97,7 +97,7 @@ def test_a_dequeue_thread_that_fails_is_replaced(
     setup_host(box, lease_seconds=1.0)
     seen = Seen()
     inst = start(instances, box, {"svc": seen.add}, dequeue_threads=1, claim_batch=5)
-    real = inst._handle_run
+    real = inst._parts.batches._deliver_run
     broken = {"left": 1}
 
     def fails_once(run: object) -> None:
@@ -106,7 +106,7 @@ def test_a_dequeue_thread_that_fails_is_replaced(
             raise RuntimeError("an engine bug")
         real(run)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(inst, "_handle_run", fails_once)
+    monkeypatch.setattr(inst._parts.batches, "_deliver_run", fails_once)
     box.publish(msgs(10))
     wait_for(completed(box), what="every entry completed", timeout=30)
     assert set(seen.attempts) == set(range(10))
@@ -630,7 +630,7 @@ def test_a_mistyped_service_name_is_logged_at_start_and_named_in_the_suspension(
     assert entry.reason == DELIVERY_FAILURE
     assert "service 'bill-large' is not registered" in (entry.error or "")
     assert "Did you mean 'bill_large'?" in (entry.error or "")
-    inst._refresh_subscriptions()  # a refresh does not warn again
+    inst._parts.subscriptions.refresh()  # a refresh does not warn again
     assert (
         len([r for r in caplog.records if getattr(r, "event", None) == "unserved-subscription"])
         == 1

@@ -36,7 +36,7 @@ def test_idle_only_with_nothing_claimed_and_nothing_in_hand(
     box.publish([Message(b"x", promoted={"t.N": 1})])
     instance = running(app)
     # one thread holds the message while the others' claims come back empty
-    wait_until(lambda: instance._empty_since is not None, 30, "an empty claim")
+    wait_until(lambda: instance._parts.idleness.empty_since is not None, 30, "an empty claim")
     assert instance.idle_seconds() == 0.0  # exactly: any time counted would show
     assert handled == []
     gate.set()

@@ -63,7 +63,7 @@ def test_a_transient_store_error_while_loading_instances_does_not_strand_the_bat
         box.publish([msg("order", 2)])
         # Then both are handled: the failed attempt is retried like any failure
         handled = wait_until(lambda: len(sink.orders("handled")) == 2, 30.0)
-        alive = [t.is_alive() for t in host._threads]
+        alive = [t.is_alive() for t in host._parts.threads.running()]
         assert handled, f"handled {sink.orders('handled')}; dequeue threads alive: {alive}"
     finally:
         box.close()

@@ -132,10 +132,7 @@ class _Recorder:
             mine = sum(1 for h in self.handled if h.worker == d.host_instance)
         victim = self.victim
         if victim is not None and d.host_instance == victim.id and mine >= self.kill_after:
-            with victim._flight_lock:
-                batches = [
-                    b for b in victim._in_flight.values() if any(c.id == d.entry_id for c in b)
-                ]
+            batches = victim._parts.in_flight.batches_holding(d.entry_id)
             if batches and batches[0][-1].id != d.entry_id:
                 self.victim = None
                 _kill(victim, self)

@@ -1,4 +1,4 @@
-"""Ordered runs longer than a batch (``Supervision._run_most``), on both backends: a run
+"""Ordered runs longer than a batch (``Claimer.longest_run``), on both backends: a run
 grows with the pace of its handlers within ``max_in_flight`` (on PostgreSQL, where a
 thread claims for itself, with the permits free when it claims), publish order holds
 and each entry is handled once, and a long run records its outcomes as it goes, so
@@ -86,7 +86,9 @@ def test_the_longest_run_follows_the_pace_of_runs(
     try:
         for pace, most in ((0.0, 10), (15.0, 10), (100.0, 50), (10_000.0, 300)):
             monkeypatch.setattr(Pace, "per_second", lambda _self, p=pace: p)
-            assert inst._run_most() == most, pace  # half a second of runs, within bounds
+            assert inst._parts.claimer.longest_run() == most, (
+                pace
+            )  # half a second of runs, within bounds
     finally:
         inst.box.close()
 
@@ -110,7 +112,7 @@ def test_a_long_run_records_its_outcomes_as_it_goes(
         handled.append(number)
 
     inst = _instance(box, handler, dequeue_threads=2, max_in_flight=n)
-    monkeypatch.setattr(type(inst), "_run_most", lambda _self: n)
+    monkeypatch.setattr(type(inst._parts.claimer), "longest_run", lambda _self: n)
     runs = _spy_runs(inst)
     inst.start()
     try:
@@ -155,16 +157,16 @@ def test_permits_taken_for_a_long_run_take_no_plain_entries(
     )
     assert len(held) == 200
     inst = _instance(box, lambda _d: None, max_in_flight=300)
-    monkeypatch.setattr(type(inst), "_run_most", lambda _self: 200)
+    monkeypatch.setattr(type(inst._parts.claimer), "longest_run", lambda _self: 200)
     try:
-        inst._refresh_subscriptions()
-        want = inst._permits.take(10, inst._stopping)
-        claims = inst._claim_now(want, None, 0)
+        inst._parts.subscriptions.refresh()
+        want = inst._parts.claimer.permits.take(10, inst._stopping)
+        claims = inst._parts.claimer.claim_now(want, None, 0)
         assert claims is not None
         assert not any(c.ordered for c in claims)
         if box.backend == "postgresql":
             assert len(claims) == 10
-            assert inst._permits.taken() == 10  # the run's permits went back
+            assert inst._parts.claimer.permits.taken() == 10  # the run's permits went back
     finally:
         inst.box.close()
 

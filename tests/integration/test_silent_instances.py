@@ -112,7 +112,9 @@ def test_until_idle_waits_for_entries_another_process_holds(pg_url: str) -> None
         inst = HostInstance(box, "h", {"svc": lambda d: seen.append(d.attempt)})
         inst.start()
         try:
-            wait_for(lambda: inst._empty_since is not None, what="a first empty claim")
+            wait_for(
+                lambda: inst._parts.idleness.empty_since is not None, what="a first empty claim"
+            )
             time.sleep(0.3)  # what an idle instance would count as idle time (not a wait)
             assert inst.idle_seconds() == 0.0  # not idle: another process holds work
             wait_for(lambda: len(seen) == 3, what="the released entries handled", timeout=30)

@@ -13,7 +13,7 @@ import pytest
 
 from messagebox import MessageBox
 from messagebox.hosts import HostInstance
-from messagebox.hosts.supervision import TIMERS_LOOK_SECONDS
+from messagebox.hosts.timers import TIMERS_LOOK_SECONDS
 from tests.integration.orchestration_support import make_app, msg, wait_until
 from tests.integration.test_orchestration import PaymentTimeout
 
@@ -47,9 +47,9 @@ def test_a_step_wakes_the_timer_loop_only_for_a_timer_due_before_its_next_look(
     # Given a host whose timer loop looks every minute, its wake-ups counted
     app, sink = make_app(PaymentTimeout, sink_kinds=("cancel",), poll_max_seconds=LONG_POLL)
     inst = app.instance(backend_url)
-    wakes = inst._timer_wake = CountedEvent()
+    wakes = inst._parts.timers.wake_event = CountedEvent()
     instance.append(inst.start())
-    wait_until(lambda: inst._timers_look_at < float("inf"), 30, "the loop to wait")
+    wait_until(lambda: inst._parts.timers.look_at < float("inf"), 30, "the loop to wait")
     # When an order waits an hour for its payment
     box.publish([msg("order", 1, **{"t.Wait": 3600.0})])
     wait_until(lambda: inst.stats.snapshot()["completed"] == 1, 30, "order 1's step")
@@ -75,9 +75,9 @@ def test_on_duckdb_the_timer_loop_reads_the_timers_only_when_woken_or_due(
     app, sink = make_app(PaymentTimeout, sink_kinds=("cancel",), poll_max_seconds=0.2)
     inst = app.instance(backend_url)
     instance.append(inst.start())
-    wait_until(lambda: inst._timers_look_at < float("inf"), 30, "the loop to wait")
+    wait_until(lambda: inst._parts.timers.look_at < float("inf"), 30, "the loop to wait")
     # Then its next look is a minute away on DuckDB, poll_max_seconds away elsewhere
-    ahead = inst._timers_look_at - time.time()
+    ahead = inst._parts.timers.look_at - time.time()
     if box.one_process:
         assert ahead > TIMERS_LOOK_SECONDS - 10, ahead
     else:

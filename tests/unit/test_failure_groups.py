@@ -82,11 +82,16 @@ def test_a_chained_exception_is_read_from_its_last_traceback() -> None:
     )
 
 
-def test_an_app_installed_as_a_package_is_the_handlers_own_code() -> None:
+@pytest.mark.parametrize(
+    "dispatch",
+    [DISPATCH, DISPATCH.replace("hosts/handling.py", "hosts/calls.py")],
+    ids=["stored-before-parts", "hosts-calls"],
+)
+def test_an_app_installed_as_a_package_is_the_handlers_own_code(dispatch: str) -> None:
     root = "/srv/venv/lib/python3.11/site-packages"
     error = read(
         "Traceback (most recent call last):\n"
-        + DISPATCH.format(root="/srv", n=316)
+        + dispatch.format(root="/srv", n=316)
         + f'  File "{root}/shop/services.py", line 3, in ship\n    carrier.book(order)\n'
         f'  File "{root}/shop/carrier.py", line 9, in book\n    httpx.post(URL)\n'
         f'  File "{root}/httpx/_api.py", line 319, in post\n    return request(\n'

@@ -1,5 +1,6 @@
 """The code keeps its shape (tests/structure.py): module and function sizes, no driver
-above the storage layer, no storage module under the hosts, one process clock."""
+above the storage layer, no storage module under the hosts, one process clock, one
+monotonic clock under the hosts."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def test_only_the_clock_module_reads_the_time_of_day() -> None:
     assert structure.clock_reads() == []
 
 
+def test_only_the_host_clock_reads_monotonic_time_under_the_hosts() -> None:
+    assert structure.host_clock_reads() == []
+
+
 def test_only_the_dialects_name_a_backend() -> None:
     assert structure.backend_names() == []
 
@@ -42,6 +47,13 @@ def test_the_checks_find_what_they_look_for(
         f"import sqlalchemy\n\n\ndef long():\n{body}\n    return datetime.now(UTC)\n"
         + "\n" * structure.MAX_MODULE_LINES
     )
+    medium = "\n" * (structure.MAX_HOST_MODULE_LINES + 1)
+    (tmp_path / "hosts" / "medium.py").write_text(medium)  # too long under hosts/ ...
+    (tmp_path / "messagebox" / "medium.py").write_text(medium)  # ... not elsewhere
+    (tmp_path / "hosts" / "waits.py").write_text(
+        "import time\nfrom time import sleep\n\nt = time.monotonic()\ntime.sleep(1)\n"
+    )
+    (tmp_path / "hosts" / "timing.py").write_text("import time\n\nt = time.monotonic()\n")
     (tmp_path / "hosts" / "imports.py").write_text(
         "from typing import TYPE_CHECKING\n\n"
         "from messagebox import allowed, storage, values\n"
@@ -57,7 +69,17 @@ def test_the_checks_find_what_they_look_for(
     )
     monkeypatch.setattr(structure, "ROOT", tmp_path)
     monkeypatch.setattr(structure, "SQL_ALLOWED", frozenset({"messagebox.allowed"}))
-    assert structure.long_modules() == [f"hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines"]
+    assert structure.long_modules() == [
+        f"hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines (at most "
+        f"{structure.MAX_HOST_MODULE_LINES})",
+        f"hosts/medium.py: {structure.MAX_HOST_MODULE_LINES + 1} lines (at most "
+        f"{structure.MAX_HOST_MODULE_LINES})",
+    ]
+    assert [b.split(": ")[0] for b in structure.host_clock_reads()] == [
+        "hosts/waits.py:2",
+        "hosts/waits.py:4",
+        "hosts/waits.py:5",
+    ]
     assert structure.long_functions() == [
         f"hosts/bad.py:4 long(): {structure.MAX_FUNCTION_LINES + 2} lines"
     ]
