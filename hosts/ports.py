@@ -17,10 +17,12 @@ groups' filters, so a message reaches a port once however many of them match.
 
 from __future__ import annotations
 
-from typing import Any
-
-from messagebox.errors import ValidationError
-from messagebox.hosts.receive_locations import LocationStats, ReceiveLocation, running_location
+from messagebox.hosts.receive_locations import (
+    LocationStats,
+    ReceiveLocation,
+    ReceivePort,
+    running_location,
+)
 from messagebox.hosts.send_ports import (
     PortStats,
     SendPort,
@@ -28,7 +30,6 @@ from messagebox.hosts.send_ports import (
     Transport,
     port_filter,
 )
-from messagebox.pipelines import ReceivePipeline
 
 __all__ = [
     "LocationStats",
@@ -41,26 +42,3 @@ __all__ = [
     "port_filter",
     "running_location",
 ]
-
-
-class ReceivePort:
-    """A named group of receive locations; ``route_failed`` also routes refused inputs
-    as error reports."""
-
-    def __init__(self, name: str, *, route_failed: bool = False) -> None:
-        if not name:
-            raise ValidationError("a receive port needs a name")
-        self.name = name
-        self.route_failed = route_failed
-        self.locations: list[ReceiveLocation] = []
-
-    def location(
-        self, name: str, url: str, *, pipeline: ReceivePipeline | None = None, **options: Any
-    ) -> ReceiveLocation:
-        """Add a receive location (options: ``max_bytes``, ``recoverable``, ``policy``,
-        and the adapter's own)."""
-        if any(loc.name == name for loc in self.locations):
-            raise ValidationError(f"receive port {self.name!r} has a location {name!r} already")
-        loc = ReceiveLocation(name, url, port=self, pipeline=pipeline, **options)
-        self.locations.append(loc)
-        return loc

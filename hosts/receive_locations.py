@@ -34,7 +34,6 @@ from messagebox.pipelines import (
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
-    from messagebox.hosts.ports import ReceivePort
 
 log = logging.getLogger("messagebox.ports")
 
@@ -355,3 +354,26 @@ def running_location(box: MessageBox, port: str, name: str) -> ReceiveLocation |
             ):
                 return loc
     return None
+
+
+class ReceivePort:
+    """A named group of receive locations; ``route_failed`` also routes refused inputs
+    as error reports."""
+
+    def __init__(self, name: str, *, route_failed: bool = False) -> None:
+        if not name:
+            raise ValidationError("a receive port needs a name")
+        self.name = name
+        self.route_failed = route_failed
+        self.locations: list[ReceiveLocation] = []
+
+    def location(
+        self, name: str, url: str, *, pipeline: ReceivePipeline | None = None, **options: Any
+    ) -> ReceiveLocation:
+        """Add a receive location (options: ``max_bytes``, ``recoverable``, ``policy``,
+        and the adapter's own)."""
+        if any(loc.name == name for loc in self.locations):
+            raise ValidationError(f"receive port {self.name!r} has a location {name!r} already")
+        loc = ReceiveLocation(name, url, port=self, pipeline=pipeline, **options)
+        self.locations.append(loc)
+        return loc
