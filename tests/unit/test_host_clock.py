@@ -51,7 +51,7 @@ def recorder(queue: FailingQueue, clock: ManualClock, settings: HostSettings) ->
 
 
 def test_outcomes_are_tried_again_after_pauses_then_kept_until_their_leases_lapse() -> None:
-    clock, queue = ManualClock(), FailingQueue()
+    clock, queue = ManualClock(waits_advance=True), FailingQueue()  # one thread: sleeps move it
     settings = HostSettings(lease_seconds=10.0)
     outcomes = recorder(queue, clock, settings)
     start = clock.monotonic()
