@@ -106,7 +106,7 @@ class OneRun:
 
 
 def test_the_supervisor_abandons_a_handler_once_the_clock_passes_its_time_out() -> None:
-    clock, queue = ManualClock(), FailingQueue()
+    clock, queue = ManualClock(waits_advance=True), FailingQueue()  # one thread: sleeps move it
     settings = HostSettings(handler_timeout_seconds=2.0, dequeue_threads=1)
     stats = InstanceStats()
     run = Run([claim(1), claim(2)], clock=clock)
