@@ -22,19 +22,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 EVENT_LOOK_SECONDS = 0.005
-"""How often (real seconds) a wait on an event looks whether the clock has passed its
-time-out: an event cannot be waited on together with the clock; the event itself wakes
-the wait at once."""
+"""How often (real seconds) a wait on an event looks whether the clock has ended it: an
+event cannot be waited on together with the clock; the event itself wakes the wait at
+once."""
 LOST_WAKE_SECONDS = 1.0
 """How often (real seconds) a wait on a condition looks at the clock again, should a
 notification have been missed; it does not end the wait."""
 
 
-@dataclass
+@dataclass(eq=False)  # each wait is itself: two alike are still two
 class _Waiter:
-    """A wait on a condition until ``deadline`` (the clock's monotonic seconds)."""
+    """A wait until ``deadline`` (the clock's monotonic seconds), on a condition or on
+    an event (``condition`` None)."""
 
-    condition: threading.Condition
+    condition: threading.Condition | None
     deadline: float
     fired: bool = False
 
@@ -88,8 +89,9 @@ class ManualClock:
                 w.fired = True
             self._changed.notify_all()
         for w in due:  # outside the clock's lock: a waiter holds its condition's
-            with w.condition:
-                w.condition.notify_all()
+            if w.condition is not None:
+                with w.condition:
+                    w.condition.notify_all()
 
     def set(self, at: datetime) -> None:
         """Set the wall time (it may jump either way, as a machine's can); the monotonic
@@ -102,8 +104,8 @@ class ManualClock:
             self._at = at
 
     def waiting(self) -> tuple[int, int]:
-        """How many threads wait now on a condition for the clock, and how many such
-        waits have begun so far (for a test that moves it once they all wait)."""
+        """How many threads wait now for the clock (a wait it has not ended), and how
+        many waits have begun so far (for a test that moves it once they all wait)."""
         with self._changed:
             return sum(1 for w in self._waiters if not w.fired), self.waits_begun
 
@@ -129,11 +131,16 @@ class ManualClock:
         if self.waits_advance:
             self.advance(timeout)
             return event.is_set()
-        deadline = self.monotonic() + timeout
-        while not event.wait(EVENT_LOOK_SECONDS):
-            if self.monotonic() >= deadline:
-                return event.is_set()
-        return True
+        waiter = self._begin(None, timeout)
+        if waiter is None:
+            return event.is_set()
+        try:
+            while not event.wait(EVENT_LOOK_SECONDS):
+                if waiter.fired:
+                    return event.is_set()
+            return True
+        finally:
+            self._end(waiter)
 
     def wait_on(self, condition: threading.Condition, timeout: float) -> bool:
         """``condition.wait`` (its lock held by the caller) until notified or the clock
@@ -141,12 +148,9 @@ class ManualClock:
         if self.waits_advance:
             self.advance(timeout)
             return False
-        with self._changed:
-            waiter = _Waiter(condition, self._mono + timeout)
-            if waiter.deadline <= self._mono:
-                return False
-            self._waiters.append(waiter)
-            self.waits_begun += 1
+        waiter = self._begin(condition, timeout)
+        if waiter is None:
+            return False
         try:
             while True:
                 notified = condition.wait(LOST_WAKE_SECONDS)
@@ -155,5 +159,18 @@ class ManualClock:
                 if notified:
                     return True
         finally:
-            with self._changed:
-                self._waiters.remove(waiter)
+            self._end(waiter)
+
+    def _begin(self, condition: threading.Condition | None, timeout: float) -> _Waiter | None:
+        """A wait of ``timeout`` seconds from now, registered; None if it is over."""
+        with self._changed:
+            if timeout <= 0:
+                return None
+            waiter = _Waiter(condition, self._mono + timeout)
+            self._waiters.append(waiter)
+            self.waits_begun += 1
+            return waiter
+
+    def _end(self, waiter: _Waiter) -> None:
+        with self._changed:
+            self._waiters.remove(waiter)

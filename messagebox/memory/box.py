@@ -15,10 +15,10 @@ without a database.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from messagebox.errors import UnknownHost, UnknownMessage, UnknownSubscription
+from messagebox.errors import UnknownHost, UnknownMessage, UnknownSubscription, ValidationError
 from messagebox.memory.clocks import Clock
 from messagebox.memory.consumer import MemoryConsumer
 from messagebox.memory.state import MemoryStore
@@ -78,8 +78,13 @@ class MemoryBox:
             raise UnknownHost(f"no host {name!r}")
         return Host(name=name, settings=found, created_at=self.store.now())
 
-    def subscribe(self, service: str, **options: Any) -> Subscription:
-        """Subscribe ``service`` (see :meth:`MemoryStore.subscribe`)."""
+    def subscribe(
+        self, service: str, *, correlation: Sequence[str] = (), **options: Any
+    ) -> Subscription:
+        """Subscribe ``service`` (see :meth:`MemoryStore.subscribe`); no correlation
+        here (an orchestration's specs name an empty one)."""
+        if correlation:
+            raise ValidationError("the memory store does not correlate (no convoys)")
         return self.store.subscribe(service, **options)
 
     def subscriptions(self, *, host: str | None = None) -> list[Subscription]:

@@ -77,11 +77,13 @@ def drained(box: MemoryBox) -> Callable[[], bool]:
     return lambda: not box.store.entries()
 
 
-def settled(clock: ManualClock, threads: int) -> None:
-    """Wait until ``threads`` threads wait for the clock and none whose wait the clock
-    ended is still on its way back to waiting: the dequeue threads have looked and found
-    nothing to do until the clock moves (call it after moving the clock, not after a
-    publish, whose wake-up a waiting thread may not have acted on yet)."""
+def settled(clock: ManualClock, *instances: HostInstance) -> None:
+    """Wait until every thread of ``instances`` (dequeue threads, housekeeper,
+    supervisor, timer loop) waits for the clock, none whose wait the clock ended still on
+    its way back: they have looked and found nothing to do until the clock moves. Call
+    it after moving the clock, not after a publish, whose wake-up a waiting thread may
+    not have acted on yet."""
+    threads = sum(i.settings.dequeue_threads + len(i._service_threads) for i in instances)
     wait_for(
         lambda: clock.waiting()[0] >= threads,
         what=f"{threads} threads waiting for the clock",

@@ -27,18 +27,19 @@ def test_retries_back_off_by_the_clock_then_suspend_after_max_attempts(
     t0 = clock.monotonic()
     [routed] = box.publish(msgs(1))
     wait_for(lambda: len(rec.seen) == 1, what="the first attempt")
-    settled(clock, 1)  # recorded: waiting for its back-off (1 s)
+    settled(clock, inst)  # recorded: waiting for its back-off (1 s)
     [entry] = box.store.entries()
-    assert entry.attempts == 1 and entry.lease_expires is None
+    assert entry.attempts == 1
+    assert entry.lease_expires is None
     assert entry.available_at == box.store.later(1.0)
     clock.advance(0.9)
-    settled(clock, 1)  # the thread looked again (or slept on): nothing before its time
+    settled(clock, inst)  # the thread looked again (or slept on): nothing before its time
     assert len(rec.seen) == 1
     clock.advance(0.11)
     wait_for(lambda: len(rec.seen) == 2, what="the second attempt")
-    settled(clock, 1)
+    settled(clock, inst)
     clock.advance(1.9)  # the second back-off: 2 s
-    settled(clock, 1)
+    settled(clock, inst)
     assert len(rec.seen) == 2
     clock.advance(0.11)
     wait_for(lambda: len(box.store.suspended()) == 1, what="the suspension")

@@ -105,10 +105,10 @@ def test_a_vanished_instances_entries_are_released_after_dead_after_and_redelive
     assert len(ghost(box, "ghost", 3, lease_seconds=3600.0)) == 3
     rec = Recorder(clock)
     inst = start({"svc": rec}, dequeue_threads=1)
-    settled(clock, 1)
+    settled(clock, inst)
     assert rec.seen == []  # the ghost holds them all
     clock.advance(2.0)  # not dead yet (3 s)
-    settled(clock, 1)
+    settled(clock, inst)
     assert rec.seen == []
     assert "ghost" in box.store.rows.registered
     clock.advance(1.5)  # the next heartbeat finds it dead: its leases are released

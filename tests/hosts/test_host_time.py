@@ -6,6 +6,7 @@ it has been idle, by the clock."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 from messagebox.hosts import Delivery, HostInstance
@@ -24,13 +25,17 @@ def test_a_memory_box_is_a_host_box(box: MemoryBox) -> None:
     assert box.host("h").settings.heartbeat_seconds == 1.0
 
 
+def delivered(rec: Recorder, count: int) -> Callable[[], bool]:
+    return lambda: len(rec.numbers()) == count
+
+
 def test_a_running_host_delivers_scheduled_entries_when_the_clock_reaches_them(
     box: MemoryBox, clock: ManualClock, start: Start
 ) -> None:
     subscribe_all(box)
     rec = Recorder(clock)
-    start({"svc": rec}, dequeue_threads=2)
-    settled(clock, 2)
+    inst = start({"svc": rec}, dequeue_threads=2)
+    settled(clock, inst)
     t0, now = clock.monotonic(), box.store.now()
     due = {n: 10.0 + 5.0 * n for n in range(4)}
     box.publish(
@@ -44,10 +49,10 @@ def test_a_running_host_delivers_scheduled_entries_when_the_clock_reaches_them(
     assert len(box.store.entries()) == 4  # routed at once, held until due
     for n, seconds in due.items():
         clock.advance(seconds - 0.5 - (clock.monotonic() - t0))
-        settled(clock, 2)
+        settled(clock, inst)
         assert rec.numbers() == list(range(n))  # not before its time
         clock.advance(0.51)
-        wait_for(lambda n=n: len(rec.numbers()) == n + 1, what=f"entry {n} delivered")
+        wait_for(delivered(rec, n + 1), what=f"entry {n} delivered")
     assert rec.numbers() == [0, 1, 2, 3]
     # each when the clock first passed its time: within the step, never before
     assert [round(at - t0, 6) for at in rec.at] == [s + 0.01 for s in due.values()]
@@ -106,13 +111,14 @@ def test_a_publish_wakes_idle_threads_with_no_time_passing(
 ) -> None:
     subscribe_all(box)
     rec = Recorder(clock)
-    start({"svc": rec}, dequeue_threads=2, poll_min_seconds=10.0, poll_max_seconds=10.0)
-    settled(clock, 2)  # both asleep for 10 s unless woken
+    inst = start({"svc": rec}, dequeue_threads=2, poll_min_seconds=10.0, poll_max_seconds=10.0)
+    settled(clock, inst)  # both asleep for 10 s unless woken
     t0 = clock.monotonic()
     box.publish(msgs(3))
     wait_for(drained(box), what="the messages handled")
     assert sorted(rec.numbers()) == [0, 1, 2]
-    assert rec.at == [t0] * 3 and clock.monotonic() == t0
+    assert rec.at == [t0] * 3
+    assert clock.monotonic() == t0
 
 
 def test_idle_only_with_nothing_claimed_and_nothing_in_hand_counted_by_the_clock(
@@ -135,7 +141,7 @@ def test_idle_only_with_nothing_claimed_and_nothing_in_hand_counted_by_the_clock
     assert inst.idle_seconds() == 0.0  # exactly: any time counted would show
     gates[1].set()
     wait_for(lambda: handled == [1], what="the message handled")
-    settled(clock, 2)
+    settled(clock, inst)
     clock.advance(0.5)
     wait_for(lambda: inst.idle_seconds() >= 0.5, what="the instance idle")
     # new work: busy while in hand, whatever the clock; idle again from its end
@@ -145,7 +151,7 @@ def test_idle_only_with_nothing_claimed_and_nothing_in_hand_counted_by_the_clock
     assert inst.idle_seconds() == 0.0
     gates[2].set()
     wait_for(lambda: handled == [1, 2], what="the second message handled")
-    settled(clock, 2)
+    settled(clock, inst)
     assert inst.idle_seconds() == 0.0  # counted from the end of the work
     clock.advance(0.5)
     assert inst.idle_seconds() == 0.5
