@@ -116,13 +116,17 @@ def test_a_hung_handler_is_abandoned_once_the_clock_passes_its_time_out(
         )
         box.publish(msgs(10))
         assert service.entered.acquire(timeout=10)
+        settled(clock, inst, busy=1)
         clock.advance(4.5)  # its time is not up: the handler is left alone
+        settled(clock, inst, busy=1)
         assert inst.stats.snapshot()["timed_out"] == 0
         clock.advance(1.0)  # past 5 s: abandoned, its entry fails, its batch goes on
         wait_for(lambda: retry_recorded(box, 1), what="the first time-out recorded")
         assert inst.stats.snapshot()["timed_out"] == 1
-        clock.advance(1.0)  # its retry's back-off
+        settled(clock, inst)  # the abandoned thread is replaced: it counts no more
+        clock.advance(1.01)  # past its retry's back-off
         assert service.entered.acquire(timeout=10)  # delivered again: hangs again
+        settled(clock, inst, busy=1)
         clock.advance(5.5)
         wait_for(drained(box), what="every entry completed or suspended")
         [entry] = box.store.suspended()

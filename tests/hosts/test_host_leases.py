@@ -46,6 +46,7 @@ def test_an_instance_registers_heartbeats_by_the_clock_and_unregisters(
     registered = box.store.rows.registered
     assert list(registered) == [inst.id]
     first = registered[inst.id].heartbeat_at
+    settled(clock, inst)
     clock.advance(1.0)  # one heartbeat
     wait_for(lambda: registered[inst.id].heartbeat_at == first + timedelta(seconds=1))
     assert inst.stop() is True
@@ -57,11 +58,12 @@ def test_heartbeats_keep_the_lease_of_an_entry_in_flight(
 ) -> None:
     subscribe_all(box)
     stalled = Stalled()
-    start({"svc": stalled}, dequeue_threads=1)
+    inst = start({"svc": stalled}, dequeue_threads=1)
     box.publish(msgs(1))
     assert stalled.entered.wait(10)
     [entry] = box.store.entries()
     for _ in range(15):  # past its first lease (10 s), a heartbeat a second
+        settled(clock, inst, busy=1)
         clock.advance(1.0)
         wait_for(lambda: box.store.entries()[0].lease_expires == box.store.later(10.0))
     [entry] = box.store.entries()

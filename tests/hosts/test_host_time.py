@@ -67,8 +67,10 @@ def test_a_running_hosts_heartbeat_sweeps_expired_entries_as_their_subscriptions
     box.store.set_state([kept.id, dropped.id], State.STOPPED)  # held: never claimed
     [routed] = box.publish([Message(b"body 0", promoted={"t.N": 0}, ttl=30)])
     inst = start({"svc": Recorder(clock)})
+    settled(clock, inst)
     clock.advance(29.0)
     wait_for(lambda: box.store.rows.registered[inst.id].heartbeat_at == box.store.now())
+    settled(clock, inst)
     assert len(box.store.entries()) == 2  # swept at that heartbeat: not expired yet
     clock.advance(1.5)  # the next heartbeat sweeps them: one suspended, one dropped
     wait_for(drained(box), what="the expired entries swept")
@@ -96,6 +98,7 @@ def test_an_entry_that_expires_while_the_host_is_busy_is_never_delivered(
     box.publish(msgs(1))
     assert busy.entered.wait(10)
     box.publish([Message(b"body 1", promoted={"t.N": 1}, ttl=5)])
+    settled(clock, inst, busy=1)
     clock.advance(6.0)  # expired while the only thread is busy: swept at the heartbeat
     wait_for(lambda: len(box.store.suspended()) == 1, what="the expired entry swept")
     busy.release.set()
@@ -137,6 +140,7 @@ def test_idle_only_with_nothing_claimed_and_nothing_in_hand_counted_by_the_clock
     inst = start({"svc": work}, dequeue_threads=2)
     # one thread holds the message while the other's claims come back empty
     wait_for(lambda: inst._parts.idleness.empty_since is not None, what="an empty claim")
+    settled(clock, inst, busy=1)
     clock.advance(3.0)
     assert inst.idle_seconds() == 0.0  # exactly: any time counted would show
     gates[1].set()
