@@ -30,7 +30,7 @@ from messagebox.models import HostSettings
 from messagebox.outcomes import Outcomes
 
 if TYPE_CHECKING:
-    from messagebox.engine import MessageBox
+    from messagebox.port import HostBox
 
 
 class StartMarking(Protocol):
@@ -45,7 +45,7 @@ class BatchHandler:
 
     def __init__(
         self,
-        box: MessageBox,
+        box: HostBox,
         queue: StartMarking,
         settings: HostSettings,
         calls: ServiceCalls,

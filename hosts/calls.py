@@ -18,7 +18,7 @@ from messagebox.hosts.subscriptions import HostSubscriptions
 from messagebox.models import HostSettings, Subscription
 
 if TYPE_CHECKING:
-    from messagebox.engine import MessageBox
+    from messagebox.port import HostBox
 
 Outcome = Failure | Settled | Done
 Completing = Callable[[Callable[[], Claim]], AbstractContextManager[Any]]
@@ -53,7 +53,7 @@ class ServiceCalls:
 
     def __init__(
         self,
-        box: MessageBox,
+        box: HostBox,
         instance: str,
         services: Services,
         completing: Completing,

@@ -25,7 +25,7 @@ from messagebox.models import HostSettings
 from messagebox.outcomes import Outcomes, Recorded
 
 if TYPE_CHECKING:
-    from messagebox.engine import MessageBox
+    from messagebox.port import HostBox
 
 READ_BATCHES = 16
 """Batches of plain entries of one claim for several threads that read their messages in
@@ -76,7 +76,7 @@ class Claimer:
 
     def __init__(
         self,
-        box: MessageBox,
+        box: HostBox,
         queue: ClaimingQueue,
         settings: HostSettings,
         subscriptions: HostSubscriptions,

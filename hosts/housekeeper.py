@@ -24,7 +24,7 @@ from messagebox.hosts.wakeups import WakeUps
 from messagebox.models import HostSettings, InstanceInfo
 
 if TYPE_CHECKING:
-    from messagebox.engine import MessageBox
+    from messagebox.port import HostBox
 
 EXPIRE_BATCHES = 10
 """Sweep transactions (of ``upkeep.EXPIRY_BATCH`` entries) a heartbeat at most: a backlog of
@@ -49,7 +49,7 @@ class Housekeeper:
 
     def __init__(
         self,
-        box: MessageBox,
+        box: HostBox,
         queue: KeepingQueue,
         settings: HostSettings,
         parts: tuple[InFlight, ClaimedAhead, OutcomeRecorder, HostSubscriptions],

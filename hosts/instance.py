@@ -58,13 +58,14 @@ from typing import Any
 
 from messagebox import clock
 from messagebox.engine import MessageBox, StoreURL
-from messagebox.errors import Conflict, HostExhausted, MessageBoxError
+from messagebox.errors import Conflict, HostExhausted, MessageBoxError, ValidationError
 from messagebox.hosts import collector, timing
 from messagebox.hosts.calls import Services
 from messagebox.hosts.dispatch import InstanceStats
 from messagebox.hosts.events import InstanceLog
 from messagebox.hosts.parts import Parts, Receiver, stored_settings
 from messagebox.models import HostSettings, InstanceInfo
+from messagebox.port import HostBox, HostStore
 
 log = logging.getLogger("messagebox.hosts")
 
@@ -84,7 +85,10 @@ class HostInstance:
     ``services`` maps service names (as subscriptions name them) to handlers; see
     :mod:`messagebox.hosts.service`. ``settings`` overrides the host's stored settings for this
     instance only (e.g. ``{"dequeue_threads": 2}``). ``close_box`` closes the box on
-    stop (the default when the instance opened it from a URL).
+    stop (the default when the instance opened it from a URL). ``box`` is a
+    :class:`~messagebox.engine.MessageBox`, a URL to open one, or any
+    :class:`~messagebox.port.HostBox` (a :class:`~messagebox.memory.MemoryBox`: no
+    receive locations there).
     """
 
     _frozen = False
@@ -92,7 +96,7 @@ class HostInstance:
 
     def __init__(
         self,
-        box: MessageBox | StoreURL | None,
+        box: HostBox | StoreURL | None,
         host: str,
         services: Mapping[str, object],
         *,
@@ -101,12 +105,13 @@ class HostInstance:
         close_box: bool | None = None,
         receivers: Sequence[Receiver] = (),
     ) -> None:
-        self._owns_box = not isinstance(box, MessageBox) if close_box is None else close_box
-        self.box = box if isinstance(box, MessageBox) else MessageBox(box)
+        given = isinstance(box, HostBox)
+        self._owns_box = not given if close_box is None else close_box
+        self.box: HostBox = box if isinstance(box, HostBox) else MessageBox(box)
         self.host = host
         self.id = name or f"{host}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.settings: HostSettings = stored_settings(self.box.host(host), settings, self.id)
-        self.queue = self.box.consumer(host, self.id)
+        self.queue: HostStore = self.box.consumer(host, self.id)
         """The store as this instance uses it."""
         self._services = Services.of(services)
         self.handlers = self._services.handlers
@@ -225,9 +230,15 @@ class HostInstance:
         self.queue.listen(self.wake, self._stopping)
 
     def _start_receivers(self) -> None:
+        box = self.box
+        if not self.receivers:
+            return
+        if not isinstance(box, MessageBox):
+            self.stop(5.0)
+            raise ValidationError(f"host instance {self.id}: receive locations need a MessageBox")
         for n, r in enumerate(self.receivers):
             try:
-                r.start(self.box, self.id)
+                r.start(box, self.id)
             except BaseException:
                 for started in reversed(self.receivers[:n]):
                     started.stop(5.0)
@@ -263,6 +274,7 @@ class HostInstance:
         self._stopping.set()
         self._parts.timers.wake()
         self.wake()
+        self._parts.claimer.permits.recheck_waiters()  # a thread waiting for a permit stops
         finished = self._parts.stop_dequeuing(deadline)
         for t in self._service_threads:  # a cleanup ends after its current batch
             t.join(max(deadline - self._clock.monotonic(), 5.0))

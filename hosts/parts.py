@@ -1,5 +1,6 @@
 """The parts a host instance is composed of, built together: each is given what it
-uses (the store's consumer, typed by what each part calls of it; the clock; the
+uses (the box, :class:`messagebox.port.HostBox`; the store's consumer, a
+:class:`messagebox.port.HostStore`, typed by what each part calls of it; the clock; the
 settings; the shared boards: permits, batches claimed ahead, batches in flight,
 wake-ups, counters; callbacks), never the instance."""
 
@@ -30,8 +31,8 @@ from messagebox.hosts.wakeups import WakeUps
 from messagebox.models import Host, HostSettings, InstanceInfo
 
 if TYPE_CHECKING:
-    from messagebox.consumer import Consumer
     from messagebox.engine import MessageBox
+    from messagebox.port import HostBox, HostStore
 
 
 class Receiver(Protocol):
@@ -89,8 +90,8 @@ class Parts:
     @classmethod
     def build(
         cls,
-        box: MessageBox,
-        queue: Consumer,
+        box: HostBox,
+        queue: HostStore,
         settings: HostSettings,
         services: Services,
         stats: InstanceStats,
@@ -184,8 +185,8 @@ class _Delivering:
     @classmethod
     def build(
         cls,
-        box: MessageBox,
-        queue: Consumer,
+        box: HostBox,
+        queue: HostStore,
         settings: HostSettings,
         services: Services,
         stats: InstanceStats,

@@ -23,7 +23,7 @@ from messagebox.properties import Value
 
 if TYPE_CHECKING:
     from messagebox.claims import Claim
-    from messagebox.engine import MessageBox
+    from messagebox.port import HostBox
 
 Handler = Callable[["Delivery"], object]
 
@@ -42,7 +42,7 @@ class Delivery:
 
     def __init__(
         self,
-        box: MessageBox,
+        box: HostBox,
         *,
         entry_id: int,
         message_id: uuid.UUID,
@@ -225,7 +225,7 @@ class MessageBatch:
     summary. At most ``BATCH_READ_TOTAL`` bytes of parts are read at a time, in id
     order; a message past them is read with the next such chunk when asked for."""
 
-    def __init__(self, box: MessageBox, message_ids: Sequence[uuid.UUID]) -> None:
+    def __init__(self, box: HostBox, message_ids: Sequence[uuid.UUID]) -> None:
         self._box = box
         self._ids = message_ids  # each once at the first read: many handlers read none
         self._messages: dict[uuid.UUID, StoredMessage | MessageSummary] | None = None

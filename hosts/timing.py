@@ -7,6 +7,9 @@ can drive time: the one module under ``hosts/`` that reads ``time.monotonic`` or
     clock = timing.current()        # the system's, unless a test set another
     deadline = clock.monotonic() + 5.0
     clock.wait(stopping, 1.0)       # Event.wait(1.0), as the clock measures it
+
+A test drives it with :class:`~messagebox.manual_clock.ManualClock` (re-exported here),
+whose waits end when the test moves it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
+
+from messagebox.manual_clock import ManualClock
+
+__all__ = ["SYSTEM", "Clock", "ManualClock", "SystemClock", "current", "use"]
 
 
 class Clock(Protocol):
@@ -50,38 +57,6 @@ class SystemClock:
 
     def wait_on(self, condition: threading.Condition, timeout: float) -> bool:
         return condition.wait(timeout)
-
-
-class ManualClock:
-    """A clock a test moves: :meth:`advance` moves it on, and a wait or a sleep returns
-    at once, having moved it on by its timeout (not at all when its event is set)."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += seconds
-
-    def monotonic(self) -> float:
-        with self._lock:
-            return self._now
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def wait(self, event: threading.Event, timeout: float | None) -> bool:
-        if event.is_set():
-            return True
-        if timeout is None:
-            return event.wait()
-        self.advance(timeout)
-        return event.is_set()
-
-    def wait_on(self, condition: threading.Condition, timeout: float) -> bool:
-        self.advance(timeout)
-        return False
 
 
 SYSTEM = SystemClock()

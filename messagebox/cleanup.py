@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,43 +46,7 @@ from messagebox import (
 from messagebox.models import ENDED
 from messagebox.store import Store
 from messagebox.upkeep import EXPIRY_BATCH
-
-
-@dataclass
-class CleanupReport:
-    """What one cleanup run removed."""
-
-    messages: int = 0
-    parts: int = 0
-    reference_rows: int = 0
-    dead_instances: int = 0
-    released_leases: int = 0
-    purged_subscriptions: int = 0
-    purged_instances: int = 0
-    """Completed service instances past their retention (and convoys of instances that
-    never started), deleted."""
-    discarded_messages: int = 0
-    receipts: int = 0
-    """Receive-location receipts older than the retention, trimmed."""
-    tracking_events: int = 0
-    """Tracked events older than the tracking retention, trimmed."""
-    tracked_messages: int = 0
-    """Deleted messages whose context tracking kept (it was on), for search."""
-    tracked_trimmed: int = 0
-    """Kept contexts of messages published before the tracking retention, trimmed."""
-    expired: int = 0
-    """Expired entries of hosts that no instance runs, suspended or dropped (an instance
-    sweeps its own host's at every heartbeat)."""
-    rollup_rows: int = 0
-    """Per-minute rate rows older than a day (:mod:`messagebox.rollup`), trimmed."""
-    routing_versions: int = 0
-    """Routing-version rows behind the newest :data:`~messagebox.subscriptions.VERSIONS_KEPT`,
-    trimmed (a routing index further behind than that loads every subscription again)."""
-    skipped: bool = False
-    """Another cleanup held the lock (PostgreSQL); this run did nothing."""
-    stopped: bool = False
-    """Asked to stop between two batches; unreferenced messages may be left."""
-    seconds: float = 0.0
+from messagebox.upkeep import CleanupReport as CleanupReport  # its home before upkeep
 
 
 def _zero_referenced(conn: sa.Connection, limit: int) -> tuple[list[uuid.UUID], int]:

@@ -1,7 +1,11 @@
 """The storage port of a host instance: what :mod:`messagebox.hosts` calls on its store,
-and nothing more. :class:`messagebox.consumer.Consumer` implements it over SQL (DuckDB,
-PostgreSQL), :class:`messagebox.memory.MemoryConsumer` in memory, with the same
-semantics (``tests/contract`` drives both through the same scenarios).
+and nothing more. :class:`HostStore` is one instance's queue:
+:class:`messagebox.consumer.Consumer` implements it over SQL (DuckDB, PostgreSQL),
+:class:`messagebox.memory.MemoryConsumer` in memory, with the same semantics
+(``tests/contract`` drives both through the same scenarios). :class:`HostBox` is the
+box a host instance is given (its settings, subscriptions, each instance's
+:class:`HostStore`, and what its services read and publish):
+:class:`messagebox.engine.MessageBox` and :class:`messagebox.memory.MemoryBox`.
 
 Only value types here (claims, outcomes, steps, upkeep, models): no SQL, so a host
 names the port without importing storage.
@@ -10,17 +14,19 @@ names the port without importing storage.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from messagebox.claims import Claim
-from messagebox.models import InstanceInfo
+from messagebox.message import Message, MessageSummary, StoredMessage
+from messagebox.models import Host, InstanceInfo, Routed, RoutingPolicy, Subscription
 from messagebox.outcomes import Outcomes, Recorded
 from messagebox.steps import Step, Stored
-from messagebox.upkeep import Swept
+from messagebox.upkeep import CleanupReport, Swept
 
 
 class HostStore(Protocol):
@@ -156,4 +162,76 @@ class HostStore(Protocol):
 
     def commit_steps(self, steps: Sequence[Step], publisher: str) -> int:
         """Commit steps at once; returns the messages discarded by completions."""
+        ...
+
+
+class DepthSampler(Protocol):
+    """Where a host instance records its host's queue depth (the box's operations)."""
+
+    def sample_depth(self, host: str, source: str) -> int:
+        """Record ``host``'s queue depth now; returns it."""
+        ...
+
+
+@runtime_checkable
+class HostBox(Protocol):
+    """The box as host instances and their services use it: the host's settings and
+    subscriptions, a :class:`HostStore` per instance, the messages the services read,
+    what they publish, and the upkeep an instance runs."""
+
+    @property
+    def operations(self) -> DepthSampler: ...
+
+    def host(self, name: str) -> Host:
+        """One host, by name."""
+        ...
+
+    def subscriptions(self, *, host: str | None = None) -> Sequence[Subscription]:
+        """Subscriptions, by id (of one host, if given)."""
+        ...
+
+    def consumer(self, host: str, owner: str) -> HostStore:
+        """The store as the host instance ``owner`` of ``host`` uses it."""
+        ...
+
+    def read_message(self, message_id: uuid.UUID | str) -> StoredMessage:
+        """A stored message: its context and parts."""
+        ...
+
+    def message_summary(self, message_id: uuid.UUID | str) -> MessageSummary:
+        """A stored message's context and part sizes, without its parts."""
+        ...
+
+    def read_messages(
+        self,
+        message_ids: Iterable[uuid.UUID | str],
+        *,
+        max_bytes: int | None = None,
+        total_bytes: int | None = None,
+    ) -> dict[uuid.UUID, StoredMessage | MessageSummary]:
+        """Several stored messages; past ``max_bytes`` (or ``total_bytes`` in all) a
+        message comes as its summary."""
+        ...
+
+    def iter_part(self, message_id: uuid.UUID | str, part: str) -> Iterator[bytes]:
+        """A part's bytes, a fragment at a time."""
+        ...
+
+    def publish(
+        self,
+        messages: Iterable[Message],
+        *,
+        policy: RoutingPolicy | str = ...,
+        delay: float | None = None,
+    ) -> list[Routed]:
+        """Publish a batch at once (a service's :meth:`Delivery.publish`)."""
+        ...
+
+    def cleanup(self, *, batch: int = ..., stop: Callable[[], bool] | None = None) -> CleanupReport:
+        """Run the cleanup job once (a host instance runs it every
+        ``cleanup_interval_seconds``)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what the box holds."""
         ...

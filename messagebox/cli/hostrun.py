@@ -107,12 +107,14 @@ def _app_url(apps: list[Any]) -> str | None:
 def _serve_metrics(args: argparse.Namespace, instance: HostInstance) -> None:
     from prometheus_client import start_http_server
 
+    from messagebox.engine import MessageBox
     from messagebox.metrics import registry
 
+    box = instance.box
+    if not isinstance(box, MessageBox):  # the CLI opens a MessageBox: never met
+        raise MessageBoxError("host run: metrics need a MessageBox")
     try:
-        start_http_server(
-            args.metrics_port, addr=args.metrics_bind, registry=registry(instance.box)
-        )
+        start_http_server(args.metrics_port, addr=args.metrics_bind, registry=registry(box))
     except OSError as exc:
         raise MessageBoxError(
             f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc}"

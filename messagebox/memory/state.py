@@ -128,7 +128,8 @@ class Rows:
     subs: dict[int, Subscription] = field(default_factory=dict)
     queue: dict[int, Entry] = field(default_factory=dict)
     suspended: dict[int, Suspended] = field(default_factory=dict)
-    messages: dict[uuid.UUID, tuple[Message, str]] = field(default_factory=dict)
+    messages: dict[uuid.UUID, tuple[Message, str, datetime]] = field(default_factory=dict)
+    """Each stored message, with its publisher and when it was published."""
     instances: dict[str, Stored] = field(default_factory=dict)
     timers: dict[int, Timer] = field(default_factory=dict)
     registered: dict[str, Registered] = field(default_factory=dict)
@@ -249,7 +250,7 @@ class MemoryStore:
             for i, (message, subs) in enumerate(zip(batch, routes, strict=True)):
                 msg_id = ids[i] if ids is not None else message.id or uuid.uuid4()
                 if subs or RoutingPolicy(policy) is RoutingPolicy.SUSPEND:
-                    self.rows.messages[msg_id] = (message, publisher or self.publisher)
+                    self.rows.messages[msg_id] = (message, publisher or self.publisher, now)
                 due = now if times is None else times.due[i]
                 ends = None if times is None else times.expires[i]
                 for sub in subs:
@@ -327,7 +328,7 @@ class MemoryStore:
     ) -> None:
         """Store ``message`` and queue it for ``sub``'s ``instance_id`` alone, neither
         ordered nor keyed (a timeout, as ``router.enqueue_direct`` queues it)."""
-        self.rows.messages[msg_id] = (message, TIMER_PUBLISHER)
+        self.rows.messages[msg_id] = (message, TIMER_PUBLISHER, now)
         direct = dataclasses.replace(sub, ordered=False, ordered_by=None)
         self._enqueue(msg_id, direct, message, now, None, now, instance_id)
 

@@ -1,5 +1,6 @@
 """The port names exactly what host instances call on their store: every attribute
-``hosts/`` reads off a consumer (``self.queue``, ``box.consumer(...)``) is a member of
+``hosts/`` reads off a consumer (``self.queue``, a part's ``self._queue``, ``queue``
+as the parts are built, ``box.consumer(...)``) is a member of
 :class:`messagebox.port.HostStore`, and every member is read somewhere."""
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ def _used() -> set[str]:
             if not isinstance(node, ast.Attribute):
                 continue
             inner = node.value
-            if isinstance(inner, ast.Attribute) and inner.attr == "queue":
-                found.add(node.attr)  # self.queue.X
+            if (isinstance(inner, ast.Attribute) and inner.attr in ("queue", "_queue")) or (
+                isinstance(inner, ast.Name) and inner.id == "queue"
+            ):
+                found.add(node.attr)  # self.queue.X, a part's self._queue.X, queue.X
             elif (
                 isinstance(inner, ast.Call)
                 and isinstance(inner.func, ast.Attribute)

@@ -51,7 +51,7 @@ def recorder(queue: FailingQueue, clock: ManualClock, settings: HostSettings) ->
 
 
 def test_outcomes_are_tried_again_after_pauses_then_kept_until_their_leases_lapse() -> None:
-    clock, queue = ManualClock(), FailingQueue()
+    clock, queue = ManualClock(waits_advance=True), FailingQueue()  # one thread: sleeps move it
     settings = HostSettings(lease_seconds=10.0)
     outcomes = recorder(queue, clock, settings)
     start = clock.monotonic()
@@ -106,7 +106,7 @@ class OneRun:
 
 
 def test_the_supervisor_abandons_a_handler_once_the_clock_passes_its_time_out() -> None:
-    clock, queue = ManualClock(), FailingQueue()
+    clock, queue = ManualClock(waits_advance=True), FailingQueue()  # one thread: sleeps move it
     settings = HostSettings(handler_timeout_seconds=2.0, dequeue_threads=1)
     stats = InstanceStats()
     run = Run([claim(1), claim(2)], clock=clock)
