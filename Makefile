@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search lint format clean
 
-$(STAMP): pyproject.toml setup.py predicates/_native.c messagebox/_native.c
+$(STAMP): pyproject.toml setup.py messagebox/predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

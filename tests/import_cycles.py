@@ -15,22 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("messagebox", "predicates", "hosts", "adapters", "pipelines", "sql")
-NAMESPACED = PACKAGES[1:]
-"""Folders of the repository installed (and imported) as ``messagebox.<folder>``."""
+PACKAGES = ("messagebox",)
 
 
 def modules() -> dict[str, Path]:
-    """The project's modules by dotted name (the folders in :data:`NAMESPACED` under
-    ``messagebox.``, as they are imported; the links to them are not walked)."""
+    """The project's modules by dotted name (the links at the top of the repository to
+    the folders of ``messagebox/`` are not walked)."""
     found = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            if package in NAMESPACED:
-                parts.insert(0, "messagebox")
             found[".".join(parts)] = path
     return found
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from messagebox.port import HostStore
 
-HOSTS = Path(__file__).resolve().parents[2] / "hosts"
+HOSTS = Path(__file__).resolve().parents[2] / "messagebox" / "hosts"
 
 
 def _used() -> set[str]:

@@ -40,21 +40,24 @@ def test_only_the_dialects_name_a_backend() -> None:
 def test_the_checks_find_what_they_look_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for package in ("hosts", "messagebox"):
-        (tmp_path / package).mkdir()
+    (tmp_path / "messagebox" / "hosts").mkdir(parents=True)
     body = "\n".join(f"    x = {n}" for n in range(structure.MAX_FUNCTION_LINES))
-    (tmp_path / "hosts" / "bad.py").write_text(
+    (tmp_path / "messagebox" / "hosts" / "bad.py").write_text(
         f"import sqlalchemy\n\n\ndef long():\n{body}\n    return datetime.now(UTC)\n"
         + "\n" * structure.MAX_MODULE_LINES
     )
     medium = "\n" * (structure.MAX_HOST_MODULE_LINES + 1)
-    (tmp_path / "hosts" / "medium.py").write_text(medium)  # too long under hosts/ ...
+    (tmp_path / "messagebox" / "hosts" / "medium.py").write_text(
+        medium
+    )  # too long under hosts/ ...
     (tmp_path / "messagebox" / "medium.py").write_text(medium)  # ... not elsewhere
-    (tmp_path / "hosts" / "waits.py").write_text(
+    (tmp_path / "messagebox" / "hosts" / "waits.py").write_text(
         "import time\nfrom time import sleep\n\nt = time.monotonic()\ntime.sleep(1)\n"
     )
-    (tmp_path / "hosts" / "timing.py").write_text("import time\n\nt = time.monotonic()\n")
-    (tmp_path / "hosts" / "imports.py").write_text(
+    (tmp_path / "messagebox" / "hosts" / "timing.py").write_text(
+        "import time\n\nt = time.monotonic()\n"
+    )
+    (tmp_path / "messagebox" / "hosts" / "imports.py").write_text(
         "from typing import TYPE_CHECKING\n\n"
         "from messagebox import allowed, storage, values\n"
         "from messagebox.storage import Thing\n"
@@ -70,27 +73,29 @@ def test_the_checks_find_what_they_look_for(
     monkeypatch.setattr(structure, "ROOT", tmp_path)
     monkeypatch.setattr(structure, "SQL_ALLOWED", frozenset({"messagebox.allowed"}))
     assert structure.long_modules() == [
-        f"hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines (at most "
+        f"messagebox/hosts/bad.py: {structure.MAX_MODULE_LINES + 85} lines (at most "
         f"{structure.MAX_HOST_MODULE_LINES})",
-        f"hosts/medium.py: {structure.MAX_HOST_MODULE_LINES + 1} lines (at most "
+        f"messagebox/hosts/medium.py: {structure.MAX_HOST_MODULE_LINES + 1} lines (at most "
         f"{structure.MAX_HOST_MODULE_LINES})",
     ]
     assert [b.split(": ")[0] for b in structure.host_clock_reads()] == [
-        "hosts/waits.py:2",
-        "hosts/waits.py:4",
-        "hosts/waits.py:5",
+        "messagebox/hosts/waits.py:2",
+        "messagebox/hosts/waits.py:4",
+        "messagebox/hosts/waits.py:5",
     ]
     assert structure.long_functions() == [
-        f"hosts/bad.py:4 long(): {structure.MAX_FUNCTION_LINES + 2} lines"
+        f"messagebox/hosts/bad.py:4 long(): {structure.MAX_FUNCTION_LINES + 2} lines"
     ]
-    assert [b.split(": ")[0] for b in structure.driver_mentions()] == ["hosts/bad.py:1"]
-    assert [b.split(": ")[0] for b in structure.front_reaching_storage()] == ["hosts/bad.py:1"]
+    assert [b.split(": ")[0] for b in structure.driver_mentions()] == ["messagebox/hosts/bad.py:1"]
+    assert [b.split(": ")[0] for b in structure.front_reaching_storage()] == [
+        "messagebox/hosts/bad.py:1"
+    ]
     assert sorted(b.split(": ")[0] for b in structure.clock_reads()) == [
-        f"hosts/bad.py:{structure.MAX_FUNCTION_LINES + 5}",
+        f"messagebox/hosts/bad.py:{structure.MAX_FUNCTION_LINES + 5}",
         "messagebox/named.py:2",
     ]
     assert [b.split(": ")[0] for b in structure.backend_names()] == ["messagebox/named.py:1"]
     assert [b.split(": ")[0] for b in structure.hosts_import_sql_modules()] == [
-        "hosts/imports.py:3",
-        "hosts/imports.py:4",
+        "messagebox/hosts/imports.py:3",
+        "messagebox/hosts/imports.py:4",
     ]

@@ -1,0 +1,1 @@
+messagebox/sql
