@@ -17,7 +17,7 @@ msgs/s against 18k.
 from __future__ import annotations
 
 from messagebox import MessageBox
-from messagebox import schema as mb_schema
+from messagebox.storage import schema as mb_schema
 
 
 def analyze(box: MessageBox) -> None:

@@ -19,7 +19,7 @@ from bench.deliver_mb import mb_body, mb_open, mb_publish
 from bench.deliver_pgqueuer import pgq_body, pgq_enqueue, pgq_install
 from bench.deliver_raw import raw_duckdb_body, raw_fill_duckdb, raw_fill_pg, raw_pg_body
 from bench.deliver_stores import Env
-from messagebox import schema as mb_schema
+from messagebox.storage import schema as mb_schema
 
 
 @dataclass(frozen=True)

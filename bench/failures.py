@@ -33,8 +33,10 @@ from datetime import UTC, datetime
 
 from bench.orchestrate import positive
 from bench.tracking import PG_URL, pg_reachable, store
-from messagebox import MessageBox, failures, schema
+from messagebox import MessageBox
+from messagebox.ops import failures
 from messagebox.predicates import P
+from messagebox.storage import schema
 
 DISPATCH = (
     '  File "{root}/.venv/lib/python3.11/site-packages/messagebox/hosts/handling.py", '

@@ -36,9 +36,9 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 
 PG_URL = os.environ.get(
     "MESSAGEBOX_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

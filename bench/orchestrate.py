@@ -35,7 +35,7 @@ What it measures
     - ``reading held``: the same, the backlog published while a host instance (of
       another host, idle) runs in the process, as a backlog grows while a host's
       instances run behind: on DuckDB each message is then held in memory
-      (``messagebox.recent``) and read from there; on PostgreSQL it is ``plain
+      (``messagebox.storage.recent``) and read from there; on PostgreSQL it is ``plain
       reading`` again.
 
     - ``with timers``: the same orchestration whose order step also starts a timer

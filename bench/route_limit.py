@@ -30,12 +30,12 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from bench.route_workload import HOSTS, Workload
-from messagebox import schema
-from messagebox.dialects.duckdb import arrow_type, uuid_column
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.models import ROUTING_FAILURE, Outcome
 from messagebox.properties import encode_context
+from messagebox.storage import schema
+from messagebox.storage.dialects.duckdb import arrow_type, uuid_column
 
 SINGLE_MESSAGES = 200
 """Single-message publishes (and raw inserts) timed."""

@@ -48,9 +48,10 @@ import sqlalchemy as sa
 
 from bench.orchestrate import positive
 from bench.tracking import PG_URL, pg_reachable, store
-from messagebox import MessageBox, schema
+from messagebox import MessageBox
 from messagebox.predicates import Filter, filter_matches, parse_filter
 from messagebox.properties import decode_values, encode_context
+from messagebox.storage import schema
 
 CHUNK = 50_000
 REGIONS = ["EU"] * 40 + ["US"] * 30 + ["UK"] * 20 + ["APAC"] * 9 + ["LATAM"]

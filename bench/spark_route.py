@@ -12,7 +12,7 @@ What it measures
     - **Python UDF** (the baseline): a row-at-a-time ``@udf`` that runs the reference
       evaluator for every subscription on the row's properties; timed on a sample (the
       first ``--udf-sample`` keys) and reported as msgs/s (extrapolated).
-    - **DuckDB**: the SQL router (``messagebox.router.route``, the statement ``publish``
+    - **DuckDB**: the SQL router (``messagebox.routing.router.route``, the statement ``publish``
       runs) on a DuckDB store holding the same subscriptions, in batches of 1,000 staged
       messages, on the first ``--duckdb-sample`` keys (routing only, nothing stored).
 
@@ -60,10 +60,11 @@ from bench.route_workload import (
     make_workload,
     quiet_lint,
 )
-from messagebox import MessageBox, router
+from messagebox import MessageBox
 from messagebox.pipelines.spark import Target, route_dataframe, session
 from messagebox.pipelines.spark_standalone import StandaloneCluster
 from messagebox.predicates import filter_matches, normalize_properties
+from messagebox.routing import router
 
 SEED = 20_240_601
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

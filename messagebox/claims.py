@@ -1,6 +1,6 @@
 """Claims and their outcomes as values: a queue entry claimed under a lease, a failed
 delivery, what finishing a batch did, and the order a claim hands entries out in. The
-storage side (claiming, finishing) is :mod:`messagebox.leases`; no SQL here, so a host
+storage side (claiming, finishing) is :mod:`messagebox.delivery.leases`; no SQL here, so a host
 instance takes these without importing storage."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ MAX_BACKOFF_SECONDS = 3600.0
 
 class Entry(NamedTuple):
     """A queue entry as tracking records its delivery (a step's:
-    :func:`messagebox.service_instances.commit_steps`)."""
+    :func:`messagebox.delivery.service_instances.commit_steps`)."""
 
     id: int
     msg: uuid.UUID
@@ -56,7 +56,7 @@ class Claim(NamedTuple):
     crashed_by: str | None = None
     """The last host instance that ended while handling it, if any."""
     run: bool = False
-    """Claimed as part of an ordered subscription's run (:func:`messagebox.leases.claim`
+    """Claimed as part of an ordered subscription's run (:func:`messagebox.delivery.leases.claim`
     with ``ordered``): the thread that claimed it handles the run, whole and in order."""
     publish: tuple[Message, ...] = ()
     """Messages its service published with its completion
@@ -64,7 +64,7 @@ class Claim(NamedTuple):
     completes the entry, and only if it does."""
     key: str | None = None
     """Its key, where its subscription is ordered by a property (``ordered_by``): claimed
-    with the rest of its key's run (:func:`messagebox.leases.claim_keyed`), which the
+    with the rest of its key's run (:func:`messagebox.delivery.leases.claim_keyed`), which the
     claiming thread handles in order, one at a time."""
 
     @property
@@ -91,7 +91,7 @@ class Failure:
 
 @dataclass
 class Finished:
-    """What :func:`messagebox.leases.finish` did."""
+    """What :func:`messagebox.delivery.leases.finish` did."""
 
     completed: int = 0
     retried: int = 0

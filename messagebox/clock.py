@@ -1,5 +1,5 @@
 """This process's clock, and times as the store returns them. Every time a transaction
-writes is the database's (:mod:`messagebox.store_clock`); the few stamps a process takes
+writes is the database's (:mod:`messagebox.storage.store_clock`); the few stamps a process takes
 from its own clock (instance start, error reports, log lines) come from :func:`local_now`,
 the one place a package module reads the time of day. No SQL here: hosts read it."""
 
@@ -39,7 +39,7 @@ def use_local(clock: LocalClock) -> Iterator[None]:
 
 
 def fetched(at: datetime | int) -> datetime:
-    """A time as :func:`messagebox.store_clock.fetchable` gave it: a datetime as it is,
+    """A time as :func:`messagebox.storage.store_clock.fetchable` gave it: a datetime as it is,
     microseconds since the epoch as the UTC datetime they name. Up to 2100 through a float
     of seconds, exact there (each microsecond is the float's nearest, well within half a
     microsecond): half the cost of adding a timedelta, once per message read and entry claimed."""

@@ -1,7 +1,7 @@
 """The MessageBox: one front over hosts, subscriptions, publishing, stored messages and
 operations. It validates nothing and stores nothing itself: each method hands over to
-one of its parts (:mod:`~messagebox.catalog`, :mod:`~messagebox.publishing`,
-:mod:`~messagebox.operations`), which run the storage layer's transactions.
+one of its parts (:mod:`~messagebox.config.catalog`, :mod:`~messagebox.routing.publishing`,
+:mod:`~messagebox.ops.operations`), which run the storage layer's transactions.
 
 box = MessageBox("duckdb:///orders.duckdb")   # or postgresql://…
 box.create_host("shipping")
@@ -19,12 +19,10 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from messagebox import resubmission
-from messagebox.accounts import Accounts
-from messagebox.as_code import RoutingAsCode
-from messagebox.catalog import Catalog
-from messagebox.configs import Configs
-from messagebox.consumer import Consumer
+from messagebox.config.as_code import RoutingAsCode
+from messagebox.config.catalog import Catalog
+from messagebox.config.configs import Configs
+from messagebox.delivery.consumer import Consumer
 from messagebox.errors import ValidationError
 from messagebox.message import Message, MessageSummary, StoredMessage
 from messagebox.models import (
@@ -45,24 +43,26 @@ from messagebox.models import (
     Subscription,
     Suspension,
 )
-from messagebox.operations import Operations
+from messagebox.ops import resubmission
+from messagebox.ops.accounts import Accounts
+from messagebox.ops.operations import Operations
+from messagebox.ops.resubmission import Resubmits
+from messagebox.ops.scheduling import Scheduling
+from messagebox.ops.suspended_entries import SuspendedEntries
+from messagebox.ops.users import UserStore
+from messagebox.ops.watching import Watching
 from messagebox.properties import Value
-from messagebox.publishing import Messages
-from messagebox.resubmission import Resubmits
-from messagebox.scheduling import Scheduling
-from messagebox.store import URL, Store
-from messagebox.store import StoreURL as StoreURL  # hosts name it
-from messagebox.suspended_entries import SuspendedEntries
-from messagebox.users import UserStore
-from messagebox.watching import Watching
+from messagebox.routing.publishing import Messages
+from messagebox.storage.store import URL, Store
+from messagebox.storage.store import StoreURL as StoreURL  # hosts name it
 
 if TYPE_CHECKING:
-    from messagebox.browse import FoundMessage, HeldKey, QueueEntry
-    from messagebox.cleanup import CleanupReport
-    from messagebox.consistency import Problem
-    from messagebox.instance_history import InstanceDetail
-    from messagebox.orchestrations import ServiceInstanceView, Terminated
-    from messagebox.search import SearchResult
+    from messagebox.delivery.cleanup import CleanupReport
+    from messagebox.ops.browse import FoundMessage, HeldKey, QueueEntry
+    from messagebox.ops.instance_history import InstanceDetail
+    from messagebox.ops.orchestrations import ServiceInstanceView, Terminated
+    from messagebox.ops.search import SearchResult
+    from messagebox.storage.consistency import Problem
 
 
 class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts):
@@ -385,7 +385,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         """The first ``limit`` entries of a host's queue in claim order, optionally of
         one state (``ready``, ``held``, ``blocked``, ``leased``), each with what holds
         it, changing nothing."""
-        from messagebox.browse import QUEUE_STATES
+        from messagebox.ops.browse import QUEUE_STATES
 
         if state is not None and state not in QUEUE_STATES:
             raise ValidationError(f"queue state {state!r} is not one of {', '.join(QUEUE_STATES)}")
@@ -427,8 +427,8 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         newest first, each with its state (queued, in hand, suspended, done, deleted).
         At most ``limit`` found and ``scan`` messages gone through: the result's
         ``next`` goes on from where it stopped (``after=``). See
-        :mod:`messagebox.search`."""
-        from messagebox.search import query
+        :mod:`messagebox.ops.search`."""
+        from messagebox.ops.search import query
 
         return self.operations.search(
             query(filter, since=since, until=until, after=after, limit=limit, scan=scan)
@@ -467,7 +467,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
     def service_instance(self, instance_id: str) -> InstanceDetail:
         """One instance in full: its saved state, the messages that reached it in its
         order with what became of each, what its steps published, and their tracked
-        events (:class:`~messagebox.instance_history.InstanceDetail`). An unknown id
+        events (:class:`~messagebox.ops.instance_history.InstanceDetail`). An unknown id
         raises :class:`~messagebox.errors.UnknownInstance`."""
         return self.operations.service_instance(instance_id)
 
@@ -490,7 +490,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
         its stored bytes, or ``body``; through ``location``'s pipeline (a
         ``ReceiveLocation``, refused again: nothing changes), else as it is, with the
         properties it was stored with; ``properties`` over them either way, the error
-        report's (``ErrorReport.*``) left out (:mod:`messagebox.resubmission`). The
+        report's (``ErrorReport.*``) left out (:mod:`messagebox.ops.resubmission`). The
         suspended entry is terminated in the transaction that publishes it."""
         entry = self.operations.suspended_entry(entry_id)
         resubmission.check(entry)
@@ -551,7 +551,7 @@ class MessageBox(RoutingAsCode, Watching, Scheduling, SuspendedEntries, Accounts
 
     def check(self) -> list[Problem]:
         """What is inconsistent between the spool, the queues and the reference logs
-        (:mod:`messagebox.consistency`): empty on a sound store. Reads every message's
+        (:mod:`messagebox.storage.consistency`): empty on a sound store. Reads every message's
         rows; safe while others publish and deliver."""
         return self.operations.check()
 

@@ -3,7 +3,7 @@
 Counters count what *this process* committed (Prometheus's model: each process is a
 target, and ``sum()`` over targets gives the whole): a publisher counts what it
 published and routed, a host instance what it delivered. They are fed by the one
-event funnel, :func:`messagebox.tracking.record`, when a store transaction commits, so
+event funnel, :func:`messagebox.storage.tracking.record`, when a store transaction commits, so
 a rolled-back transaction counts nothing; tracking need not be enabled.
 
 Gauges (queue depth, oldest entry, suspended entries, host instances and heartbeat
@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from messagebox.operations import Snapshot
+    from messagebox.ops.operations import Snapshot
 
 
 class _Snapshots(Protocol):

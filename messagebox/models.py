@@ -554,4 +554,4 @@ class Throughput:
     seconds: float
     """The window: events tracked at most this many seconds ago."""
     events: dict[str, int]
-    """Events by kind (every kind of :data:`messagebox.tracking.EVENTS`, zeros included)."""
+    """Events by kind (every kind of :data:`messagebox.storage.tracking.EVENTS`, zeros included)."""

@@ -1,6 +1,6 @@
 """A claimed batch's outcomes as a host instance records them (completed, failed, given
 back), what recording them did, and what a thread asks a claim for
-(:mod:`messagebox.consumer`)."""
+(:mod:`messagebox.delivery.consumer`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The storage port of a host instance: what :mod:`messagebox.hosts` calls on its store,
 and nothing more. :class:`HostStore` is one instance's queue:
-:class:`messagebox.consumer.Consumer` implements it over SQL (DuckDB, PostgreSQL),
+:class:`messagebox.delivery.consumer.Consumer` implements it over SQL (DuckDB, PostgreSQL),
 :class:`messagebox.memory.MemoryConsumer` in memory, with the same semantics
 (``tests/contract`` drives both through the same scenarios). :class:`HostBox` is the
 box a host instance is given (its settings, subscriptions, each instance's

@@ -1,7 +1,7 @@
 """Names and subscription specs as given, checked: what :meth:`MessageBox.subscribe`,
 a routing file and a host app's declarations take, refused before anything is stored.
-Storing them is :mod:`messagebox.catalog`'s and :mod:`messagebox.subscriptions`'; no SQL
-here, so a host checks its subscriptions when they are declared without importing
+Storing them is :mod:`messagebox.config.catalog`'s and :mod:`messagebox.storage.subscriptions`'; no
+SQL here, so a host checks its subscriptions when they are declared without importing
 storage."""
 
 from __future__ import annotations

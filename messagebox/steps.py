@@ -1,6 +1,6 @@
 """A service instance's step as values (docs/concepts.md: Orchestrations): the instance
 as stored, and what one message did to it, to commit at once. Loading and committing
-them is :mod:`messagebox.service_instances`; no SQL here, so a host takes these without
+them is :mod:`messagebox.delivery.service_instances`; no SQL here, so a host takes these without
 importing storage."""
 
 from __future__ import annotations

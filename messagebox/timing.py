@@ -2,7 +2,7 @@
 Scheduled delivery, Expiry): the checks of ``deliver_at``, ``expires_at``, ``ttl`` and
 ``delay``, and each message's times in a publish, from the database's time.
 
-No storage here: :mod:`messagebox.writes` writes the times, :mod:`messagebox.expiry`
+No storage here: :mod:`messagebox.routing.writes` writes the times, :mod:`messagebox.storage.expiry`
 sweeps what expired.
 """
 

@@ -1,8 +1,9 @@
 """The upkeep a host instance runs in-process, as numbers and results: how much cleanup
 and an expiry sweep take a transaction, how often a host's queue depth is sampled, what
 a sweep did and what a cleanup run removed. The work itself is
-:mod:`messagebox.cleanup`'s, :mod:`messagebox.expiry`'s and :mod:`messagebox.rollup`'s;
-no SQL here, so a host (or the in-memory store) reads these without importing storage."""
+:mod:`messagebox.delivery.cleanup`'s, :mod:`messagebox.storage.expiry`'s and
+:mod:`messagebox.storage.rollup`'s; no SQL here, so a host (or the in-memory store) reads these
+without importing storage."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ more, in 2.2 s against 2.7 s; on DuckDB 4.0 s against 4.1 s). A stopping instanc
 waits for a smaller chunk."""
 
 DEPTH_SECONDS = 30.0
-"""How often a host instance samples its host's queue depth (:mod:`messagebox.rollup`)."""
+"""How often a host instance samples its host's queue depth (:mod:`messagebox.storage.rollup`)."""
 
 EXPIRY_BATCH = 1_000
-"""Entries an expiry sweep's transaction takes (:func:`messagebox.expiry.sweep`)."""
+"""Entries an expiry sweep's transaction takes (:func:`messagebox.storage.expiry.sweep`)."""
 
 
 @dataclass
@@ -62,10 +63,11 @@ class CleanupReport:
     """Expired entries of hosts that no instance runs, suspended or dropped (an instance
     sweeps its own host's at every heartbeat)."""
     rollup_rows: int = 0
-    """Per-minute rate rows older than a day (:mod:`messagebox.rollup`), trimmed."""
+    """Per-minute rate rows older than a day (:mod:`messagebox.storage.rollup`), trimmed."""
     routing_versions: int = 0
-    """Routing-version rows behind the newest :data:`~messagebox.subscriptions.VERSIONS_KEPT`,
-    trimmed (a routing index further behind than that loads every subscription again)."""
+    """Routing-version rows behind the newest
+    :data:`~messagebox.storage.subscriptions.VERSIONS_KEPT`, trimmed (a routing index further behind
+    than that loads every subscription again)."""
     skipped: bool = False
     """Another cleanup held the lock (PostgreSQL); this run did nothing."""
     stopped: bool = False

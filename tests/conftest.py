@@ -23,10 +23,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 
 from messagebox import MessageBox
-from messagebox import leases as mb_leases
-from messagebox import schema as mb_schema
 from messagebox.claims import Claim, Failure
+from messagebox.delivery import leases as mb_leases
 from messagebox.models import HostSettings
+from messagebox.storage import schema as mb_schema
 
 PG_DSN = os.environ.get("MESSAGEBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"

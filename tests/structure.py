@@ -16,12 +16,12 @@ the test suite).
   what they name for typing only (``if TYPE_CHECKING:``);
 - one process clock: no package module but ``messagebox/clock.py`` reads the time of day
   (``datetime.now``, ``datetime.utcnow``, ``time.time``), so a test can set it for all;
-  nor the database's (``SELECT now()``) but ``messagebox/store_clock.py``, through which
+  nor the database's (``SELECT now()``) but ``messagebox/storage/store_clock.py``, through which
   each transaction reads it once; nor, under ``hosts/``, the monotonic clock
   (``time.monotonic``, ``time.sleep``) but ``hosts/timing.py``, whose clock the parts
   of a host instance are given, so that a test can drive their time;
-- capabilities, not names: no module outside ``messagebox/dialects/`` and
-  ``messagebox/capabilities.py`` branches on a backend's name (``dialect.name``).
+- capabilities, not names: no module outside ``messagebox/storage/dialects/`` and
+  ``messagebox/storage/capabilities.py`` branches on a backend's name (``dialect.name``).
 
 Prints each breach and exits 1; exits 0 when there is none.
 """
@@ -53,11 +53,11 @@ DRIVERS = re.compile(r"sqlalchemy|psycopg|duckdb")
 CLOCK = "messagebox/clock.py"
 HOST_CLOCK = f"{HOSTS}/timing.py"
 MONOTONIC = re.compile(r"\btime\.(monotonic|sleep)\b|\bfrom time import\b")
-STORE_CLOCK = "messagebox/store_clock.py"
+STORE_CLOCK = "messagebox/storage/store_clock.py"
 TIME_OF_DAY = re.compile(r"datetime\.(now|utcnow)\(|time\.time\(\)")
 DATABASE_TIME = re.compile(r"select\(sa\.func\.now\(\)\)")
 BACKEND_NAME = re.compile(r"dialect\.name\s*(==|!=|in\b|not\s+in\b)")
-NAMES_ALLOWED = ("messagebox/dialects/", "messagebox/capabilities.py")
+NAMES_ALLOWED = ("messagebox/storage/dialects/", "messagebox/storage/capabilities.py")
 
 
 def sources(packages: tuple[str, ...] = PACKAGES) -> Iterator[Path]:

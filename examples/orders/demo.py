@@ -182,7 +182,7 @@ def box_instances(box: MessageBox) -> list[str]:
     """The state of every fulfilment instance."""
     import sqlalchemy as sa
 
-    from messagebox import schema
+    from messagebox.storage import schema
 
     si = schema.service_instance
     with box.store.transaction() as conn:

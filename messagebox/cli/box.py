@@ -59,8 +59,8 @@ def url_problem(url: str) -> str | None:
         )
     if url.startswith(("http://", "https://")):
         return None
-    from messagebox.dialects import parse_url
     from messagebox.errors import ValidationError
+    from messagebox.storage.dialects import parse_url
 
     try:
         parse_url(url)
@@ -109,7 +109,7 @@ def _audited(box: MessageBox, args: argparse.Namespace) -> Iterator[None]:
 
 
 def _audit(box: MessageBox, args: argparse.Namespace, failed: str | None = None) -> None:
-    from messagebox import audit
+    from messagebox.storage import audit
 
     action = getattr(args, "action", None) or ""
     if (args.command, action) not in AUDITED or getattr(args, "dry_run", False):

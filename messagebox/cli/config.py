@@ -14,7 +14,7 @@ from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal
 
 if TYPE_CHECKING:
-    from messagebox.routing_file import RoutingConfig
+    from messagebox.config.routing_file import RoutingConfig
 
 EXIT_CHANGES = 4
 """``plan``, ``apply --dry-run``: the file differs from what is live; ``lint``: there
@@ -29,7 +29,7 @@ class Changes(Exception):
 
 
 def _config(args: argparse.Namespace) -> tuple[RoutingConfig, str]:
-    from messagebox.routing_file import RoutingFileError, load
+    from messagebox.config.routing_file import RoutingFileError, load
 
     text = inputs.read_arg("@" + args.file, "routing file")
     try:
@@ -41,14 +41,14 @@ def _config(args: argparse.Namespace) -> tuple[RoutingConfig, str]:
 def export(args: argparse.Namespace, out: Terminal) -> None:
     """The live configuration as a routing file (or the file's JSON Schema)."""
     if args.schema:
-        from messagebox.routing_file import json_schema
+        from messagebox.config.routing_file import json_schema
 
         out.say(json.dumps(json_schema(), indent=2))
         return
     with open_box(args) as box:
         config = box.export_config()
     if out.json:
-        from messagebox.routing_file import as_mapping
+        from messagebox.config.routing_file import as_mapping
 
         out.emit(as_mapping(config))
     else:

@@ -1,5 +1,5 @@
 """The ``failures`` commands: suspended entries grouped by how they failed
-(:mod:`messagebox.failures`), one group with its newest entries, and a group resumed or
+(:mod:`messagebox.ops.failures`), one group with its newest entries, and a group resumed or
 terminated whole. A group is named by its id, a hash of what its entries share: the same
 in every process until the code raising it changes."""
 
@@ -15,7 +15,7 @@ from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal, last_line
 
 if TYPE_CHECKING:
-    from messagebox.failures import FailureGroup
+    from messagebox.ops.failures import FailureGroup
 
 BULK_BATCH = 1000
 """Entries per transaction of a group's resume or terminate."""
@@ -162,7 +162,7 @@ def failures_show(args: argparse.Namespace, out: Terminal) -> None:
 
 def failures_act(args: argparse.Namespace, out: Terminal) -> None:
     """Resume or terminate every entry of a failure group (asked first: ``--yes``)."""
-    from messagebox.failures import SCAN
+    from messagebox.ops.failures import SCAN
 
     group_id = _group_id(args.group)
     confirm.require_yes(args)

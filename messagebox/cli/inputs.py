@@ -98,9 +98,9 @@ def message_id(text: str) -> uuid.UUID:
 
 def read_arg(text: str, what: str) -> str:
     """``text``, or the contents of a file when it is ``@FILE``: a regular file of at
-    most :data:`~messagebox.routing_file.MAX_FILE_BYTES` of UTF-8 text (anything else
+    most :data:`~messagebox.config.routing_file.MAX_FILE_BYTES` of UTF-8 text (anything else
     is a usage error naming the file)."""
-    from messagebox.routing_file import MAX_FILE_BYTES, RoutingFileError, decode, read
+    from messagebox.config.routing_file import MAX_FILE_BYTES, RoutingFileError, decode, read
 
     if not text.startswith("@"):
         return text

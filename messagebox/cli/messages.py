@@ -444,8 +444,8 @@ def _type_traps(box: MessageBox, promoted: dict[str, Any], guessed: dict[str, st
     """Warnings for ``-p`` values whose guessed type no subscription compares the
     property with (``orders.Zip=12345`` is an int; ``orders.Zip == "12345"`` compares a
     string and never matches it)."""
+    from messagebox.config.typecheck import compared as compared_values
     from messagebox.properties import family
-    from messagebox.typecheck import compared as compared_values
 
     if not guessed:
         return []

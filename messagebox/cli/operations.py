@@ -13,7 +13,7 @@ from messagebox.cli.terminal import Terminal, age, last_line, size
 
 def init(args: argparse.Namespace, out: Terminal) -> None:
     """Create the schema at the URL, or upgrade it."""
-    from messagebox.schema import SCHEMA_VERSION
+    from messagebox.storage.schema import SCHEMA_VERSION
 
     with open_box(args, create=True) as box:
         url = box.url.render_as_string(hide_password=True)
@@ -47,7 +47,7 @@ def cleanup(args: argparse.Namespace, out: Terminal) -> None:
 
 
 def check(args: argparse.Namespace, out: Terminal) -> None:
-    """The store's inconsistencies (:mod:`messagebox.consistency`); exits with
+    """The store's inconsistencies (:mod:`messagebox.storage.consistency`); exits with
     ``EXIT_CHANGES`` when there is one."""
     from messagebox.cli.config import Changes
 
@@ -135,7 +135,7 @@ def tracking_disable(args: argparse.Namespace, out: Terminal) -> None:
 def tracking_events(args: argparse.Namespace, out: Terminal) -> None:
     """A message's tracked events, or the newest ones, as the options filter them."""
     from messagebox.errors import UnknownMessage
-    from messagebox.tracking import EVENTS
+    from messagebox.storage.tracking import EVENTS
 
     if args.event is not None and args.event not in EVENTS:
         raise inputs.UsageError(f"--event {args.event!r}: one of {', '.join(EVENTS)}")

@@ -14,8 +14,8 @@ from messagebox.cli.terminal import Terminal
 
 if TYPE_CHECKING:
     from messagebox.engine import MessageBox
-    from messagebox.instance_history import InstanceDetail
-    from messagebox.orchestrations import ServiceInstanceView
+    from messagebox.ops.instance_history import InstanceDetail
+    from messagebox.ops.orchestrations import ServiceInstanceView
     from messagebox.properties import Value
 
 

@@ -459,7 +459,7 @@ def forward(endpoint: Endpoint, argv: Sequence[str], args: argparse.Namespace) -
         return 1
     from messagebox.cli.inputs import UsageError
     from messagebox.cli.users import forwarded_password
-    from messagebox.routing_file import RoutingFileError, read_bytes
+    from messagebox.config.routing_file import RoutingFileError, read_bytes
 
     files: dict[str, str] = {}
     for name in _named_files(args):

@@ -93,7 +93,7 @@ def _location(
 
 def suspended_resubmit(args: argparse.Namespace, out: Terminal) -> None:
     """Publish a receive failure's input again (its pipeline's, when at hand)."""
-    from messagebox import resubmission
+    from messagebox.ops import resubmission
 
     body = _body(args)
     properties = inputs.properties(args)

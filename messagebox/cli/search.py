@@ -1,7 +1,7 @@
 """The ``search`` command: the stored messages (and, while tracking is on, those cleanup
 deleted since) whose promoted properties match a filter, newest first, each with its
 state; bounded by a window, a limit and a scan cap, with a cursor to go on
-(:mod:`messagebox.search`)."""
+(:mod:`messagebox.ops.search`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal
 
 if TYPE_CHECKING:
-    from messagebox.search import FoundMessage, SearchResult
+    from messagebox.ops.search import FoundMessage, SearchResult
 
 
 def search_parser(sub: Any, command: Any, positive: Any) -> None:
@@ -63,7 +63,7 @@ def search_parser(sub: Any, command: Any, positive: Any) -> None:
 def search(args: argparse.Namespace, out: Terminal) -> None:
     """Search, and show what was found and where it stopped."""
     from messagebox.errors import ValidationError
-    from messagebox.search import when
+    from messagebox.ops.search import when
 
     try:
         text = None if args.filter is None else inputs.read_arg(args.filter, "FILTER")
@@ -118,7 +118,7 @@ def _properties(m: FoundMessage, names: list[str] | None) -> str:
 def stopped(found: SearchResult, limit: int, continued: bool = False) -> str:
     """Where a search stopped, in words, with the cursor to go on (``continued``: it
     went on from a cursor)."""
-    from messagebox.search_walk import Key
+    from messagebox.ops.search_walk import Key
 
     window = f"published since {found.since.isoformat(timespec='seconds')}" + (
         f" until {found.until.isoformat(timespec='seconds')}" if found.until else ""

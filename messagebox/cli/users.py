@@ -17,11 +17,11 @@ import getpass
 import sys
 from typing import Any
 
-from messagebox import passwords
 from messagebox.cli import inputs
 from messagebox.cli.box import open_box
 from messagebox.cli.terminal import Terminal
 from messagebox.errors import ValidationError
+from messagebox.ops import passwords
 
 MAX_STDIN = 4 * passwords.MAX_PASSWORD + 2
 """The most of standard input read for a password (UTF-8, and a line break)."""

@@ -40,7 +40,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messagebox.console import auth
-from messagebox.passwords import ADMIN, OPERATOR, READER
+from messagebox.ops.passwords import ADMIN, OPERATOR, READER
 
 PUBLIC = "public"
 API = "api"

@@ -35,14 +35,14 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from messagebox.accounts import (
+from messagebox.console.lockout import Policy
+from messagebox.ops.accounts import (
     MAX_SESSION_SECONDS,
     MIN_SESSION_SECONDS,
     TOKEN_PREFIX,
     bound_to,
 )
-from messagebox.console.lockout import Policy
-from messagebox.passwords import ADMIN, OPERATOR, READER, at_least
+from messagebox.ops.passwords import ADMIN, OPERATOR, READER, at_least
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console

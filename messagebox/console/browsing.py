@@ -1,6 +1,6 @@
 """The console's pages for looking around: a host's queue (peek at ready, held, blocked
 and leased entries, with what holds them, changing nothing) and search (a message id,
-or a filter over the promoted properties: :mod:`messagebox.search`). Orchestration
+or a filter over the promoted properties: :mod:`messagebox.ops.search`). Orchestration
 instances: :mod:`messagebox.console.orchestrations`."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from messagebox.browse import QUEUE_STATES
 from messagebox.errors import ValidationError
+from messagebox.ops.browse import QUEUE_STATES
 from messagebox.predicates import Filter
 from messagebox.properties import parse_assignment
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console
-    from messagebox.search import SearchResult
+    from messagebox.ops.search import SearchResult
 
 PEEK = 200
 
@@ -62,8 +62,8 @@ command line."""
 def search_filter(q: str) -> Filter | None:
     """The filter of a search box: its text (the filter language), or ``NAME=VALUE`` (as
     on the command line: an equality); None for none. Refused: ValidationError."""
+    from messagebox.ops.search import MAX_FILTER_CHARS
     from messagebox.predicates import P, parse_filter
-    from messagebox.search import MAX_FILTER_CHARS
 
     if not q:
         return None
@@ -84,7 +84,7 @@ def search(request: Request) -> Response:
     """A message id goes to its page; a filter (``orders.Total > 5000 and orders.Region
     == "EU"``, or ``NAME=VALUE`` typed as on the command line) lists the messages that
     match in the window, newest first, with their state; a cursor goes on."""
-    from messagebox.search import LIMIT, when
+    from messagebox.ops.search import LIMIT, when
 
     c = _console(request)
     params = request.query_params

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from markupsafe import Markup, escape
 
 if TYPE_CHECKING:
-    from messagebox.rollup import Rates
+    from messagebox.storage.rollup import Rates
 
 WIDTH = 640
 HEIGHT = 170

@@ -25,8 +25,8 @@ from starlette.responses import RedirectResponse, Response
 from messagebox.console import auth, pages
 from messagebox.console.pages import refresh_seconds
 from messagebox.errors import UnknownFailureGroup
-from messagebox.failures import SCAN
 from messagebox.models import REROUTABLE, SUSPENDED_REASONS
+from messagebox.ops.failures import SCAN
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console

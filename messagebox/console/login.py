@@ -21,14 +21,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from messagebox.accounts import TOKEN_PREFIX
 from messagebox.console import auth
 from messagebox.errors import UserDisabled
-from messagebox.passwords import MAX_NAME, MAX_PASSWORD, READER, name_problem
+from messagebox.ops.accounts import TOKEN_PREFIX
+from messagebox.ops.passwords import MAX_NAME, MAX_PASSWORD, READER, name_problem
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console
-    from messagebox.users import User
+    from messagebox.ops.users import User
 
 HASHING_AT_ONCE = auth.HASHING_AT_ONCE
 HASHING_WAIT_SECONDS = 10.0

@@ -20,7 +20,7 @@ from messagebox.cli.orchestrations import correlation_text, find
 from messagebox.console import auth
 from messagebox.errors import ValidationError
 from messagebox.models import ENDED
-from messagebox.orchestrations import STATES
+from messagebox.ops.orchestrations import STATES
 
 if TYPE_CHECKING:
     from messagebox.console.state import Console

@@ -376,7 +376,7 @@ def _message_page(c: Console, request: Request, message_id: uuid.UUID, shown: bo
 
 def tracking(request: Request) -> Response:
     """Tracked events, oldest first: one message's history, or the newest matching."""
-    from messagebox.tracking import EVENTS
+    from messagebox.storage.tracking import EVENTS
 
     c = _console(request)
     params = request.query_params

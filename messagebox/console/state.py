@@ -12,9 +12,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from messagebox.audit import CONSOLE
 from messagebox.console import auth
 from messagebox.console.lockout import Lockout
+from messagebox.storage.audit import CONSOLE
 
 if TYPE_CHECKING:
     from starlette.templating import Jinja2Templates

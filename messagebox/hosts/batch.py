@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class StartMarking(Protocol):
-    """What delivering needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What delivering needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     def mark_started(self, claims: Sequence[Claim]) -> None: ...
 

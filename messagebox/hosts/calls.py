@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 Outcome = Failure | Settled | Done
 Completing = Callable[[Callable[[], Claim]], AbstractContextManager[Any]]
 """A transaction for a service's own statements that completes its entry
-(:meth:`messagebox.consumer.Consumer.completing`)."""
+(:meth:`messagebox.delivery.consumer.Consumer.completing`)."""
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ that, at the pace of the instance's handlers (slow handlers are not claimed for 
 
 
 class ClaimingQueue(Protocol):
-    """What claiming needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What claiming needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     @property
     def claims_serialised(self) -> bool: ...

@@ -21,7 +21,7 @@ from messagebox.outcomes import Outcomes, merged
 
 
 class OutageCount(Protocol):
-    """What the loop needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What the loop needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     @property
     def outages(self) -> int: ...

@@ -32,7 +32,7 @@ expired entries takes several beats rather than delaying one."""
 
 
 class KeepingQueue(Protocol):
-    """What housekeeping needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What housekeeping needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     def heartbeat(
         self, lease_seconds: float, in_flight: Sequence[int], info: InstanceInfo

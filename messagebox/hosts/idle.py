@@ -63,7 +63,7 @@ class NextDue:
 
 
 class HeldElsewhere(Protocol):
-    """What idleness needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What idleness needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     def held_elsewhere(self) -> bool: ...
 

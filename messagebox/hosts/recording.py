@@ -25,7 +25,7 @@ FIRST_PAUSE_SECONDS = 0.05
 
 
 class RecordingQueue(Protocol):
-    """What recording needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What recording needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     def record(self, outcomes: Outcomes, *, recheck: bool = False) -> Recorded: ...
 

@@ -26,7 +26,7 @@ timers."""
 
 
 class TimerQueue(Protocol):
-    """What the timer loop needs of the store (:class:`messagebox.consumer.Consumer`)."""
+    """What the timer loop needs of the store (:class:`messagebox.delivery.consumer.Consumer`)."""
 
     @property
     def timers_set_here(self) -> bool: ...

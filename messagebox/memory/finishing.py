@@ -1,5 +1,5 @@
-"""Outcomes in memory (as :mod:`messagebox.leases` and :mod:`messagebox.expiry` do them
-in SQL): completion, retry with back-off, suspension (holding a key or stopping an
+"""Outcomes in memory (as :mod:`messagebox.delivery.leases` and :mod:`messagebox.storage.expiry` do
+them in SQL): completion, retry with back-off, suspension (holding a key or stopping an
 ordered subscription with ``on_failure="stop"``), give-backs, and the expiry sweep.
 Every function runs under the store's lock."""
 
@@ -47,7 +47,7 @@ def finish(
     settings: HostSettings,
     stop_on_failure: set[int],
 ) -> Finished:
-    """Complete and fail claimed entries (as :func:`messagebox.leases.finish`)."""
+    """Complete and fail claimed entries (as :func:`messagebox.delivery.leases.finish`)."""
     result = Finished()
     complete(store, owner, completed, result)
     to_suspend = [

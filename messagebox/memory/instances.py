@@ -1,4 +1,4 @@
-"""Service instances in memory (as :mod:`messagebox.service_instances` does them in
+"""Service instances in memory (as :mod:`messagebox.delivery.service_instances` does them in
 SQL): loading, committing steps (state, timers, publications, completion) and firing
 due timers. Every function runs under the store's lock."""
 

@@ -202,7 +202,7 @@ def claim(
     keys: Keys,
     instances: bool,
 ) -> list[Claim]:
-    """Lease up to ``n`` entries (as :func:`messagebox.leases.claim`): an ordered run
+    """Lease up to ``n`` entries (as :func:`messagebox.delivery.leases.claim`): an ordered run
     first (at most ``run_most``; 0: none), then at most ``rest_most`` others: keyed runs
     (``keys``), then, unless ``keys.only``, instances' heads (at most half while plain
     entries wait) and plain entries."""

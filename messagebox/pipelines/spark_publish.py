@@ -34,7 +34,7 @@ task) makes the publish store nothing and is taken out in turn. So:
 - a key is published once per job: a re-run does not publish a row again because its
   data changed. Use a new job name for new data (``orders-2026-11-25``);
 - the guarantee lasts as long as the receipts: cleanup trims them after 7 days
-  (:data:`messagebox.cleanup.RECEIPT_RETENTION_SECONDS`). Re-running a job later than that
+  (:data:`messagebox.delivery.cleanup.RECEIPT_RETENTION_SECONDS`). Re-running a job later than that
   publishes again the rows whose messages cleanup removed, and fails on a message still
   stored (its id exists).
 

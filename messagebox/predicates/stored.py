@@ -1,7 +1,7 @@
 """A filter compiled to a test of a stored context's promoted properties as they are
 read from its JSON (``{"orders.Total": ["f", 5000.0], …}``: each a ``[tag, value]``
 pair, :func:`messagebox.properties.encode_context`), without decoding them first: the
-test a search runs on every message it goes through (:mod:`messagebox.search`).
+test a search runs on every message it goes through (:mod:`messagebox.ops.search`).
 
 It agrees with the reference evaluator (:func:`~messagebox.predicates.model.filter_matches`
 on the decoded properties) on every filter and context: the tag is the family (``i`` and

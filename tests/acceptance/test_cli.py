@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.models import ROUTING_FAILURE, SERVICE_UNENLISTED, InstanceInfo
 from messagebox.predicates import Filter, P
+from messagebox.storage import schema as mb_schema
 from tests.cli_support import PROCESS_TIMEOUT, ROOT, process_env, run_cli, run_process
 from tests.conftest import table_counts
 

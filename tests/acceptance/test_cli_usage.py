@@ -12,9 +12,9 @@ import pytest
 
 import messagebox
 from messagebox import MessageBox
+from messagebox.config.routing_file import RoutingFileError, load
 from messagebox.errors import UnknownHost, ValidationError
 from messagebox.predicates import P
-from messagebox.routing_file import RoutingFileError, load
 from tests.cli_support import run_cli
 
 

@@ -28,7 +28,7 @@ import pytest
 import uvicorn
 from pydantic import BaseModel
 
-from messagebox import Message, MessageBox, rollup
+from messagebox import Message, MessageBox
 from messagebox.console import create_app
 from messagebox.console.cli import TOKEN_ENV
 from messagebox.hosts import (
@@ -41,6 +41,7 @@ from messagebox.hosts import (
     timeout,
 )
 from messagebox.predicates import P
+from messagebox.storage import rollup
 from tests.conftest import IN_CI, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

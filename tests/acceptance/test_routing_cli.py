@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from messagebox import Message, MessageBox
+from messagebox.config.routing_file import load
 from messagebox.predicates import P
-from messagebox.routing_file import load
 from tests.cli_support import run_process
 
 

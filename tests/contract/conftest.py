@@ -17,12 +17,13 @@ from typing import Any, Protocol, TypeVar
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, schema
+from messagebox import MessageBox
 from messagebox.clock import local_now
 from messagebox.memory import ManualClock, MemoryConsumer, MemoryStore
 from messagebox.message import Message
 from messagebox.models import InstanceInfo, Routed, State, Subscription
 from messagebox.port import HostStore
+from messagebox.storage import schema
 from tests.conftest import scratch_url
 
 T = TypeVar("T")

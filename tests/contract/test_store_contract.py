@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from messagebox.claims import Failure
-from messagebox.consumer import Consumer
+from messagebox.delivery.consumer import Consumer
 from messagebox.memory import MemoryConsumer
 from messagebox.models import DELIVERY_FAILURE, State
 from messagebox.port import HostStore

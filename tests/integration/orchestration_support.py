@@ -11,9 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.hosts import Delivery, HostApp, Orchestration
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 
 FAST = {
     "poll_min_seconds": 0.01,

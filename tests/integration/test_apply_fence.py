@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from messagebox import router as mb_router
-from messagebox import schema as mb_schema
 from messagebox.models import SUBSCRIPTION_REMOVED
 from messagebox.predicates import P
+from messagebox.routing import router as mb_router
+from messagebox.storage import schema as mb_schema
 from tests.conftest import wait_for
 
 OLD = (

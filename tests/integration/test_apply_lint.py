@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from messagebox import Message, MessageBox
+from messagebox.config.routing_lint import DUPLICATE, NEVER, UNKNOWN_PROPERTY, UNSATISFIABLE
 from messagebox.errors import ValidationError
 from messagebox.predicates import P
-from messagebox.routing_lint import DUPLICATE, NEVER, UNKNOWN_PROPERTY, UNSATISFIABLE
 from tests.cli_support import run_cli
 from tests.conftest import table_counts
 

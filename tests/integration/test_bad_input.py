@@ -15,9 +15,9 @@ from messagebox import (
     UnknownSubscription,
     ValidationError,
 )
-from messagebox import receipts as mb_receipts
 from messagebox.errors import AlreadyReceived
 from messagebox.predicates import P
+from messagebox.routing import receipts as mb_receipts
 from tests.conftest import table_counts
 
 SQLISH = "a.b'; DROP TABLE mb_spool; --"

@@ -19,14 +19,14 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.claims import Claim
-from messagebox.consumer import Consumer
+from messagebox.delivery.consumer import Consumer
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.hosts.claiming import READ_BATCHES
 from messagebox.hosts.cutting import STEP_BATCHES
 from messagebox.outcomes import ClaimAsk
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.conftest import FAST_HOST, Stalled, wait_for
 
 FAST = FAST_HOST

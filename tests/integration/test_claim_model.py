@@ -28,11 +28,12 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, leases
-from messagebox import schema as mb_schema
+from messagebox import Message, MessageBox
 from messagebox.claims import Claim, Failure
+from messagebox.delivery import leases
 from messagebox.models import HostSettings
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.conftest import FAST_HOST
 
 OWNERS = ("a", "b")

@@ -14,17 +14,17 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from messagebox import leases as mb_leases
-from messagebox import schema as mb_schema
 from messagebox.claims import Claim, Failure
-from messagebox.consumer import Consumer
-from messagebox.dialects import postgresql as pg_dialect
+from messagebox.delivery import leases as mb_leases
+from messagebox.delivery.consumer import Consumer
 from messagebox.errors import BackendUnavailable, StorageError
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.hosts.dispatch import Permits
 from messagebox.models import HostSettings
 from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
+from messagebox.storage.dialects import postgresql as pg_dialect
 from tests.conftest import wait_for
 
 

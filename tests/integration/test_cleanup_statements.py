@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, cleanup, upkeep
+from messagebox import Message, MessageBox, upkeep
+from messagebox.delivery import cleanup
 from messagebox.hosts import HostInstance
 from messagebox.predicates import P
 from tests.conftest import claim, complete, table_counts, wait_for

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from messagebox import Message, MessageBox, clock, registry, schema
+from messagebox import Message, MessageBox, clock
 from messagebox.adapters.file import IN_PROGRESS, FileReceive, location_tag, owner_tag
 from messagebox.cli import main as cli_main
+from messagebox.delivery import registry
 from messagebox.hosts import HostInstance
 from messagebox.models import InstanceInfo
 from messagebox.predicates import P
+from messagebox.storage import schema
 from tests.conftest import claim
 from tests.integration.orchestration_support import make_app, msg, wait_until
 from tests.integration.test_orchestration import PaymentTimeout

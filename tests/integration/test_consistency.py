@@ -1,4 +1,4 @@
-"""``box.check()`` and ``messagebox check`` (:mod:`messagebox.consistency`): a store
+"""``box.check()`` and ``messagebox check`` (:mod:`messagebox.storage.consistency`): a store
 that published, delivered, suspended and cleaned up is consistent; rows that break
 what every transaction keeps (a queue entry gone without its reference released, a
 message gone without its rows, a part nothing uses) are named. On both backends."""
@@ -9,10 +9,11 @@ import uuid
 
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, schema
+from messagebox import Message, MessageBox
 from messagebox.models import HostSettings
 from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
+from messagebox.storage import schema
 from tests.cli_support import run_cli
 from tests.conftest import claim, complete, fail_for_good
 

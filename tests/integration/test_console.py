@@ -404,7 +404,8 @@ def test_hostile_values_are_escaped_on_every_page(
 ) -> None:
     # Given a host, subscription and message whose names and values are markup (names
     # this version refuses, stored as an older version let them be)
-    from messagebox import catalog, specs
+    from messagebox import specs
+    from messagebox.config import catalog
 
     monkeypatch.setattr(catalog, "check_name", lambda what, name: name)
     monkeypatch.setattr(specs, "check_name", lambda what, name: name)

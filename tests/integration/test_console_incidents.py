@@ -12,10 +12,11 @@ import warnings
 
 import pytest
 
-from messagebox import Message, MessageBox, leases
+from messagebox import Message, MessageBox
 from messagebox.claims import Failure
 from messagebox.console import create_app, pages
 from messagebox.console.auth import COOKIE
+from messagebox.delivery import leases
 from messagebox.models import HostSettings
 from messagebox.predicates import P
 from tests.cli_support import run_cli

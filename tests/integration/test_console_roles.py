@@ -90,7 +90,7 @@ ROLE_OF = {"token:admin": "admin", "token:reader": "reader", "anonymous": None}
 
 
 def test_each_caller_reaches_exactly_the_routes_its_role_allows(store: MessageBox) -> None:
-    from messagebox.passwords import at_least
+    from messagebox.ops.passwords import at_least
 
     made = callers(store)
     checked = 0

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, schema
+from messagebox import MessageBox
 from messagebox.console import auth, create_app
 from messagebox.console.auth import SessionSettings
 from messagebox.predicates import P
+from messagebox.storage import schema
 from tests.console_support import COOKIE, PASSWORD, browser, csrf_of, ensure_user, login
 
 TOKEN = "operator-token"

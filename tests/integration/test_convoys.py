@@ -1,4 +1,4 @@
-"""Finding and making convoys (``messagebox.convoys``, the dialect's ``find_convoys`` and
+"""Finding and making convoys (``messagebox.routing.convoys``, the dialect's ``find_convoys`` and
 ``create_convoys``), on both backends: a new pair gets a new instance and keeps it, an
 existing pair is only read, keys of any text come back as they went in, and more pairs
 than one statement takes are all answered."""
@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, convoys, schema, store_clock
+from messagebox import MessageBox
+from messagebox.routing import convoys
+from messagebox.storage import schema, store_clock
 
 
 def _resolve(box: MessageBox, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:

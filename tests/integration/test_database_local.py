@@ -1,4 +1,4 @@
-"""What this process keeps about one database (messagebox.database_local): every store of
+"""What this process keeps about one database (messagebox.storage.database_local): every store of
 a database in the process shares one DatabaseLocal (DuckDB's write lock and routing
 fence, the wake-ups, the id block, the kept messages), two databases share nothing,
 the last store to close drops what only an open store needs, and the object goes with
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from messagebox import Message, MessageBox, database_local
-from messagebox.fence import Fence
+from messagebox import Message, MessageBox
 from messagebox.predicates import P
+from messagebox.storage import database_local
+from messagebox.storage.fence import Fence
 
 
 def _with_host(box: MessageBox) -> MessageBox:

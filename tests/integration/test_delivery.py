@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, State, Throttled, leases, throttle
-from messagebox import schema as mb_schema
+from messagebox import Message, MessageBox, State, Throttled
 from messagebox.claims import Claim
+from messagebox.delivery import leases
 from messagebox.errors import (
     PermanentFailure,
     UnknownSuspendedEntry,
@@ -30,6 +30,8 @@ from messagebox.models import (
     SUBSCRIPTION_REMOVED,
 )
 from messagebox.predicates import P
+from messagebox.routing import throttle
+from messagebox.storage import schema as mb_schema
 from tests.conftest import (
     FAST_HOST,
     Stalled,

@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import default
 
-from messagebox import MessageBox, schema
+from messagebox import MessageBox
+from messagebox.storage import schema
 
 
 def test_a_statement_run_twice_is_compiled_once(duckdb_url: str) -> None:

@@ -15,12 +15,13 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, expiry, metrics
-from messagebox import schema as mb_schema
+from messagebox import Message, MessageBox, metrics
 from messagebox.errors import ValidationError
 from messagebox.hosts import HostInstance
 from messagebox.models import EXPIRED
 from messagebox.predicates import P
+from messagebox.storage import expiry
+from messagebox.storage import schema as mb_schema
 from messagebox.upkeep import Swept
 from tests.conftest import FAST_HOST, claim, complete, wait_for
 
@@ -243,7 +244,7 @@ def test_an_expired_entry_holds_none_of_its_service_instances_messages(box: Mess
 
 
 def test_an_ordered_subscription_passes_over_its_expired_entries(box: MessageBox):
-    from messagebox import leases
+    from messagebox.delivery import leases
 
     h = _host(box, ordered=True)
     routed = box.publish([_msg(h, 0, ttl=3600), _msg(h, 1), _msg(h, 2)])

@@ -5,7 +5,7 @@ publisher process (:mod:`tests.apps.failover`), all given one URL that names bot
 servers (``target_session_attrs=read-write``). The primary is stopped as if its machine
 died (``pg_ctl stop -m immediate``) and, a lease later, the standby promoted. The same
 processes, with the same instance ids, carry on against the new primary, and the store
-is consistent (:mod:`messagebox.consistency`).
+is consistent (:mod:`messagebox.storage.consistency`).
 
 With synchronous replication every acknowledged message is delivered. With
 asynchronous replication the commits the standby had not received are lost: the test

@@ -22,13 +22,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, consumer, publishing, schema
+from messagebox import Message, MessageBox
 from messagebox.claims import Claim
+from messagebox.delivery import consumer
+from messagebox.delivery.service_instances import LeaseLost
 from messagebox.errors import AlreadyExists, BackendUnavailable
 from messagebox.models import HostSettings, Outcome, RoutingPolicy
 from messagebox.outcomes import Outcomes
-from messagebox.service_instances import LeaseLost
+from messagebox.routing import publishing
 from messagebox.steps import Step
+from messagebox.storage import schema
 from tests.integration.conftest import catch_all_box
 from tests.integration.orchestration_support import wait_until
 

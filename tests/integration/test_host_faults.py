@@ -19,13 +19,13 @@ import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
 from messagebox import errors as mb_errors
-from messagebox import leases as mb_leases
-from messagebox import registry as mb_registry
-from messagebox import schema as mb_schema
+from messagebox.delivery import leases as mb_leases
+from messagebox.delivery import registry as mb_registry
 from messagebox.errors import BackendUnavailable, Conflict, ValidationError
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import CRASHED_HOST, DELIVERY_FAILURE, InstanceInfo
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.conftest import claim, wait_for
 from tests.integration.test_delivery import FAST, msgs
 

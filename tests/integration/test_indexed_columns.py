@@ -1,4 +1,4 @@
-"""Columns given in dictionary form (:class:`~messagebox.dialects.Indexed`: distinct
+"""Columns given in dictionary form (:class:`~messagebox.storage.dialects.Indexed`: distinct
 values and each row's position among them, as a publish gives its queue entries'
 subscriptions, hosts and messages) store the same rows as plain lists, for every column
 type the schema uses, on both backends and on DuckDB's bound and Arrow paths."""
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox.dialects import Indexed, dialect_for
-from messagebox.dialects import duckdb as duck
+from messagebox.storage.dialects import Indexed, dialect_for
+from messagebox.storage.dialects import duckdb as duck
 from tests.every_type import ROWS, every_type, metadata
 
 POSITIONS = [2, 0, 2, 1, 0]

@@ -181,8 +181,8 @@ def test_the_console_changes_filters_services_and_removes_hosts(shop: MessageBox
 def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -> None:
     import threading
 
-    from messagebox import store_clock, subscriptions
     from messagebox.specs import check_spec
+    from messagebox.storage import store_clock, subscriptions
 
     box.create_host("h2")
     spec = check_spec(0, {"service": "svc", "host": "h2", "filter": P("a.B") == 1})
@@ -213,7 +213,7 @@ def test_a_host_removal_waits_for_a_subscribe_to_it_in_flight(box: MessageBox) -
 def test_a_host_with_a_pending_timer_is_not_removed(box: MessageBox) -> None:
     import sqlalchemy as sa
 
-    from messagebox import schema, store_clock
+    from messagebox.storage import schema, store_clock
 
     box.create_host("timed")
     with box.store.transaction() as conn:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from messagebox import MessageBox, convoys, schema, service_instances, store_clock
+from messagebox import MessageBox
+from messagebox.delivery import service_instances
 from messagebox.models import InstanceState
 from messagebox.properties import encode_value
+from messagebox.routing import convoys
+from messagebox.storage import schema, store_clock
 
 
 def _save(box: MessageBox, ids: list[str], completed: set[str]) -> datetime:

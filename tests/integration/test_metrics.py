@@ -13,8 +13,9 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from messagebox import Message, MessageBox, leases
+from messagebox import Message, MessageBox
 from messagebox.claims import Claim
+from messagebox.delivery import leases
 from messagebox.errors import RoutingFailure
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.metrics import exposition

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import arrays
 from messagebox.engine import MessageBox
+from messagebox.storage import arrays
 from tests.conftest import require_pg, scratch_url
 
 IDS = [uuid.UUID(int=i * 7919) for i in range(12)]

@@ -17,11 +17,11 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.errors import UnknownSuspendedEntry, ValidationError
 from messagebox.hosts import Delivery, HostApp, Orchestration, activate, receive, timeout
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE, Kind
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.integration.orchestration_support import (
     instance_rows,
     make_app,
@@ -634,7 +634,7 @@ def test_a_step_that_breaks_the_rules_fails_and_stores_nothing(box: MessageBox, 
 
 
 def test_cleanup_deletes_completed_instances_past_their_retention(box: MessageBox, running):
-    from messagebox.cleanup import run
+    from messagebox.delivery.cleanup import run
 
     # Given a completed instance
     app, _ = make_app(Short)
@@ -650,7 +650,7 @@ def test_cleanup_deletes_completed_instances_past_their_retention(box: MessageBo
 
 
 def test_cleanup_deletes_the_convoy_of_an_instance_that_never_started(box: MessageBox):
-    from messagebox.cleanup import run
+    from messagebox.delivery.cleanup import run
 
     # Given a convoy whose only message was terminated before any host handled it
     app, _ = make_app(Short)

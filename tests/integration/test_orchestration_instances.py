@@ -18,13 +18,13 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.console import create_app
 from messagebox.errors import UnknownInstance, ValidationError
 from messagebox.hosts import Delivery, HostInstance, Orchestration, activate, receive, timeout
 from messagebox.models import ROUTING_FAILURE
-from messagebox.orchestrations import terminated_detail
+from messagebox.ops.orchestrations import terminated_detail
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.cli_support import run_cli
 from tests.integration.orchestration_support import FAST, make_app, msg, wait_until
 

@@ -28,12 +28,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, leases, router, schema
+from messagebox import Message, MessageBox
 from messagebox.claims import Claim
+from messagebox.delivery import leases
 from messagebox.errors import MessageBoxError
-from messagebox.ids import uuid7
 from messagebox.models import HostSettings, Outcome, RoutingPolicy
 from messagebox.properties import decode_value
+from messagebox.routing import router
+from messagebox.storage import schema
+from messagebox.storage.ids import uuid7
 from tests.conftest import claim
 
 ROOT = Path(__file__).resolve().parents[2]

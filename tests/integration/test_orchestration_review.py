@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 from pydantic import BaseModel
 
-from messagebox import Message, MessageBox, leases, service_instances
+from messagebox import Message, MessageBox
+from messagebox.delivery import leases, service_instances
 from messagebox.errors import BackendUnavailable
 from messagebox.hosts import Delivery, Orchestration, activate, receive, timeout
 from messagebox.models import INSTANCE_COMPLETED, ROUTING_FAILURE

@@ -14,12 +14,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, schema
+from messagebox import Message, MessageBox
 from messagebox.claims import Claim, Failure
 from messagebox.models import HostSettings
 from messagebox.order_keys import ABSENT, describe, encode
 from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
+from messagebox.storage import schema
 from tests.conftest import FAST_HOST
 
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from messagebox import Message, MessageBox, schema
+from messagebox import Message, MessageBox
 from messagebox.claims import Claim
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.hosts.dispatch import Pace
 from messagebox.predicates import P
+from messagebox.storage import schema
 from tests.conftest import FAST_HOST, wait_for
 
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from messagebox import leases as mb_leases
 from messagebox.claims import Claim, Finished
+from messagebox.delivery import leases as mb_leases
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.predicates import P

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from messagebox import leases as mb_leases
-from messagebox import schema
+from messagebox.delivery import leases as mb_leases
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.predicates import P
+from messagebox.storage import schema
 from tests.conftest import claim
 
 pytestmark = pytest.mark.postgres

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from messagebox.dialects import Same
-from messagebox.dialects import postgresql as pg_dialect
 from messagebox.models import State
+from messagebox.storage.dialects import Same
+from messagebox.storage.dialects import postgresql as pg_dialect
 from tests.every_type import ROWS, every_type, metadata
 
 pytestmark = pytest.mark.postgres

@@ -8,12 +8,12 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from messagebox import leases
-from messagebox import schema as mb_schema
 from messagebox.claims import Claim
+from messagebox.delivery import leases
 from messagebox.engine import MessageBox
 from messagebox.message import Message
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.conftest import complete
 
 pytestmark = [

@@ -10,10 +10,10 @@ import tracemalloc
 import pytest
 
 from messagebox import Message, MessageBox
-from messagebox import router as mb_router
 from messagebox.errors import RoutingFailure, Throttled
 from messagebox.models import Outcome, Suspension
 from messagebox.predicates import P
+from messagebox.routing import router as mb_router
 from tests.conftest import table_counts
 
 
@@ -47,7 +47,7 @@ def test_a_chunked_publish_stores_what_one_pass_stores(
     assert chunked[4].outcome is Outcome.SUSPENDED
     # five convoys, one instance each, made once by the first batch and followed after
     with box.store.transaction() as conn:
-        from messagebox import schema
+        from messagebox.storage import schema
 
         convoys = conn.execute(schema.convoy.select()).all()
     assert len(convoys) == 5

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, spool
+from messagebox import Message, MessageBox
 from messagebox.message import MessageSummary, StoredMessage
+from messagebox.storage import spool
 
 Parts = dict[str, bytes]
 

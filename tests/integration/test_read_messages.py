@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, recent, schema
+from messagebox import Message, MessageBox
 from messagebox.errors import ValidationError
 from messagebox.hosts import service
 from messagebox.message import MessageSummary, StoredMessage
 from messagebox.predicates import P
-from messagebox.spool import FRAGMENT_SIZE
+from messagebox.storage import recent, schema
+from messagebox.storage.spool import FRAGMENT_SIZE
 
 
 @pytest.fixture(autouse=True, params=["kept", "store"])
@@ -27,7 +28,7 @@ def source(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, box: MessageBox
 ) -> Iterator[str]:
     """Each test twice on DuckDB: the messages this process published read from memory
-    (messagebox.recent, while a host instance of the store runs here), then all read
+    (messagebox.storage.recent, while a host instance of the store runs here), then all read
     from the store."""
     held = box.store.recent
     if request.param == "store":

@@ -1,4 +1,4 @@
-"""Messages this process published or read, held in memory (messagebox.recent): on DuckDB
+"""Messages this process published or read, held in memory (messagebox.storage.recent): on DuckDB
 a host's read of a message published here runs no query, and gives exactly what the
 store holds; nothing of a transaction that rolled back is held, cleanup's deletes are
 forgotten, large messages and file parts are never held, the memory is bounded, and
@@ -19,14 +19,15 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, recent, spool
-from messagebox.cleanup import run as run_cleanup
+from messagebox import Message, MessageBox
+from messagebox.delivery.cleanup import run as run_cleanup
 from messagebox.errors import AlreadyExists, UnknownMessage, ValidationError
 from messagebox.hosts import HostApp
 from messagebox.message import MessageSummary, StoredMessage
 from messagebox.models import InstanceInfo
 from messagebox.predicates import P
 from messagebox.properties import encode_context
+from messagebox.storage import recent, spool
 from tests import strategies
 from tests.conftest import claim, complete
 

@@ -1,4 +1,4 @@
-"""Per-minute rates kept in the store whether or not tracking is on (messagebox.rollup),
+"""Per-minute rates kept in the store whether or not tracking is on (messagebox.storage.rollup),
 on both backends: what each process committed, counted once; sampled queue depths; a
 running host instance writes both; cleanup trims them after a day; the console draws them."""
 
@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, clock, rollup, schema, upkeep
+from messagebox import Message, MessageBox, clock, upkeep
 from messagebox.console import create_app
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.predicates import P
+from messagebox.storage import rollup, schema
 from tests.conftest import wait_for
 
 with warnings.catch_warnings():

@@ -10,12 +10,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from messagebox import Message, MessageBox, rollup
-from messagebox.dialects import postgresql as pg_dialect
+from messagebox import Message, MessageBox
 from messagebox.models import HostSettings
 from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from messagebox.steps import Step
+from messagebox.storage import rollup
+from messagebox.storage.dialects import postgresql as pg_dialect
 from tests.integration.conftest import catch_all_box
 
 pytestmark = pytest.mark.postgres

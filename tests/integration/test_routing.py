@@ -17,11 +17,11 @@ from messagebox import (
     RoutingFailure,
     State,
     UnknownHost,
-    schema,
 )
 from messagebox.models import ROUTING_FAILURE, Suspension
 from messagebox.predicates import P
-from messagebox.spool import FRAGMENT_SIZE
+from messagebox.storage import schema
+from messagebox.storage.spool import FRAGMENT_SIZE
 from tests.conftest import table_counts
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from messagebox import Message, MessageBox
+from messagebox.config.routing_file import RoutingFileError, load
+from messagebox.config.routing_lint import DEAD, UNKNOWN_PROPERTY
 from messagebox.errors import Conflict, NotFound, ValidationError
 from messagebox.models import SUBSCRIPTION_REMOVED, State
 from messagebox.predicates import P
-from messagebox.routing_file import RoutingFileError, load
-from messagebox.routing_lint import DEAD, UNKNOWN_PROPERTY
 from tests.cli_support import run_cli
 from tests.conftest import table_counts
 
@@ -467,7 +467,7 @@ def test_a_priority_or_ordered_change_reaches_the_waiting_entries(box: MessageBo
     box.apply(SHOP.replace("priority = 5", "priority = 9\nordered = true"))
     import sqlalchemy as sa
 
-    from messagebox import schema
+    from messagebox.storage import schema
 
     with box.store.transaction() as conn:
         rows = conn.execute(sa.select(schema.queue.c.priority, schema.queue.c.ordered)).all()

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from messagebox import MessageBox, store_clock, subscriptions
+from messagebox import MessageBox
 from messagebox.errors import ValidationError
 from messagebox.models import HostSettings
 from messagebox.predicates import P
+from messagebox.storage import store_clock, subscriptions
 from tests.cli_support import run_cli
 from tests.conftest import table_counts
 

@@ -11,10 +11,11 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from messagebox import Message, MessageBox, subscriptions
+from messagebox import Message, MessageBox
 from messagebox.errors import ValidationError
 from messagebox.predicates import P
-from messagebox.routing_index import RoutingIndex
+from messagebox.storage import subscriptions
+from messagebox.storage.routing_index import RoutingIndex
 
 
 def _index(box: MessageBox) -> RoutingIndex:
@@ -165,7 +166,7 @@ def test_queue_columns_follow_every_subscription_s_own_values(backend_url: str):
     batch writes those columns as one repeated value; a subscription with its own
     values (added, or taking a removed one's slot) is queued with them, and so are the
     others with theirs, on both routes of the columns."""
-    from messagebox import schema
+    from messagebox.storage import schema
 
     def queued(box: MessageBox) -> set[tuple[object, ...]]:
         q = schema.queue

@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from messagebox import Message, MessageBox, UnknownScheduledEntry, leases
-from messagebox import schema as mb_schema
+from messagebox import Message, MessageBox, UnknownScheduledEntry
 from messagebox.claims import Claim
+from messagebox.delivery import leases
 from messagebox.errors import MessageValidationError, ValidationError
 from messagebox.hosts import Delivery, HostApp, HostInstance, Orchestration, activate
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.conftest import FAST_HOST, claim, complete, table_counts, wait_for
 
 HOUR = timedelta(hours=1)
@@ -405,8 +406,8 @@ def test_each_entry_is_due_at_its_own_messages_time_on_every_publish_path(
     # Given messages, some scheduled, routed to two subscriptions each, some stored
     # suspended as well (a receive pipeline's refusal, routed: the message-by-message
     # path), published in chunks of ``chunk`` (one transaction)
-    from messagebox import router as mb_router
     from messagebox.models import Suspension
+    from messagebox.routing import router as mb_router
 
     h = _host(box)
     box.subscribe(f"{h}-2", host=h, filter=P("t.K") == h, name=f"{h}-2")

@@ -7,9 +7,9 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.errors import StorageError
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.conftest import claim
 
 

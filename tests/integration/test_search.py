@@ -15,11 +15,13 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messagebox import Message, MessageBox, clock, schema, search_walk, store_clock
+from messagebox import Message, MessageBox, clock
 from messagebox.errors import ValidationError
+from messagebox.ops import search_walk
+from messagebox.ops.search import SearchResult
 from messagebox.predicates import Filter, P, filter_matches
 from messagebox.properties import decode_context
-from messagebox.search import SearchResult
+from messagebox.storage import schema, store_clock
 from tests.conftest import claim, complete, scratch_url
 from tests.strategies import filters, messages
 

@@ -14,11 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
+from messagebox.config.routing_file import RoutingFileError
 from messagebox.errors import ValidationError
 from messagebox.models import DAY, HostSettings
 from messagebox.predicates import P
-from messagebox.routing_file import RoutingFileError
+from messagebox.storage import schema as mb_schema
 from tests.cli_support import run_cli
 from tests.conftest import claim, table_counts
 

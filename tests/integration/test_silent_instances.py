@@ -11,10 +11,10 @@ import time
 from datetime import UTC, datetime
 
 from messagebox import MessageBox
-from messagebox import registry as mb_registry
-from messagebox import schema as mb_schema
+from messagebox.delivery import registry as mb_registry
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import InstanceInfo
+from messagebox.storage import schema as mb_schema
 from tests.conftest import claim, wait_for
 from tests.integration.test_delivery import msgs
 from tests.integration.test_host_faults import setup_host

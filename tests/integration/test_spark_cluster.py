@@ -30,12 +30,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, schema
+from messagebox import MessageBox
 from messagebox.pipelines.spark import route_dataframe
 from messagebox.pipelines.spark_publish import publish_dataframe
 from messagebox.pipelines.spark_standalone import StandaloneCluster
 from messagebox.pipelines.whatif import what_if
 from messagebox.predicates import Filter, P
+from messagebox.storage import schema
 from tests.conftest import require_pg, scratch_url
 
 pytestmark = pytest.mark.deployment  # .ci/run runs them after the suite (make test-deployment)

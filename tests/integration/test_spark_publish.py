@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, schema
+from messagebox import MessageBox
 from messagebox.errors import (
     AlreadyReceived,
     MessageValidationError,
@@ -26,6 +26,7 @@ from messagebox.message import StoredMessage
 from messagebox.models import ROUTING_FAILURE
 from messagebox.pipelines.spark_publish import NAMESPACE, location, message_id, publish_dataframe
 from messagebox.predicates import Filter, P, normalize_properties
+from messagebox.storage import schema
 from tests.conftest import table_counts
 
 SCHEMA = (

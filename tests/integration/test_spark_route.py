@@ -16,10 +16,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from messagebox import MessageBox, router
+from messagebox import MessageBox
 from messagebox.pipelines.spark import Target, route_dataframe
 from messagebox.predicates import Filter, normalize_properties
 from messagebox.properties import canonical_name
+from messagebox.routing import router
 from tests.conftest import scratch_url
 from tests.strategies import bools, dates, filters, ints, messages, strs
 

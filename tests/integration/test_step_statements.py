@@ -14,9 +14,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from messagebox import Message, MessageBox, schema
-from messagebox.consumer import Consumer
+from messagebox import Message, MessageBox
+from messagebox.delivery.consumer import Consumer
 from messagebox.steps import Step
+from messagebox.storage import schema
 from tests.integration.conftest import catch_all_box
 
 

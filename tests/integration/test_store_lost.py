@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from messagebox import BackendUnavailable, Message, MessageBox
-from messagebox.dialects import postgresql
 from messagebox.predicates import P
+from messagebox.storage.dialects import postgresql
 from tests.conftest import PG_DSN
 
 pytestmark = pytest.mark.postgres

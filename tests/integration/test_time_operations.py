@@ -14,9 +14,9 @@ from datetime import timedelta
 import pytest
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.models import EXPIRED
 from messagebox.predicates import P
+from messagebox.storage import schema as mb_schema
 from tests.cli_support import run_cli
 from tests.conftest import claim, table_counts
 

@@ -12,12 +12,12 @@ import sqlalchemy as sa
 from prometheus_client import REGISTRY
 
 from messagebox import Message, MessageBox
-from messagebox import schema as mb_schema
 from messagebox.errors import RoutingFailure, ValidationError
 from messagebox.hosts import Delivery, HostInstance
 from messagebox.models import DELIVERY_FAILURE, ROUTING_FAILURE
 from messagebox.predicates import P
-from messagebox.tracking import EVENTS, TrackingSettings
+from messagebox.storage import schema as mb_schema
+from messagebox.storage.tracking import EVENTS, TrackingSettings
 from tests.conftest import FAST_FAILING as FAST
 from tests.conftest import wait_for
 
@@ -266,7 +266,7 @@ def test_events_are_stamped_by_the_database_clock_not_the_process_s(
 def test_a_fired_timeout_dropped_by_its_completed_instance_ends_its_history(
     tracked_box: MessageBox,
 ) -> None:
-    from messagebox import service_instances
+    from messagebox.delivery import service_instances
 
     box = tracked_box
     sub = box.subscription("orders")

@@ -11,9 +11,11 @@ import hashlib
 import pytest
 import sqlalchemy as sa
 
-from messagebox import MessageBox, passwords, schema, users
-from messagebox.accounts import bound_to
+from messagebox import MessageBox
 from messagebox.errors import AlreadyExists, UnknownUser, UserDisabled, ValidationError
+from messagebox.ops import passwords, users
+from messagebox.ops.accounts import bound_to
+from messagebox.storage import schema
 
 PASSWORD = "correct horse battery"
 HOUR = 3600.0

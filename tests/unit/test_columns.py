@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from messagebox.dialects import Indexed, Same
+from messagebox.storage.dialects import Indexed, Same
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from messagebox.dialects import duckdb as duck
-from messagebox.ids import uuid7s
+from messagebox.storage.dialects import duckdb as duck
+from messagebox.storage.ids import uuid7s
 from tests.every_type import ROWS, every_type, metadata
 
 

@@ -1,5 +1,5 @@
 """Failure groups without a database: a stored error read into its exception and the
-handler's frames (:mod:`messagebox.tracebacks`), messages masked, and the property that
+handler's frames (:mod:`messagebox.ops.tracebacks`), messages masked, and the property that
 matters to an operator: a group is one raise site whatever ids its messages carry, and
 two raise sites are two groups even when their exception and text are the same."""
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox.failures import FailureRow, group_id, groups, mask
-from messagebox.tracebacks import Frame, read
+from messagebox.ops.failures import FailureRow, group_id, groups, mask
+from messagebox.ops.tracebacks import Frame, read
 
 AT = datetime(2026, 11, 24, 9, 30, tzinfo=UTC)
 DISPATCH = (

@@ -1,4 +1,4 @@
-"""Application-made ids (messagebox.ids) and the reserved-name check of a message."""
+"""Application-made ids (messagebox.storage.ids) and the reserved-name check of a message."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox.ids import as_uuid, uuid5, uuid7s
 from messagebox.message import Message
+from messagebox.storage.ids import as_uuid, uuid5, uuid7s
 
 
 @given(namespace=st.uuids(), name=st.text())

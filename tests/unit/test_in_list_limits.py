@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from messagebox.config.routing_file import RoutingFileError, load
 from messagebox.errors import FilterValidationError
 from messagebox.predicates import (
     MAX_GROUPS,
@@ -27,7 +28,6 @@ from messagebox.predicates import (
 )
 from messagebox.predicates.model import predicate_holds
 from messagebox.properties import Value, family, normalize_value
-from messagebox.routing_file import RoutingFileError, load
 from tests.strategies import values
 
 FAST = 5.0

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox import service_instances
-from messagebox.convoys import correlation_key
+from messagebox.delivery import service_instances
+from messagebox.delivery.service_instances import message_ids
 from messagebox.properties import Value, normalize_value, values_equal
-from messagebox.service_instances import message_ids
+from messagebox.routing.convoys import correlation_key
 from tests.strategies import values
 
 

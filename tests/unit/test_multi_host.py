@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 from psycopg.conninfo import conninfo_to_dict
 
-from messagebox.dialects.postgresql import PostgreSQLDialect, Standby
 from messagebox.errors import BackendUnavailable, StorageError
-from messagebox.outage import Outage
+from messagebox.storage.dialects.postgresql import PostgreSQLDialect, Standby
+from messagebox.storage.outage import Outage
 
 PAIR = (
     "postgresql+psycopg://mb:pw@/orders?host=db1:5432&host=db2:5433&target_session_attrs=read-write"

@@ -15,13 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messagebox import compiled, ids, properties, spool
+from messagebox import compiled, properties
 from messagebox.compiled import native
-from messagebox.dialects import Uuids
 from messagebox.message import Message
 from messagebox.models import Outcome, Routed
 from messagebox.properties import Value
-from messagebox.writes import Writes
+from messagebox.routing.writes import Writes
+from messagebox.storage import ids, spool
+from messagebox.storage.dialects import Uuids
 from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.skipif(

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from messagebox.models import HostSettings, Kind, OnExpiry, OnFailure, State
-from messagebox.routing_file import (
+from messagebox.config.routing_file import (
     Declared,
     RoutingConfig,
     RoutingFileError,
@@ -21,6 +20,7 @@ from messagebox.routing_file import (
     json_schema,
     load,
 )
+from messagebox.models import HostSettings, Kind, OnExpiry, OnFailure, State
 from tests.strategies import filters
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from messagebox.config.routing_file import MAX_FILE_BYTES, RoutingFileError, load, read
 from messagebox.errors import ValidationError
-from messagebox.routing_file import MAX_FILE_BYTES, RoutingFileError, load, read
 from messagebox.specs import check_name
 from tests.cli_support import run_cli
 

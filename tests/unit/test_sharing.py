@@ -1,5 +1,5 @@
 """Work that threads leave while a transaction runs, done together in the next one
-(``messagebox.sharing.Group``): the work left while a leader runs goes in one next
+(``messagebox.storage.sharing.Group``): the work left while a leader runs goes in one next
 call, each thread gets its own result, a thread whose work was done returns without
 taking the turn, a failed shared attempt leaves each thread its own work and error, and
 a thread that holds the turn already is not made to wait for itself."""
@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from messagebox import sharing
-from messagebox.sharing import Group
+from messagebox.storage import sharing
+from messagebox.storage.sharing import Group
 from tests.conftest import wait_for
 
 

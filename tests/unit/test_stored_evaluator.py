@@ -9,10 +9,10 @@ from __future__ import annotations
 import orjson
 from hypothesis import given, settings
 
+from messagebox.ops.search_walk import pushdown
 from messagebox.predicates import Filter, P, filter_matches, normalize_properties
 from messagebox.predicates.stored import compile_stored
 from messagebox.properties import encode_context
-from messagebox.search_walk import pushdown
 from tests.strategies import filters, messages
 
 
