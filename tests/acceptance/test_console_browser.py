@@ -626,7 +626,7 @@ def test_the_console_command_serves_pages_and_takes_its_token(tmp_path: Path, so
             except httpx.TransportError:
                 return False
 
-        wait_for(up, "messagebox console to serve", timeout=20)
+        wait_for(up, "messagebox console to serve", timeout=60)
         assert "<td>shipping</td>" in httpx.get(f"{base}/", timeout=30).text
         action = f"{base}/suspended/{entry_id}/resume"
         wrong = httpx.post(action, headers={"Authorization": "Bearer nope"}, timeout=30)
@@ -661,7 +661,7 @@ def test_the_console_command_is_read_only_without_a_token(tmp_path: Path) -> Non
                 return False
             return True
 
-        wait_for(answered, "messagebox console to serve", timeout=20)
+        wait_for(answered, "messagebox console to serve", timeout=60)
         refused = httpx.post(action, data={"token": TOKEN}, timeout=30)
         assert refused.status_code == 403
         assert "actions are disabled" in refused.text
@@ -691,7 +691,7 @@ def test_the_console_command_answers_only_to_its_hosts(tmp_path: Path) -> None:
             except httpx.TransportError:
                 return False
 
-        wait_for(up, "messagebox console to serve", timeout=20)
+        wait_for(up, "messagebox console to serve", timeout=60)
         message = f"{base}/messages/{entry.message_id}"
         # When the proxy's name asks, the console answers; the parts need the token
         proxied = {"Host": "console.example.com"}
