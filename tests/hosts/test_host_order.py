@@ -15,6 +15,7 @@ from messagebox.models import DELIVERY_FAILURE, State
 from messagebox.predicates import P
 from tests.conftest import wait_for
 from tests.hosts.conftest import Recorder, Start, drained, msgs, subscribe_all
+from tests.integration.keyed_support import KeyRecorder
 
 
 def test_an_ordered_subscription_is_delivered_in_publish_order_one_at_a_time(
@@ -92,36 +93,6 @@ KEYS = "abcdefgh"
 PER_KEY = 10
 
 
-class Keyed:
-    """Records each key's ``t.N`` as delivered and counts deliveries of a key that
-    overlap; the one ``fail`` names raises."""
-
-    def __init__(self, fail: tuple[str, int] | None = None) -> None:
-        self.lock = threading.Lock()
-        self.seen: dict[str, list[int]] = {}
-        self.busy: set[str] = set()
-        self.overlaps = 0
-        self.fail = fail
-
-    def __call__(self, d: Delivery) -> None:
-        key, n = str(d.properties["t.K"]), int(d.properties["t.N"])  # type: ignore[arg-type]
-        with self.lock:
-            self.overlaps += key in self.busy
-            self.busy.add(key)
-        try:
-            if self.fail == (key, n):
-                raise RuntimeError(f"cannot take {key} {n}")
-            with self.lock:
-                self.seen.setdefault(key, []).append(n)
-        finally:
-            with self.lock:
-                self.busy.discard(key)
-
-    def count(self) -> int:
-        with self.lock:
-            return sum(map(len, self.seen.values()))
-
-
 def keyed_box(box: MemoryBox, on_failure: str) -> None:
     box.subscribe(
         "svc",
@@ -139,7 +110,7 @@ def test_keys_are_delivered_in_parallel_each_in_order_and_a_failure_holds_only_i
     box: MemoryBox, start: Start
 ) -> None:
     keyed_box(box, on_failure="stop")
-    service = Keyed(fail=("c", 3))
+    service = KeyRecorder(fail=("c", 3))
     gate = threading.Barrier(2, timeout=10)
     met: list[object] = []
 
@@ -167,7 +138,7 @@ def test_keys_are_delivered_in_parallel_each_in_order_and_a_failure_holds_only_i
 def test_on_failure_suspend_lets_the_key_go_on(box: MemoryBox, start: Start) -> None:
     box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="by-key", ordered_by="t.K")
     box.publish([Message(b"x", promoted={"t.K": "a", "t.N": n}) for n in range(5)])
-    service = Keyed(fail=("a", 1))
+    service = KeyRecorder(fail=("a", 1))
     start({"svc": service}, max_attempts=1)
     wait_for(lambda: service.count() == 4, what="the key's other messages")
     wait_for(drained(box), what="the queue to drain")

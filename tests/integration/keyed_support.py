@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messagebox import Message, MessageBox
+from messagebox.hosts import Delivery
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,33 @@ def in_parallel(handled: Iterable[Handled]) -> float:
         busy += step
         last = at
     return at_least_two / max(1, events[-1][0] - events[0][0])
+
+
+class KeyRecorder:
+    """A service that records each key's ``t.N`` as delivered and counts deliveries of a
+    key that overlap; the one ``fail`` names raises."""
+
+    def __init__(self, fail: tuple[str, int] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, list[int]] = {}
+        self.busy: set[str] = set()
+        self.overlaps = 0
+        self.fail = fail
+
+    def __call__(self, d: Delivery) -> None:
+        key, n = str(d.properties["t.K"]), int(d.properties["t.N"])  # type: ignore[arg-type]
+        with self.lock:
+            self.overlaps += key in self.busy
+            self.busy.add(key)
+        try:
+            if self.fail == (key, n):
+                raise RuntimeError(f"cannot take {key} {n}")
+            with self.lock:
+                self.seen.setdefault(key, []).append(n)
+        finally:
+            with self.lock:
+                self.busy.discard(key)
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(map(len, self.seen.values()))

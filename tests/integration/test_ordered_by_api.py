@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import warnings
 from typing import Any
 
@@ -17,10 +16,11 @@ import pytest
 from messagebox import Message, MessageBox
 from messagebox.console import create_app
 from messagebox.errors import ValidationError
-from messagebox.hosts import Delivery, HostApp, HostInstance
+from messagebox.hosts import HostApp, HostInstance
 from messagebox.predicates import P
 from tests.cli_support import run_cli
 from tests.conftest import FAST_HOST, table_counts, wait_for
+from tests.integration.keyed_support import KeyRecorder
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -28,35 +28,6 @@ with warnings.catch_warnings():
 
 KEYS = "abcdefgh"
 PER_KEY = 10
-
-
-class _Service:
-    """Records each key's message numbers as delivered; the one ``fail`` names raises."""
-
-    def __init__(self, fail: tuple[str, int] | None = None) -> None:
-        self.lock = threading.Lock()
-        self.seen: dict[str, list[int]] = {}
-        self.busy: set[str] = set()
-        self.overlaps = 0
-        self.fail = fail
-
-    def __call__(self, d: Delivery) -> None:
-        key, n = str(d.properties["t.K"]), int(d.properties["t.N"])  # type: ignore[arg-type]
-        with self.lock:
-            self.overlaps += key in self.busy
-            self.busy.add(key)
-        try:
-            if self.fail == (key, n):
-                raise RuntimeError(f"cannot take {key} {n}")
-            with self.lock:
-                self.seen.setdefault(key, []).append(n)
-        finally:
-            with self.lock:
-                self.busy.discard(key)
-
-    def count(self) -> int:
-        with self.lock:
-            return sum(map(len, self.seen.values()))
 
 
 @pytest.fixture
@@ -73,7 +44,7 @@ def keyed(box: MessageBox) -> MessageBox:
 def test_a_host_delivers_each_key_in_order_and_a_failure_holds_only_its_key(
     keyed: MessageBox, backend_url: str
 ) -> None:
-    service = _Service(fail=("c", 3))
+    service = KeyRecorder(fail=("c", 3))
     inst = HostInstance(keyed, "h", {"svc": service}, settings={"dequeue_threads": 4})
     inst.start()
     try:
@@ -122,7 +93,7 @@ def test_on_failure_suspend_lets_the_key_go_on(box: MessageBox) -> None:
     box.create_host("h", **{**FAST_HOST, "max_attempts": 1})
     box.subscribe("svc", host="h", filter=P("t.N") >= 0, name="by-key", ordered_by="t.K")
     box.publish([Message(b"x", promoted={"t.K": "a", "t.N": n}) for n in range(5)])
-    service = _Service(fail=("a", 1))
+    service = KeyRecorder(fail=("a", 1))
     inst = HostInstance(box, "h", {"svc": service})
     inst.start()
     try:
