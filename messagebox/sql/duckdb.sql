@@ -176,7 +176,7 @@ WHERE id IN (
 
 -- name: keyed_pick --
 -- The keyed entries of a host to claim (subscriptions ordered by a property; see
--- mb_keyed_runs in postgresql.sql): the runs of free keys, up to $n entries, oldest
+-- mb_claim_keyed in postgresql.sql): the runs of free keys, up to $n entries, oldest
 -- first (each key's a prefix of its run: the caller keeps at most a run's length of it,
 -- see DuckDBDialect.lease_keyed). A key is free when none of its entries is leased and
 -- no suspended entry holds it; its head is its oldest entry not expired (an expired one

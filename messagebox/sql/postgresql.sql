@@ -214,22 +214,31 @@ CREATE INDEX IF NOT EXISTS mb_queue_key_lease ON mb_queue (host, sub, order_key,
     WHERE key_lease IS NOT NULL
 
 -- name: keyed_runs_function --
--- The keyed entries of a host to claim (subscriptions ordered by a property): for each
+-- Claims the keyed entries of a host (subscriptions ordered by a property): for each
 -- key that is free, its run, at most p_per_key of its oldest entries in publish order,
--- up to p_n in all, each with whether it is its run's last (key_last). Keys come in
--- claim order (priority, then the age of their oldest ready entry), by
--- mb_queue_keyed_claim. A key is free when no entry of it is in hand (key_lease: an
--- entry with an older id can commit after a later one was claimed, or be resumed), none
--- older waits (for its retry, or scheduled: it holds the later ones; an expired one not
--- in hand is passed over: the expiry sweep takes it), and no suspended entry holds it
--- (its subscription stops on failure). One claimer of a key at a time: the key's
--- advisory lock for the claim's transaction (tried, never waited for), and only then
--- those tests, in snapshots taken after the lock, which see a claim committed
--- meanwhile. A run ends before an entry not claimable now. Each key is tried once
--- (`seen`), however many of its entries the walk passes.
+-- up to p_n in all, leased to p_owner for p_lease seconds, the last of each run marked
+-- (key_last). Keys come in claim order (priority, then the age of their oldest ready
+-- entry), by mb_queue_keyed_claim. A key is free when no entry of it is in hand
+-- (key_lease: an entry with an older id can commit after a later one was claimed, or
+-- be resumed), none older waits (for its retry, or scheduled: it holds the later
+-- ones; an expired one not in hand is passed over: the expiry sweep takes it), and no
+-- suspended entry holds it (its subscription stops on failure). One claimer of a key
+-- at a time: the key's advisory lock for the claim's transaction (tried, never waited
+-- for), and only then those tests, in snapshots taken after the lock, which see a
+-- claim committed meanwhile. A run ends before an entry not claimable now. Each key is
+-- tried once (`seen`), however many of its entries the walk passes.
+-- The function leases the runs itself, in a snapshot taken after it read them: the
+-- calling statement's snapshot is older, and an entry committed in between (read
+-- here, not seen there) was left unleased by an UPDATE there. Were it a run's last,
+-- the run was in hand without its key's lease, and another claimer took it again.
+-- Where a run's last entry went meanwhile (deleted), the last entry leased of its run
+-- carries the key's lease.
 DROP FUNCTION IF EXISTS mb_keyed_runs(text, bigint, bigint, bigint[]);
-CREATE FUNCTION mb_keyed_runs(p_host text, p_n bigint, p_per_key bigint, p_skip bigint[])
-RETURNS TABLE (run_id bigint, run_last boolean)
+DROP FUNCTION IF EXISTS mb_claim_keyed(text, bigint, bigint, bigint[], text, float8);
+CREATE FUNCTION mb_claim_keyed(
+    p_host text, p_n bigint, p_per_key bigint, p_skip bigint[], p_owner text, p_lease float8
+)
+RETURNS SETOF mb_queue
 -- include: claim_function_settings
 -- its statements planned once for the session (a key's is run for every key a claim
 -- takes): the sessions' force_custom_plan planned it anew each time, 2 ms a claim of
@@ -241,7 +250,9 @@ DECLARE
     k text;
     seen text[] := '{}';
     run bigint[];
-    taken bigint := 0;
+    ids bigint[] := '{}';
+    lasts bigint[] := '{}';
+    leased bigint;
 BEGIN
     IF p_n < 1 THEN
         RETURN;
@@ -270,7 +281,7 @@ BEGIN
             WHERE o.host = p_host AND o.sub = r.sub AND o.order_key = r.order_key
               AND o.id >= r.id AND (o.expires_at IS NULL OR o.expires_at > now())
             ORDER BY o.host, o.sub, o.order_key, o.id
-            LIMIT least(p_per_key, p_n - taken)
+            LIMIT least(p_per_key, p_n - cardinality(ids))
         ) x
         WHERE x.claimable
           AND NOT EXISTS (  -- a run of the key in hand
@@ -289,14 +300,30 @@ BEGIN
               WHERE h.sub = r.sub AND h.order_key = r.order_key AND h.holds_key
           );
         CONTINUE WHEN run IS NULL;
-        FOR i IN 1 .. cardinality(run) LOOP
-            run_id := run[i];
-            run_last := i = cardinality(run);
-            RETURN NEXT;
-        END LOOP;
-        taken := taken + cardinality(run);
-        EXIT WHEN taken >= p_n;
+        ids := ids || run;
+        lasts := lasts || run[cardinality(run)];
+        EXIT WHEN cardinality(ids) >= p_n;
     END LOOP;
+    IF cardinality(ids) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    UPDATE mb_queue q
+-- include: claim_set(owner=p_owner, lease=p_lease)
+        , key_last = q.id = ANY(lasts)
+    WHERE q.id = ANY(ids)
+    RETURNING q.*;
+    GET DIAGNOSTICS leased = ROW_COUNT;
+    IF leased < cardinality(ids) THEN
+        UPDATE mb_queue q SET key_last = true
+        FROM (
+            SELECT max(o.id) AS id FROM mb_queue o
+            WHERE o.id = ANY(ids) AND o.lease_owner = p_owner
+            GROUP BY o.sub, o.order_key
+            HAVING NOT bool_or(o.key_last)
+        ) m
+        WHERE q.id = m.id;
+    END IF;
 END
 $fn$
 
@@ -450,23 +477,15 @@ SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 FROM gone
 
 -- name: claim_keyed --
--- The runs of free keys of subscriptions ordered by a property (mb_keyed_runs), each
+-- The runs of free keys of subscriptions ordered by a property (mb_claim_keyed), each
 -- handled by the claiming thread in publish order, one at a time.
-WITH c AS MATERIALIZED (
-    SELECT run_id AS id, run_last AS last
-    FROM mb_keyed_runs(%(host)s, %(n)s, %(per_key)s, '{}')
-)
-UPDATE mb_queue q
--- include: claim_set
-    , key_last = c.last
-FROM c
-WHERE q.id = c.id
-RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered, q.enqueued_at,
-          q.claimed_at, now(), q.charges, q.interrupted, q.crashed_by, q.order_key
+SELECT id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at, now(),
+       charges, interrupted, crashed_by, order_key
+FROM mb_claim_keyed(%(host)s, %(n)s, %(per_key)s, '{}', %(owner)s, %(lease)s)
 
 -- name: complete_claim_keyed --
 -- complete_claim for a host with subscriptions ordered by a property: keyed runs
--- (mb_keyed_runs, at most `keyed` entries) and plain entries for the rest of `n`, in
+-- (mb_claim_keyed, at most `keyed` entries) and plain entries for the rest of `n`, in
 -- one statement with the completions. The keyed claim runs after the deletes (their
 -- count gates it), in snapshots of its own that see them: a key whose entries are
 -- completed here is free for its next run in the same statement. Each claimed row has
@@ -481,14 +500,14 @@ released AS (
     SELECT msg, count(*), now() FROM gone GROUP BY msg
 ),
 k AS MATERIALIZED (
-    SELECT run_id AS id, run_last AS last
-    FROM mb_keyed_runs(%(host)s, %(keyed)s, %(per_key)s, %(done)s::bigint[])
+    SELECT id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, claimed_at,
+           charges, interrupted, crashed_by, order_key
+    FROM mb_claim_keyed(%(host)s, %(keyed)s, %(per_key)s, %(done)s::bigint[], %(owner)s,
+                        %(lease)s)
     WHERE (SELECT count(*) FROM gone) >= 0
 ),
 c AS MATERIALIZED (
-    SELECT id, last FROM k
-    UNION ALL
-    SELECT id, false FROM mb_claimable(
+    SELECT id FROM mb_claimable(
         %(host)s, %(n)s - (SELECT count(*) FROM k), %(done)s::bigint[]
     ) AS id
     WHERE (SELECT count(*) FROM k) < %(n)s  -- not called when the keyed runs fill it
@@ -499,19 +518,18 @@ c AS MATERIALIZED (
 claimed AS (
     UPDATE mb_queue q
 -- include: claim_set
-        , key_last = c.last
     FROM c
     WHERE q.id = c.id
     RETURNING q.id, q.msg, q.sub, q.attempts, q.priority, q.instance_id, q.ordered,
-              q.enqueued_at,
-              CASE WHEN q.claimed_at = now()
-                   THEN greatest(extract(epoch FROM now() - q.enqueued_at)::float8, 0)
-              END AS waited,
-              q.charges, q.interrupted, q.crashed_by, q.order_key
+              q.enqueued_at, q.claimed_at, q.charges, q.interrupted, q.crashed_by,
+              q.order_key
 )
-SELECT true, id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at, waited,
+SELECT true, id, msg, sub, attempts, priority, instance_id, ordered, enqueued_at,
+       CASE WHEN claimed_at = now()
+            THEN greatest(extract(epoch FROM now() - enqueued_at)::float8, 0)
+       END,
        charges, interrupted, crashed_by, order_key, NULL::bigint[]
-FROM claimed
+FROM (SELECT * FROM k UNION ALL SELECT * FROM claimed) AS both_kinds
 UNION ALL
 SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        coalesce(array_agg(id), '{}')

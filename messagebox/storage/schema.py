@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = "22"
+SCHEMA_VERSION = "23"
 
 metadata = sa.MetaData()
 
@@ -257,7 +257,7 @@ sa.Index(
     queue.c.id,
     postgresql_where=queue.c.ordered,
 )
-# PostgreSQL: each key's entries in publish order (a key's head and run: mb_keyed_runs),
+# PostgreSQL: each key's entries in publish order (a key's head and run: mb_claim_keyed),
 # and a host's keyed entries in claim order (what that claim walks, past no plain entry:
 # with mb_queue_claim's columns, as the smaller index, else the planner took that one,
 # 5 ms a claim past 20,000 plain entries)

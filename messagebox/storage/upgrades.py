@@ -85,6 +85,10 @@ UPGRADES: dict[str, tuple[str, tuple[str, ...]]] = {
             "DROP INDEX IF EXISTS mb_queue_plain",
         ),
     ),
+    # PostgreSQL: keyed runs are leased by the function that reads them (mb_claim_keyed
+    # replaces mb_keyed_runs): a run's last entry could commit unseen by the claiming
+    # statement and go unleased, the key's run in hand without its lease
+    "22": ("23", ()),
 }
 """How an older database is upgraded on open: version → (next version, statements run
 before the missing tables and indexes are created). Upgrades chain up to

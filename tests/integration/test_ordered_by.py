@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -21,7 +22,8 @@ from messagebox.order_keys import ABSENT, describe, encode
 from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from messagebox.storage import schema
-from tests.conftest import FAST_HOST
+from messagebox.storage.dialects.postgresql import PostgreSQLDialect
+from tests.conftest import FAST_HOST, wait_for
 
 
 def _setup(box: MessageBox, *, on_failure: str = "suspend") -> None:
@@ -240,6 +242,68 @@ def test_a_publish_that_commits_late_waits_for_its_key_in_hand(pg_url: str) -> N
         assert _claim(box, "b") == []
         _record(box, "a", done=[in_hand])
         assert [c.msg for c in _claim(box, "c")] == late
+
+
+@pytest.mark.postgres
+def test_an_entry_committed_while_a_claim_runs_is_leased_with_its_keys_run(
+    pg_url: str,
+) -> None:
+    """A claim statement's snapshot is older than the ones its keyed runs are read in:
+    an entry of a key that commits in between is read with the key's run, and is leased
+    with it, the run's last entry carrying the key's lease (it was left unleased, the
+    run in hand without the key's lease, and another claimer took the run again)."""
+    with MessageBox(pg_url, publisher="tests") as box, MessageBox(pg_url) as other:
+        _setup(box)
+        ids = _publish(box, ["b", "a"])
+        [done] = _claim(box, "one", n=1)  # b's entry, completed with the next claim
+        started, commit = threading.Event(), threading.Event()
+        got: list[list[Claim]] = []
+
+        def publish_late() -> None:  # begins before the claim, commits during it
+            with other.transaction() as conn:
+                routed = other.publish(
+                    [Message(b"x", promoted={"t.N": 2, "t.K": "a"})], connection=conn
+                )
+                ids.append(routed[0].message_id)
+                started.set()
+                commit.wait(10)
+
+        def complete_and_claim() -> None:
+            outcomes = Outcomes([done], [], [], HostSettings(), set())
+            claims, _ = box.consumer("h", "one").claim(
+                50, 30.0, ordered=False, instances=False, outcomes=outcomes, keyed=50,
+                per_key=50, keyed_only=True,
+            )  # fmt: skip
+            got.append(claims)
+
+        publisher = threading.Thread(target=publish_late)
+        publisher.start()
+        assert started.wait(10)
+        dialect = box.store.dialect
+        assert isinstance(dialect, PostgreSQLDialect)
+        with psycopg.connect(dialect.listen_dsn(box.store.engine.url)) as blocker:
+            # the completion's delete waits for its row: the statement has begun
+            blocker.execute("SELECT 1 FROM mb_queue WHERE lease_owner = 'one' FOR UPDATE")
+            claimer = threading.Thread(target=complete_and_claim)
+            claimer.start()
+            wait_for(
+                lambda: (
+                    blocker.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' "
+                        "AND NOT granted"
+                    ).fetchone()
+                    == (1,)
+                ),
+                what="the completion waiting for its row",
+            )
+            commit.set()
+            publisher.join(10)
+            blocker.rollback()
+            claimer.join(10)
+        assert _runs(got[0], ids) == {"'a'": [1, 2]}
+        assert _claim(box, "two") == []  # the key is in hand
+        _record(box, "one", done=got[0])
+        assert _claim(box, "three") == []
 
 
 def test_the_sql_router_and_a_reroute_give_the_same_keys(backend_url: str) -> None:

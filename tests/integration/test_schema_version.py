@@ -33,7 +33,7 @@ def set_version(box: MessageBox, version: str, *, old_tables: bool = False) -> N
     with box.store.transaction() as conn:
         pg = box.store.dialect.name == "postgresql"
         if old_tables and pg:  # before 22: no per-key order
-            conn.execute(sa.text("DROP FUNCTION mb_keyed_runs"))
+            conn.execute(sa.text("DROP FUNCTION mb_claim_keyed"))
             conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN key_lease"))  # its index too
             conn.execute(sa.text("ALTER TABLE mb_queue DROP COLUMN key_last"))
         if old_tables:  # (dropping order_key drops its indexes on PostgreSQL)
@@ -198,7 +198,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
     # When it is opened again
     with MessageBox(backend_url) as box:
         # Then it is the current version, with every table, and its data is kept
-        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "22"
+        assert stored_version(box) == mb_schema.SCHEMA_VERSION == "23"
         if box.store.dialect.name == "postgresql":  # claims can update rows in place
             with box.store.transaction() as conn:
                 indexes = (
@@ -252,7 +252,7 @@ def test_an_older_database_is_upgraded_in_place_on_open(backend_url: str, old: s
                 "mb_instance_heads": "plpgsql",
                 "mb_ordered_heads": "plpgsql",  # ordered heads by index (17)
                 "mb_publish_prelude": "plpgsql",  # takes the routing fence (18)
-                "mb_keyed_runs": "plpgsql",  # keyed runs by index (20)
+                "mb_claim_keyed": "plpgsql",  # keyed runs by index (20), leased by it (23)
             }
             assert "mb_queue_run_lease" in set(indexes)
             assert {"mb_queue_due", "mb_queue_expiry"} <= set(indexes)  # 19
@@ -316,5 +316,5 @@ def test_an_unknown_version_is_refused(backend_url: str):
     with MessageBox(backend_url) as box:
         set_version(box, "1")
     # When it is opened, then the error names both versions
-    with pytest.raises(StorageError, match="schema version 1 is not the 22"):
+    with pytest.raises(StorageError, match="schema version 1 is not the 23"):
         MessageBox(backend_url)
