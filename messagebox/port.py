@@ -224,7 +224,7 @@ class HostBox(Protocol):
         policy: RoutingPolicy | str = ...,
         delay: float | None = None,
     ) -> list[Routed]:
-        """Publish a batch at once (a service's :meth:`Delivery.publish`)."""
+        """Publish a batch at once (a service's ``Delivery.publish(..., at_once=True)``)."""
         ...
 
     def cleanup(self, *, batch: int = ..., stop: Callable[[], bool] | None = None) -> CleanupReport:

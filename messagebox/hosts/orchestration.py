@@ -49,7 +49,8 @@ Guarantees:
   queue. A host killed mid-step commits nothing; the message is delivered again and the
   step runs again from the saved state. Published message ids are derived from the
   instance and its version, so a step can never store its messages twice
-  (``Delivery.publish``, which would not, is refused inside a step). Side effects
+  (``Delivery.publish`` and ``publish_on_completion``, outside the step, are refused
+  inside it). Side effects
   outside the MessageBox belong in send ports, which the orchestration publishes to.
 - **Completion** (``self.complete()``) ends the instance: its correlation values no
   longer route to it (a later activating message starts a new instance, even one the

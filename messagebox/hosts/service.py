@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from messagebox.errors import MessageValidationError, StorageError, ValidationError
 from messagebox.message import Message, MessageSummary, StoredMessage, from_handler
@@ -145,16 +145,46 @@ class Delivery:
                 raise
             yield chunk
 
-    def publish(self, messages: Iterable[Message], **options: Any) -> list[Routed]:
-        """Publish messages from the service now, in a transaction of its own (same
-        options as ``MessageBox.publish``); a retry of this delivery publishes them
-        again. :meth:`publish_on_completion` publishes with the completion instead."""
-        if self.in_step:
-            raise ValidationError(
-                f"{self.subscription.service}: an orchestration publishes with self.publish(), "
-                "which commits with its step; Delivery.publish would publish again on a retry"
+    @overload
+    def publish(self, messages: Message | Iterable[Message]) -> None: ...
+
+    @overload
+    def publish(
+        self, messages: Message | Iterable[Message], *, at_once: Literal[True], **options: Any
+    ) -> list[Routed]: ...
+
+    @overload
+    def publish(
+        self, messages: Message | Iterable[Message], *, at_once: bool, **options: Any
+    ) -> list[Routed] | None: ...
+
+    def publish(
+        self, messages: Message | Iterable[Message], *, at_once: bool = False, **options: Any
+    ) -> list[Routed] | None:
+        """Publish messages made from this delivery with its completion
+        (:meth:`publish_on_completion`): stored and routed in the transaction that
+        completes its queue entry, once; nothing if the service fails. With
+        ``at_once=True``, now, in a transaction of its own (or the ``connection=``
+        given), with ``MessageBox.publish``'s options, returning what routing did; a
+        retry of this delivery then publishes them again."""
+        if at_once:
+            if self.in_step:
+                raise ValidationError(
+                    f"{self.subscription.service}: an orchestration publishes with "
+                    "self.publish(), which commits with its step; Delivery.publish(..., "
+                    "at_once=True) would publish again on a retry"
+                )
+            return self.box.publish(
+                [messages] if isinstance(messages, Message) else messages, **options
             )
-        return self.box.publish(messages, **options)
+        if options:
+            raise ValidationError(
+                f"{self.subscription.service}: Delivery.publish publishes with the "
+                f"completion and takes no options ({', '.join(sorted(options))}): pass "
+                "at_once=True to publish now with them (a retry publishes again)"
+            )
+        self._defer("publish", [messages])
+        return None
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -186,12 +216,16 @@ class Delivery:
         """Publish messages with this delivery's completion: stored and routed in the
         transaction that completes its queue entry, with the rest of its batch. If the
         service fails, or the process ends before that commit, nothing is published,
-        and the next delivery publishes again: no duplicates, where :meth:`publish`
-        (its own transaction, at once) publishes again on every retry. A message that no
-        subscription takes is suspended (a routing failure), never failing the
+        and the next delivery publishes again: no duplicates, where
+        ``publish(..., at_once=True)`` publishes again on every retry. A message that
+        no subscription takes is suspended (a routing failure), never failing the
         completion, as an orchestration step's publications are; no host is throttled.
         The messages get their ids when they are stored: one that gives its own is
-        refused, as is one that sets a property in the reserved namespace."""
+        refused, as is one that sets a property in the reserved namespace.
+        ``publish(messages)`` does the same."""
+        self._defer("publish_on_completion", messages)
+
+    def _defer(self, call: str, messages: Iterable[Any]) -> None:
         service = self.subscription.service
         if self.in_step:
             raise ValidationError(
@@ -200,15 +234,16 @@ class Delivery:
             )
         if self.settled:
             raise ValidationError(
-                f"{service}: publish_on_completion after this delivery completed (its "
-                "transaction() committed): publish inside that block"
+                f"{service}: {call} after this delivery completed (its transaction() "
+                "committed): publish inside that block"
             )
-        batch = from_handler(f"{service}: publish_on_completion", messages)
+        batch = from_handler(f"{service}: {call}", messages)
         given = next((m for m in batch if m.id is not None), None)
         if given is not None:  # stored with the batch's completions: a clash fails them all
             raise MessageValidationError(
-                f"{service}: publish_on_completion gives each message its id; message "
-                f"{given.id} gives its own (publish it with publish())"
+                f"{service}: {call} publishes with the completion and gives each message "
+                f"its id; message {given.id} gives its own (publish it with "
+                "publish(..., at_once=True))"
             )
         self.outbox.extend(batch)
 

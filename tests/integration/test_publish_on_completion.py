@@ -1,9 +1,10 @@
-"""A service publishes with its delivery's completion (``Delivery.publish_on_completion``),
-on both backends: published once the entry completes and only then (a failed delivery
-publishes nothing, its retry publishes once), in the completing transaction (a
-completion whose lease another instance took publishes nothing), what no subscription
-takes is suspended, bad input is refused inside the handler, and a service that
-takes batches publishes with each completion."""
+"""A service publishes with its delivery's completion (``Delivery.publish``, and
+``Delivery.publish_on_completion``), on both backends: published once the entry
+completes and only then (a failed delivery publishes nothing, its retry publishes once),
+in the completing transaction (a completion whose lease another instance took publishes
+nothing), what no subscription takes is suspended, bad input is refused inside the
+handler, and a service that takes batches publishes with each completion. With
+``at_once=True``, ``Delivery.publish`` publishes now, in its own transaction."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
+
 from messagebox import Message, MessageBox
 from messagebox.errors import ValidationError
 from messagebox.hosts import Delivery, HostInstance
-from messagebox.models import HostSettings
+from messagebox.models import HostSettings, Outcome
 from messagebox.outcomes import Outcomes
 from messagebox.predicates import P
 from tests.conftest import FAST_HOST, wait_for
@@ -68,13 +71,21 @@ def _confirm_of(n: object) -> Message:
     return Message(b"ok", promoted={"t.Kind": "confirm", "t.N": n})
 
 
+WAYS = {
+    "publish": lambda d, m: d.publish(m),
+    "publish_on_completion": lambda d, m: d.publish_on_completion(m),
+}
+"""The two ways a service publishes with its completion."""
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_published_once_with_each_completion(
-    box: MessageBox, instances: list[HostInstance]
+    box: MessageBox, instances: list[HostInstance], way: str
 ) -> None:
     confirms = Confirms()
 
     def pay(d: Delivery) -> None:
-        d.publish_on_completion(_confirm(d))
+        WAYS[way](d, _confirm(d))
 
     _run(box, instances, pay, confirms)
     _orders(box, 30)
@@ -85,13 +96,14 @@ def test_published_once_with_each_completion(
     assert box.suspended() == []
 
 
+@pytest.mark.parametrize("way", WAYS)
 def test_a_failed_delivery_publishes_nothing_and_its_retry_publishes_once(
-    box: MessageBox, instances: list[HostInstance]
+    box: MessageBox, instances: list[HostInstance], way: str
 ) -> None:
     confirms = Confirms()
 
     def pay(d: Delivery) -> None:
-        d.publish_on_completion(_confirm(d))
+        WAYS[way](d, _confirm(d))
         n = int(d.properties["t.N"])  # type: ignore[arg-type]
         if n == 0 or (n % 2 and d.attempt == 1):
             raise RuntimeError(f"order {n} fails")
@@ -148,8 +160,9 @@ def test_bad_input_is_refused_in_the_handler(
         "pay: publish_on_completion takes Message objects, not bytes",
         "pay: publish_on_completion: property 'messagebox.TimerName' is in the reserved "
         "namespace messagebox.",
-        f"pay: publish_on_completion gives each message its id; message {own_id} gives its "
-        "own (publish it with publish())",
+        "pay: publish_on_completion publishes with the completion and gives each message "
+        f"its id; message {own_id} gives its own (publish it with publish(..., "
+        "at_once=True))",
     ]
     assert confirms.seen == Counter({0: 2})  # nothing of the refused calls
     assert box.suspended() == []  # nor stored anyhow
@@ -214,3 +227,54 @@ def test_a_service_that_takes_batches_publishes_with_each_completion(
     wait_for(lambda: not box.queue_depth(), "the queue drained")
     assert confirms.seen == Counter(range(20))  # the odd ones once, after their retry
     assert pay.largest > 1  # handed over in batches (one claim took the 20)
+
+
+def test_at_once_publishes_now_and_a_retry_publishes_again(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    confirms = Confirms()
+    routed: list[Outcome] = []
+
+    def pay(d: Delivery) -> None:
+        [r] = d.publish(_confirm(d), at_once=True)
+        routed.append(r.outcome)
+        if d.attempt == 1:  # published already: the retry publishes it again
+            raise RuntimeError("fails after publishing")
+
+    _run(box, instances, pay, confirms, max_attempts=2, retry_backoff_seconds=0.01)
+    _orders(box, 3)
+    wait_for(lambda: sum(confirms.seen.values()) == 6, "6 confirmations")
+    wait_for(lambda: not box.queue_depth(), "the queue drained")
+    assert confirms.seen == Counter({0: 2, 1: 2, 2: 2})
+    assert routed == [Outcome.ROUTED] * 6
+
+
+def test_options_without_at_once_and_a_given_id_are_refused_naming_at_once(
+    box: MessageBox, instances: list[HostInstance]
+) -> None:
+    refused: list[str] = []
+    confirms = Confirms()
+    own_id = uuid.UUID(int=9)
+
+    def pay(d: Delivery) -> None:
+        for call in (
+            lambda: d.publish(_confirm(d), delay=5.0, policy="drop"),  # type: ignore[call-overload]
+            lambda: d.publish(Message(b"x", promoted={"t.Kind": "confirm"}, id=own_id)),
+        ):
+            try:
+                call()
+            except ValidationError as exc:
+                refused.append(str(exc))
+        d.publish([_confirm(d)])
+
+    _run(box, instances, pay, confirms)
+    _orders(box, 1)
+    wait_for(lambda: sum(confirms.seen.values()) == 1, "the confirmation")
+    assert refused == [
+        "pay: Delivery.publish publishes with the completion and takes no options (delay, "
+        "policy): pass at_once=True to publish now with them (a retry publishes again)",
+        "pay: publish publishes with the completion and gives each message its id; message "
+        f"{own_id} gives its own (publish it with publish(..., at_once=True))",
+    ]
+    wait_for(lambda: not box.queue_depth(), "the queue drained")
+    assert confirms.seen == Counter({0: 1})
