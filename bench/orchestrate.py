@@ -17,7 +17,9 @@ What it measures
       the payment handler publishes the confirmation written the obvious way,
       ``d.publish(confirm)``: it is stored and routed in the transaction that completes
       the payment's entry (with the rest of its batch), as an orchestration step's
-      publications are.
+      publications are. It runs as many conversations as ``plain`` (a short run
+      measured mostly the host instance's start: 11.8k msgs/s over 300 conversations
+      on DuckDB, 23.2k over 10,000).
     - ``at once``: the same stateless services, the payment handler publishing with
       ``d.publish(confirm, at_once=True)``: a transaction of its own per confirmation,
       the entry completing after (what ``Delivery.publish`` did before it joined the
@@ -392,7 +394,7 @@ def _round(backends: list[str], n: int, plain_n: int) -> list[Row]:
                 "plain": _measured(make_url, "plain", plain_n),
                 "plain reading": _measured(make_url, "plain reading", plain_n),
                 "reading held": _measured(make_url, "reading held", plain_n),
-                "stateless": _measured(make_url, "stateless", n),
+                "stateless": _measured(make_url, "stateless", plain_n),
                 "at once": _measured(make_url, "at once", n),
             }
             orchs = {w: _measured(make_url, w, n) for w in ORCHESTRATIONS}
