@@ -65,6 +65,12 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024
+    """The listen backlog: connections the kernel completes while the server has not
+    accepted them yet (the system's ``net.core.somaxconn`` caps it). socketserver's
+    default of 5 dropped the connections of a burst of clients while the accepting
+    thread waited its turn for the interpreter: they were retried by TCP after 1, 3,
+    7 s (50 concurrent clients: p99 1.5 s, max 27 s)."""
 
     def __init__(self, bind: tuple[str, int]) -> None:
         super().__init__(bind, _Handler)

@@ -5,14 +5,16 @@ twice is refused; the address is free again once the last of them stops."""
 from __future__ import annotations
 
 import json
+import select
 import socket
+import time
 import uuid
 
 import httpx
 import pytest
 
 from messagebox import MessageBox
-from messagebox.adapters.http import HttpReceive
+from messagebox.adapters.http import HttpReceive, _Server
 from messagebox.errors import ValidationError
 from messagebox.hosts import HostApp
 from messagebox.pipelines import JsonReceive, XmlReceive
@@ -122,3 +124,28 @@ def test_the_server_stays_while_another_location_uses_it() -> None:
     finally:
         second.stop(5)
     assert _bindable(port)
+
+
+def test_a_burst_of_connections_waits_in_the_backlog_not_for_tcp_retries() -> None:
+    """Connections the server has not accepted yet are completed by the kernel up to the
+    listen backlog; past it their SYNs are dropped and TCP retries them after 1, 3, 7 s.
+    With the server's accepting stopped, a burst of 200 all connect."""
+    server = _Server(("127.0.0.1", 0))  # listening, its accept loop not started
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(200):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(server.server_address)
+            clients.append(c)
+        deadline = time.monotonic() + 5.0
+        waiting = set(clients)
+        while waiting and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(waiting), [], 0.5)
+            waiting -= set(writable)
+        assert not waiting, f"{len(waiting)} of 200 connections not completed in 5 s"
+        assert all(c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for c in clients)
+    finally:
+        for c in clients:
+            c.close()
+        server.server_close()
