@@ -6,7 +6,8 @@
 pipeline, ``max_bytes`` and receipts; two at one path of one address are refused.
 
 A ``POST`` to the path with a ``Content-Length`` is run through the receive pipeline
-and published before the answer is sent:
+and published before the answer is sent (requests that arrive together are published
+together, in one transaction: :mod:`messagebox.adapters.grouping`):
 
 - ``202`` ``{"message_ids": [...]}``: published (committed);
 - ``422`` ``{"error", "code", "suspended": [id]}``: the pipeline refused it; it is
@@ -45,6 +46,7 @@ from messagebox.adapters.base import (
     Sink,
     parse_options,
 )
+from messagebox.adapters.grouping import GroupedSink
 from messagebox.errors import AlreadyReceived, MessageBoxError, Throttled, ValidationError
 
 if TYPE_CHECKING:
@@ -189,7 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
             props["http.ContentType"] = self.headers["Content-Type"][:256]
         inbound = Inbound.of_bytes(body, key=key, properties=props, name=f"POST {self.path}")
         try:
-            [result] = adapter.sink.submit([inbound])
+            result = adapter.grouped.submit(inbound)
         except AlreadyReceived as exc:
             self._answer(202, {"message_ids": exc.message_ids, "duplicate": True})
             return
@@ -236,6 +238,7 @@ class HttpReceive(ReceiveAdapter):
 
     def start(self, box: MessageBox, owner: str, sink: Sink) -> None:
         self.sink = sink
+        self.grouped = GroupedSink(sink)  # concurrent requests in one transaction
         self._server = _attach(self)
         host, port = self._server.server_address[:2]
         self._address = f"http://{host!s}:{port}{self.path}"

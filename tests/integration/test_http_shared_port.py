@@ -9,6 +9,8 @@ import select
 import socket
 import time
 import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -17,6 +19,7 @@ from messagebox import MessageBox
 from messagebox.adapters.http import HttpReceive, _Server
 from messagebox.errors import ValidationError
 from messagebox.hosts import HostApp
+from messagebox.hosts.receive_locations import running_location
 from messagebox.pipelines import JsonReceive, XmlReceive
 from tests.conftest import free_port
 from tests.integration.test_ports import (
@@ -149,3 +152,45 @@ def test_a_burst_of_connections_waits_in_the_backlog_not_for_tcp_retries() -> No
         for c in clients:
             c.close()
         server.server_close()
+
+
+def test_concurrent_requests_are_published_together_each_answered_as_alone(
+    backend_url: str, box: MessageBox
+) -> None:
+    # Given a location, and 40 requests at once: 30 orders, 10 of them sent twice with one
+    # Idempotency-Key (a client's retry racing its first try), and 5 that its pipeline
+    # refuses
+    port = free_port()
+    app = _two_on_one_port(port)
+    base = f"http://127.0.0.1:{port}"
+    requests: list[tuple[bytes, dict[str, str]]] = []
+    for i in range(30):
+        key = {"Idempotency-Key": f"order-{i}"} if i < 10 else {}
+        requests.append((xml_order(i, "EU"), key))
+        if key:
+            requests.append((xml_order(i, "EU"), key))
+    requests += [(b"<not-xml", {})] * 5
+    with running(app, backend_url), httpx.Client(timeout=30) as client:
+        location = running_location(box, "web", "orders")
+        assert location is not None
+        with ThreadPoolExecutor(len(requests)) as pool:
+            answers = list(
+                pool.map(
+                    lambda r: client.post(f"{base}/orders", content=r[0], headers=r[1]), requests
+                )
+            )
+        groups = location.adapter.grouped.groups  # type: ignore[attr-defined]
+    # Then each got what it would have alone
+    codes = Counter(a.status_code for a in answers)
+    assert codes == {202: 40, 422: 5}, [a.text for a in answers if a.status_code >= 500]
+    by_key: dict[str, set[str]] = {}
+    for (_, key), answer in zip(requests, answers, strict=True):
+        if key:
+            by_key.setdefault(key["Idempotency-Key"], set()).update(answer.json()["message_ids"])
+    assert all(len(ids) == 1 for ids in by_key.values())  # a retry: the first's id
+    published = {i for a in answers if a.status_code == 202 for i in a.json()["message_ids"]}
+    assert len(published) == 30
+    refused = [s for s in box.suspended() if str(s.message_id) not in published]
+    assert len(refused) == 5  # (the orders are suspended too: no subscription takes them)
+    # And fewer transactions than requests were needed (they overlapped)
+    print(f"45 requests in {groups} submits")
