@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search lint format clean
+.PHONY: demo test test-deployment test-all bench bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search bench-http lint format clean
 
 $(STAMP): pyproject.toml setup.py messagebox/predicates/_native.c messagebox/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 # `make bench ARGS=--quick` for a short run of each
-bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search
+bench: bench-route bench-deliver bench-orchestrate bench-spark bench-tracking bench-ordered bench-joined bench-failures bench-search bench-http
 
 bench-route: $(STAMP)
 	$(PY) -m bench.route $(ARGS)
@@ -49,6 +49,9 @@ bench-tracking: $(STAMP)
 
 bench-ordered: $(STAMP)
 	$(PY) -m bench.ordered $(ARGS)
+
+bench-http: $(STAMP)
+	$(PY) -m bench.http_receive $(ARGS)
 
 bench-joined: $(STAMP)
 	$(PY) -m bench.joined $(ARGS)
