@@ -8,8 +8,9 @@ submitted at once, as before; under load a transaction carries many inputs inste
 one each. Each caller gets what a submit of its input alone would have given: when a
 group's submit raises (an ``Idempotency-Key`` two of them share, a pipeline error that
 fails its input), each of its inputs is submitted again alone; only
-:class:`~messagebox.errors.Throttled` is everybody's answer at once (each alone would
-wait for the same queue).
+:class:`~messagebox.errors.Throttled` and
+:class:`~messagebox.errors.BackendUnavailable` are everybody's answer at once (each
+alone would wait for the same queue, or the same database).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 
 from messagebox.adapters.base import Inbound, Sink, Submitted
-from messagebox.errors import MessageBoxError, Throttled
+from messagebox.errors import BackendUnavailable, MessageBoxError, Throttled
 
 MAX_GROUP = 128
 """Inputs submitted together at most (the rest wait for the next group)."""
@@ -98,7 +99,7 @@ class GroupedSink:
         try:
             self.groups += 1
             results = self.sink.submit([a.inbound for a in group])
-        except Throttled as exc:
+        except (Throttled, BackendUnavailable) as exc:
             for ask in group:
                 ask.error = exc
             return

@@ -14,7 +14,7 @@ import pytest
 from messagebox.adapters import grouping
 from messagebox.adapters.base import Inbound, Submitted
 from messagebox.adapters.grouping import GroupedSink
-from messagebox.errors import PipelineError, Throttled
+from messagebox.errors import BackendUnavailable, PipelineError, Throttled
 from tests.conftest import wait_for
 
 
@@ -113,8 +113,12 @@ def test_a_failed_group_submits_each_input_alone_and_only_the_culprit_fails() ->
     }
 
 
-@pytest.mark.parametrize("error", [Throttled("queue full"), RuntimeError("broken")])
-def test_a_throttled_or_broken_group_is_every_callers_answer_and_nobody_waits(
+@pytest.mark.parametrize(
+    "error",
+    [Throttled("queue full"), BackendUnavailable("database down"), RuntimeError("broken")],
+    ids=["throttled", "database-down", "broken"],
+)
+def test_a_throttled_unreachable_or_broken_group_is_every_callers_answer_and_nobody_waits(
     error: Exception,
 ) -> None:
     class Failing(FakeSink):
