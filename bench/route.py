@@ -31,8 +31,10 @@ Other workloads (``--workloads``; see ``route_workload``): ``mixed`` (in-lists a
 The limits beside every figure, measured in the same run (``route_limit``)
     the write limit: the same rows written with no routing, batches of 1,000, through
     the store's bulk path into a fresh database, each batch right after publish wrote
-    it (the disk's moments shared); publish+route is printed as a fraction of it. And a
-    single-message publish beside a raw insert of the same rows. Before the clock
+    it (the disk's moments shared); publish+route is printed as a fraction of it. The
+    minimal write limit: the spool rows, parts and queue entries alone, the same way,
+    into tables with only their primary keys (what the schema's own indexes cost). And
+    a single-message publish beside a raw insert of the same rows. Before the clock
     starts, the set-up's debts are paid (a database checkpoint, a full garbage
     collection), and the results publish returns are kept as plain tuples, so that the
     bench's own heap costs the publish nothing.
@@ -44,8 +46,9 @@ Scaling, measured in one process
     beside it.
 
 Targets (shown beside the figures)
-    at N=10,000: publish+route >= 0.6 of the write limit on DuckDB and >= 0.5 on
-    PostgreSQL, on every workload; >= 100x the naive loop; a single-message publish
+    at N=10,000: publish+route >= 0.6 of the minimal write limit on DuckDB and >= 0.5
+    on PostgreSQL, on every workload (issue 60; the schema's write limit is printed
+    too); >= 100x the naive loop; a single-message publish
     <= 3x the raw insert; per backend, throughput(N=100,000) / throughput(N=100) >= 0.8
     (the alternating pair).
 
@@ -215,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{name} N={n:,}: {backend}: subscribe {result.subscribe_s:.2f}s, "
                 f"{result.msgs_per_s:,.0f} msgs/s, {result.avg_matches:.2f} matches/msg"
                 + (
-                    f"; write limit {limit.msgs_per_s:,.0f} msgs/s; single publish "
+                    f"; write limit {limit.msgs_per_s:,.0f} msgs/s (minimal "
+                    f"{limit.minimal_msgs_per_s:,.0f}); single publish "
                     f"{limit.publish_p50:.2f} ms vs raw {limit.raw_p50:.2f} ms"
                     if limit
                     else ""

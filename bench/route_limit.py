@@ -9,6 +9,11 @@
   replacement scan; ``COPY`` on PostgreSQL), into a fresh database
   of the same schema. The Arrow tables and the COPY text are built before the clock
   starts: this is what the database can take, not what Python can make.
+- **minimal write limit**: the same spool rows, parts and queue entries (no link,
+  reference count or suspended entry), in the same batches and the same way, into
+  tables with only their primary keys (``min_spool``, ``min_part``, ``min_queue``: the
+  store's columns, none of its other indexes, no fillfactor): what the schema's own
+  write costs, beside what the database takes at the least.
 - **single-message raw insert**: one message's rows written in one transaction with
   parameterised ``INSERT … VALUES`` (on PostgreSQL in one round trip, as a pipeline),
   beside ``publish`` of one message. Each side first runs ``SINGLE_WARMUP`` untimed
@@ -51,10 +56,16 @@ class Limit:
     seconds: float
     raw_single_ms: list[float]
     publish_single_ms: list[float]
+    minimal_seconds: float
 
     @property
     def msgs_per_s(self) -> float:
         return self.messages / self.seconds
+
+    @property
+    def minimal_msgs_per_s(self) -> float:
+        """The minimal write limit: into tables with only their primary keys."""
+        return self.messages / self.minimal_seconds
 
     @property
     def raw_p50(self) -> float:
@@ -263,13 +274,18 @@ class LimitRun:
         self._now = datetime.now(UTC)
         self._ids = iter(range(1, 1 << 62))
         self._box = MessageBox(url, publisher="bench.route.limit")
+        self._minimal = _minimal_tables(self._box)
         self.messages = 0
         self.seconds = 0.0
+        self.minimal_seconds = 0.0
 
     def write(self, messages: Sequence[Message], routed: Sequence[Kept]) -> None:
-        """Write the rows of one published batch; prepared before the clock starts."""
+        """Write the rows of one published batch into the store's tables, then into the
+        minimal ones; each prepared before its clock starts."""
         rows = _rows(messages, routed, self._ids, self._now)
         self.seconds += _write(self._box, _prepare(self._box, rows))
+        minimal = {mini: rows[table] for table, mini in self._minimal.items()}
+        self.minimal_seconds += _write(self._box, _prepare(self._box, minimal))
         self.messages += len(messages)
 
     def result(self, routed: Sequence[Kept], publish_single_ms: list[float]) -> Limit:
@@ -282,10 +298,34 @@ class LimitRun:
             _write_one(self._box, _rows([messages[i]], [routed[i]], self._ids, self._now)) * 1000
             for i in range(timed)
         ]
-        return Limit(self.messages, self.seconds, single, publish_single_ms)
+        return Limit(self.messages, self.seconds, single, publish_single_ms, self.minimal_seconds)
 
     def close(self) -> None:
         self._box.close()
+
+
+def _minimal_tables(box: MessageBox) -> dict[sa.Table, sa.Table]:
+    """Tables with the store's spool, part and queue columns and only their primary
+    keys, created in ``box``'s database; by the store's table they stand for."""
+    metadata = sa.MetaData()
+    out = {}
+    for table in (schema.spool, schema.part, schema.queue):
+        columns = [
+            sa.Column(
+                c.name,
+                c.type,
+                primary_key=c.primary_key,
+                nullable=c.nullable,
+                autoincrement=False,
+                server_default=getattr(c.server_default, "arg", None),
+            )
+            for c in table.columns
+            if c.computed is None
+        ]
+        out[table] = sa.Table(f"min_{table.name.removeprefix('mb_')}", metadata, *columns)
+    with box.store.engine.begin() as conn:
+        metadata.create_all(conn, checkfirst=False)  # (no reflection: DuckDB's is broken)
+    return out
 
 
 def timed_singles(box: MessageBox, messages: Sequence[Message]) -> list[float]:

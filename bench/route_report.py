@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from bench.route_runs import NaiveResult, RunResult
 from bench.route_workload import BATCH, SEED, Workload
 
-TARGET_OF_LIMIT = {"duckdb": 0.6, "postgresql": 0.5}
-"""publish+route as a fraction of the write limit measured in the same run, at N=10,000."""
+TARGET_OF_MINIMAL = {"duckdb": 0.6, "postgresql": 0.5}
+"""publish+route as a fraction of the minimal write limit (the same rows into tables with
+only their primary keys) measured in the same run, at N=10,000."""
 TARGET_VS_NAIVE_AT_10K = 100.0
 TARGET_SCALING = 0.8
 TARGET_SINGLE_VS_RAW = 3.0
@@ -43,10 +44,10 @@ def _targets(r: RunResult, naive: NaiveResult | None) -> str:
     if r.n != 10_000:
         return ""
     notes = []
-    goal = TARGET_OF_LIMIT.get(r.backend)
+    goal = TARGET_OF_MINIMAL.get(r.backend)
     if goal is not None and r.limit is not None:
-        share = r.msgs_per_s / r.limit.msgs_per_s
-        notes.append(f">= {goal:.1f} of limit {_ok(share >= goal)}")
+        share = r.msgs_per_s / r.limit.minimal_msgs_per_s
+        notes.append(f">= {goal:.1f} of minimal {_ok(share >= goal)}")
     if naive is not None:
         ratio = r.msgs_per_s / naive.msgs_per_s
         notes.append(
@@ -70,6 +71,8 @@ def _publish_table(results: list[RunResult], naives: dict[tuple[str, int], Naive
                 f"{r.msgs_per_s:,.0f}",
                 f"{limit.msgs_per_s:,.0f}" if limit else "-",
                 f"{r.msgs_per_s / limit.msgs_per_s:.2f}" if limit else "-",
+                f"{limit.minimal_msgs_per_s:,.0f}" if limit else "-",
+                f"{r.msgs_per_s / limit.minimal_msgs_per_s:.2f}" if limit else "-",
                 f"{statistics.median(r.batch_ms):.1f}",
                 f"{max(r.batch_ms):.1f}",
                 f"{r.avg_matches:.2f}",
@@ -87,6 +90,8 @@ def _publish_table(results: list[RunResult], naives: dict[tuple[str, int], Naive
             "msgs/s",
             "limit msgs/s",
             "of limit",
+            "minimal msgs/s",
+            "of minimal",
             "ms/batch p50",
             "ms/batch max",
             "matches/msg",
