@@ -199,7 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(503, {"error": str(exc)}, headers={"Retry-After": "5"})
             return
         except MessageBoxError as exc:
-            log.error("%s: could not publish: %s", adapter.url, exc)
+            log.error("%s: could not publish: %s", adapter.address, exc)
             self._answer(503, {"error": f"not stored: {exc}"}, headers={"Retry-After": "5"})
             return
         ids = [str(i) for i in result.message_ids]
