@@ -209,27 +209,37 @@ def test_an_older_entry_back_on_the_queue_waits_for_its_keys_entry_in_hand(
     assert _runs(_claim(box, "d"), ids) == {"'a'": [0, 2]}
 
 
+def _publish_held_open(
+    other: MessageBox, n: int, ids: list[uuid.UUID]
+) -> tuple[threading.Thread, threading.Event]:
+    """A thread that publishes message ``n`` of key ``a`` in a transaction it keeps
+    open (its id appended to ``ids`` once published) until the event returned is set;
+    started, the publish done."""
+    started, commit = threading.Event(), threading.Event()
+
+    def publish() -> None:
+        with other.transaction() as conn:
+            routed = other.publish(
+                [Message(b"x", promoted={"t.N": n, "t.K": "a"})], connection=conn
+            )
+            ids.append(routed[0].message_id)
+            started.set()
+            commit.wait(10)
+
+    t = threading.Thread(target=publish)
+    t.start()
+    assert started.wait(10)
+    return t, commit
+
+
 @pytest.mark.postgres
 def test_a_publish_that_commits_late_waits_for_its_key_in_hand(pg_url: str) -> None:
     """Ids are taken when a publish begins: one that commits after a later publish of
     the same key was claimed has older ids, and waits for the key's entry in hand."""
     with MessageBox(pg_url, publisher="tests") as box, MessageBox(pg_url) as other:
         _setup(box)
-        started, release = threading.Event(), threading.Event()
         late: list[uuid.UUID] = []
-
-        def publish_late() -> None:
-            with other.transaction() as conn:
-                routed = other.publish(
-                    [Message(b"x", promoted={"t.N": 0, "t.K": "a"})], connection=conn
-                )
-                late.append(routed[0].message_id)
-                started.set()
-                release.wait(10)
-
-        t = threading.Thread(target=publish_late)
-        t.start()
-        assert started.wait(10)
+        t, release = _publish_held_open(other, 0, late)
         [early] = _publish(box, ["a"])
         [in_hand] = _claim(box)
         assert in_hand.msg == early
@@ -256,17 +266,7 @@ def test_an_entry_committed_while_a_claim_runs_is_leased_with_its_keys_run(
         _setup(box)
         ids = _publish(box, ["b", "a"])
         [done] = _claim(box, "one", n=1)  # b's entry, completed with the next claim
-        started, commit = threading.Event(), threading.Event()
         got: list[list[Claim]] = []
-
-        def publish_late() -> None:  # begins before the claim, commits during it
-            with other.transaction() as conn:
-                routed = other.publish(
-                    [Message(b"x", promoted={"t.N": 2, "t.K": "a"})], connection=conn
-                )
-                ids.append(routed[0].message_id)
-                started.set()
-                commit.wait(10)
 
         def complete_and_claim() -> None:
             outcomes = Outcomes([done], [], [], HostSettings(), set())
@@ -276,9 +276,7 @@ def test_an_entry_committed_while_a_claim_runs_is_leased_with_its_keys_run(
             )  # fmt: skip
             got.append(claims)
 
-        publisher = threading.Thread(target=publish_late)
-        publisher.start()
-        assert started.wait(10)
+        publisher, commit = _publish_held_open(other, 2, ids)  # commits during the claim
         dialect = box.store.dialect
         assert isinstance(dialect, PostgreSQLDialect)
         with psycopg.connect(dialect.listen_dsn(box.store.engine.url)) as blocker:

@@ -37,7 +37,7 @@ class FakeSink:
             self.first()
         if self.bad and self.bad in bodies:
             raise PipelineError(f"refuses {self.bad!r}", code="bad", component="fake")
-        return [Submitted((uuid.uuid5(uuid.NAMESPACE_OID, b.decode()),)) for b in bodies]
+        return [Submitted((_id(b),)) for b in bodies]
 
 
 def _id(body: bytes) -> uuid.UUID:
@@ -59,22 +59,24 @@ def _callers(
     return threads, got
 
 
-def _held_first(n_waiting: int) -> tuple[GroupedSink, FakeSink]:
+def _held_first(n_waiting: int, bad: bytes = b"") -> tuple[GroupedSink, FakeSink]:
     """A grouped sink whose first submit waits until ``n_waiting`` others wait."""
     holder: list[GroupedSink] = []
 
     def first() -> None:
         wait_for(lambda: len(holder[0]._waiting) == n_waiting, what=f"{n_waiting} waiting")
 
-    sink = FakeSink(first)
+    sink = FakeSink(first, bad)
     grouped = GroupedSink(sink)
     holder.append(grouped)
     return grouped, sink
 
 
-def test_inputs_that_wait_while_a_group_is_submitted_go_together_each_with_its_result() -> None:
-    grouped, sink = _held_first(19)
-    bodies = [str(i).encode() for i in range(20)]
+def _first_then_the_rest(
+    grouped: GroupedSink, sink: FakeSink, bodies: list[bytes]
+) -> dict[bytes, object]:
+    """The first body's caller, then (once its submit has begun) the others' at once;
+    what each got."""
     threads, got = _callers(grouped, bodies)
     threads[0].start()
     wait_for(lambda: len(sink.calls) == 1, what="the first submit")
@@ -82,6 +84,13 @@ def test_inputs_that_wait_while_a_group_is_submitted_go_together_each_with_its_r
         t.start()
     for t in threads:
         t.join(10)
+    return got
+
+
+def test_inputs_that_wait_while_a_group_is_submitted_go_together_each_with_its_result() -> None:
+    grouped, sink = _held_first(19)
+    bodies = [str(i).encode() for i in range(20)]
+    got = _first_then_the_rest(grouped, sink, bodies)
     assert [len(c) for c in sink.calls] == [1, 19]  # one alone, then the rest together
     assert got == {b: Submitted((_id(b),)) for b in bodies}
     assert grouped.groups == 2
@@ -90,22 +99,8 @@ def test_inputs_that_wait_while_a_group_is_submitted_go_together_each_with_its_r
 
 
 def test_a_failed_group_submits_each_input_alone_and_only_the_culprit_fails() -> None:
-    grouped_holder: list[GroupedSink] = []
-
-    def first() -> None:
-        wait_for(lambda: len(grouped_holder[0]._waiting) == 4, what="4 waiting")
-
-    sink = FakeSink(first, bad=b"bad")
-    grouped = GroupedSink(sink)
-    grouped_holder.append(grouped)
-    bodies = [b"first", b"a", b"bad", b"b", b"c"]
-    threads, got = _callers(grouped, bodies)
-    threads[0].start()
-    wait_for(lambda: len(sink.calls) == 1, what="the first submit")
-    for t in threads[1:]:
-        t.start()
-    for t in threads:
-        t.join(10)
+    grouped, sink = _held_first(4, bad=b"bad")
+    got = _first_then_the_rest(grouped, sink, [b"first", b"a", b"bad", b"b", b"c"])
     assert sink.calls == [[b"first"], [b"a", b"bad", b"b", b"c"], [b"a"], [b"bad"], [b"b"], [b"c"]]
     assert isinstance(got[b"bad"], PipelineError)
     assert {b: got[b] for b in (b"first", b"a", b"b", b"c")} == {
