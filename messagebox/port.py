@@ -29,6 +29,32 @@ from messagebox.steps import Step, Stored
 from messagebox.upkeep import CleanupReport, Swept
 
 
+class Taker(Protocol):
+    """A host instance that takes the entries a publish in this process hands over
+    (:mod:`messagebox.storage.handover`; :class:`messagebox.hosts.handover.HandOver`)."""
+
+    @property
+    def owner(self) -> str:
+        """The lease owner its claims set."""
+        ...
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    def reserve(self, n: int) -> int:
+        """Permits for up to ``n`` entries, without waiting; 0 unless it is idle."""
+        ...
+
+    def accept(self, claims: list[Claim], age: float) -> None:
+        """The entries reserved for, stored leased to it (committed), their lease set
+        ``age`` seconds ago."""
+        ...
+
+    def cancel(self, n: int) -> None:
+        """``n`` reserved permits back: the transaction stored nothing."""
+        ...
+
+
 class HostStore(Protocol):
     """The store as one host instance of one host uses it, one transaction a call."""
 
@@ -63,6 +89,12 @@ class HostStore(Protocol):
 
     def watch_timers(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when a step in this process sets a timer on the host."""
+        ...
+
+    def hand_over_to(self, taker: Taker) -> Callable[[], None] | None:
+        """Have this process's publishes hand the host's entries to ``taker`` while it
+        is idle, where one process holds the database; returns the function that stops
+        it (None: nothing is handed over)."""
         ...
 
     def listen(self, wake: Callable[[], None], stop: threading.Event) -> None:

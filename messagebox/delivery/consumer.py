@@ -26,6 +26,7 @@ from messagebox.delivery import leases, registry, scheduled, service_instances
 from messagebox.errors import Conflict
 from messagebox.models import InstanceInfo, RoutingPolicy
 from messagebox.outcomes import ClaimAsk, Keys, Outcomes, Recorded, merged
+from messagebox.port import Taker
 from messagebox.routing import router
 from messagebox.steps import Step, Stored
 from messagebox.storage import expiry, ids, store_clock
@@ -99,6 +100,14 @@ class Consumer:
         """Call ``wake`` when this process queues work for the host; returns the
         function that stops watching."""
         return self._store.local.wakes.watch(self.host, wake)
+
+    def hand_over_to(self, taker: Taker) -> Callable[[], None] | None:
+        """Where one process holds the database (DuckDB), have this process's publishes
+        hand the host's entries to ``taker`` while it is idle (:mod:`messagebox.storage.handover`);
+        returns the function that stops it, or None where nothing is handed over."""
+        if not self._dialect.one_process:
+            return None
+        return self._store.local.takers.watch(self.host, taker)
 
     def watch_timers(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when a step in this process sets a timer on the host."""

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Protocol
 from messagebox import metrics
 from messagebox.claims import Claim
 from messagebox.errors import MessageBoxError
+from messagebox.hosts.ahead import ClaimedAhead
 from messagebox.hosts.cutting import KeyedRests, cut_into_batches
-from messagebox.hosts.dispatch import ClaimedAhead, InstanceStats, Pace, Permits, SharedReads
+from messagebox.hosts.dispatch import InstanceStats, Pace, Permits, SharedReads
 from messagebox.hosts.events import InstanceLog
 from messagebox.hosts.flight import InFlight
 from messagebox.hosts.recording import OutcomeRecorder
@@ -103,6 +104,9 @@ class Claimer:
         self._run_pace = Pace(clock=clock)  # ordered runs' entries lately: how long a run
         self._keyed_rests = KeyedRests(clock, shared=queue.claims_serialised)
         self._turn = threading.Lock()  # see claim_for_all
+        self.drained = False
+        """Whether the last claim took fewer entries than it asked for: none left ready
+        then (what a hand-over asks: :mod:`messagebox.hosts.handover`)."""
 
     def begin(self) -> None:
         """Pace from now (the start of the work)."""
@@ -161,6 +165,7 @@ class Claimer:
             self._wakeups.wait(seen, self._settings.poll_max_seconds)
             return None
         self.permits.give(taken - len(claims))
+        self.drained = len(claims) < taken
         if len(claims) <= want:
             if claims:
                 self._in_flight.add(claims)
@@ -173,6 +178,20 @@ class Claimer:
         self.permits.recheck_waiters()  # threads waiting for a permit take these instead,
         self._wakeups.wake()  # and idle ones (an empty claim sleeps up to poll_max_seconds)
         return batches[0]
+
+    def handed(self, claims: list[Claim]) -> None:
+        """Entries a publish in this process leased to this instance as it stored them
+        (:mod:`messagebox.hosts.handover`; their permits reserved): batches for the
+        threads, as a claim for them all leaves its batches."""
+        batches = cut_into_batches(claims, self._settings.claim_batch)
+        self._share_reads(batches)
+        for batch in batches:
+            self._in_flight.add(batch)
+        self.ahead.put(batches, handed=True)
+        self._stats.add(claimed=len(claims))
+        metrics.observe_handed(self._events.host, len(claims))
+        self.permits.recheck_waiters()  # a thread waiting for a permit takes them instead
+        self._wakeups.wake()
 
     def _share_reads(self, batches: list[list[Claim]]) -> None:
         """A claim's batches of plain entries read their messages together,

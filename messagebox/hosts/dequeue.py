@@ -13,6 +13,7 @@ from messagebox.hosts.batch import BatchHandler
 from messagebox.hosts.claiming import Claimer
 from messagebox.hosts.events import InstanceLog, log
 from messagebox.hosts.flight import InFlight
+from messagebox.hosts.handover import HandOver
 from messagebox.hosts.idle import Idleness, NextDue
 from messagebox.hosts.recording import OutcomeRecorder
 from messagebox.hosts.wakeups import WakeUps
@@ -42,6 +43,7 @@ class DequeueLoop:
         in_flight: InFlight,
         stopping: threading.Event,
         events: InstanceLog,
+        handover: HandOver | None = None,
     ) -> None:
         self._queue = queue
         self._settings = settings
@@ -52,6 +54,7 @@ class DequeueLoop:
         self._in_flight = in_flight
         self._stopping = stopping
         self._events = events
+        self._handover = handover
 
     def run(self) -> None:
         """A dequeue thread; anything that escapes it is logged, and the supervisor
@@ -97,6 +100,10 @@ class DequeueLoop:
                 self._claimer.handled(claims)
                 if not goes_on:
                     return  # its handler timed out: another thread has taken this one's place
+                if carry and self._handover and self._handover.claim_needless(seen, self._wakeups):
+                    self._recorder.record(carry)  # alone: the claim would find nothing
+                    carry = None
+                    self._wakeups.wait(seen, idle)  # a publish hands its entries over
         finally:
             if carry:
                 self._recorder.record(carry)
@@ -108,10 +115,15 @@ class DequeueLoop:
         turn, nothing claimed), and the outcomes it still carries: a batch claimed ahead
         leaves them to the instance's next claim; a claim records them; with no permit
         free they are recorded before the thread waits for one."""
-        claims = self._claimer.ahead.take()  # claimed by another thread, permits and all
+        ahead = self._claimer.ahead
+        claims = ahead.take()  # claimed by another thread, permits and all
         if claims is not None:
-            if carry:
-                self._claimer.ahead.defer_outcomes(carry)
+            if ahead.handed(claims):  # no claim need follow: record what waits for one
+                waiting = ahead.take_deferred_outcomes(carry)
+                if waiting is not None:
+                    self._recorder.record(waiting)
+            elif carry:
+                ahead.defer_outcomes(carry)
             return claims, None
         permits = self._claimer.permits
         want = permits.take(  # a batch claimed ahead needs none

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from messagebox import upkeep
 from messagebox.errors import MessageBoxError
-from messagebox.hosts.dispatch import ClaimedAhead, InstanceStats
+from messagebox.hosts.ahead import ClaimedAhead
+from messagebox.hosts.dispatch import InstanceStats
 from messagebox.hosts.events import InstanceLog, log
 from messagebox.hosts.flight import InFlight
 from messagebox.hosts.idle import Idleness

@@ -190,6 +190,8 @@ class HostInstance:
                 extra=self._events.fields("store-warning"),
             )
         self._unwatch = self.queue.watch(self.wake)
+        if self._parts.handover is not None:
+            self._parts.handover.watch(self.queue)
         self._parts.claimer.begin()  # paced from the start of the work
         self._service_threads = self._service_threads_to_start()
         collector.instance_started()

@@ -11,14 +11,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from messagebox.hosts.ahead import ClaimedAhead
 from messagebox.hosts.batch import BatchHandler
 from messagebox.hosts.calls import ServiceCalls, Services
 from messagebox.hosts.claiming import Claimer
 from messagebox.hosts.dequeue import DequeueLoop
-from messagebox.hosts.dispatch import ClaimedAhead, InstanceStats, Permits
+from messagebox.hosts.dispatch import InstanceStats, Permits
 from messagebox.hosts.events import InstanceLog, log
 from messagebox.hosts.failures import FailureJudge
 from messagebox.hosts.flight import InFlight
+from messagebox.hosts.handover import HandOver
 from messagebox.hosts.housekeeper import Housekeeper
 from messagebox.hosts.idle import Idleness, NextDue
 from messagebox.hosts.recording import OutcomeRecorder
@@ -86,6 +88,9 @@ class Parts:
     timers: TimerLoop
     workers_ended: threading.Event
     """Set once the dequeue threads have ended (or the stop's time is up)."""
+    handover: HandOver | None
+    """What publishes in this process hand over (None where the instance runs service
+    instances: their claims keep each instance's messages in order)."""
 
     @classmethod
     def build(
@@ -105,6 +110,9 @@ class Parts:
         d = _Delivering.build(box, queue, settings, services, stats, clock, events, stopping)
         idleness = Idleness(queue, clock, busy=lambda: bool(d.ahead) or d.in_flight.busy())
         waiting = (d.wakeups, NextDue(queue.next_available, settings, clock), idleness)
+        handover = (
+            None if services.uses_instances else _handover(d, settings, events, stopping, clock)
+        )
         dequeue = DequeueLoop(
             queue,
             settings,
@@ -115,6 +123,7 @@ class Parts:
             d.in_flight,
             stopping,
             events,
+            handover,
         )
         threads = DequeueThreads(dequeue.run, settings.dequeue_threads, stats, clock, events)
         workers_ended = threading.Event()
@@ -159,14 +168,21 @@ class Parts:
             housekeeper,
             timers,
             workers_ended,
+            handover,
         )
 
     def stop_dequeuing(self, deadline: float) -> bool:
-        """Once stopping: wait for the dequeue threads until ``deadline`` (whether they
-        ended), then give back the batches claimed ahead that none took."""
+        """Once stopping: take no more hand-overs, wait for the dequeue threads until
+        ``deadline`` (whether they ended), then give back the batches claimed ahead or
+        handed over that none took."""
+        if self.handover is not None:
+            self.handover.close(deadline)
         finished = self.threads.join(deadline)
         self.workers_ended.set()
         self.dequeue.give_back_ahead()
+        if self.handover is not None:
+            self.handover.finish()
+            self.dequeue.give_back_ahead()  # handed over since: a publish open past the close
         return finished
 
 
@@ -233,3 +249,21 @@ class _Delivering:
             events,
         )
         return cls(subs, wakeups, in_flight, ahead, recorder, claimer, batches)
+
+
+def _handover(
+    d: _Delivering,
+    settings: HostSettings,
+    events: InstanceLog,
+    stopping: threading.Event,
+    clock: Clock,
+) -> HandOver:
+    """What publishes in this process hand the instance over."""
+    return HandOver(
+        events.instance,
+        settings,
+        d.claimer,
+        stopping,
+        clock,
+        give_back=lambda claims: d.recorder.record_batch([], [], claims),
+    )

@@ -18,6 +18,7 @@ from messagebox.memory import finishing, instances, picking
 from messagebox.memory.state import MemoryStore, Registered
 from messagebox.models import InstanceInfo, RoutingPolicy
 from messagebox.outcomes import Keys, Outcomes, Recorded
+from messagebox.port import Taker
 from messagebox.steps import Step, Stored
 from messagebox.upkeep import EXPIRY_BATCH, Swept
 
@@ -54,6 +55,9 @@ class MemoryConsumer:
 
     def watch_timers(self, wake: Callable[[], None]) -> Callable[[], None]:
         return self._store.watch(timer_channel(self.host), wake)
+
+    def hand_over_to(self, taker: Taker) -> Callable[[], None] | None:
+        return None  # a claim in memory costs no more than a hand-over would
 
     def listen(self, wake: Callable[[], None], stop: threading.Event) -> None:
         stop.wait()

@@ -19,7 +19,7 @@ from messagebox import compiled, order_keys
 from messagebox.compiled import native
 from messagebox.models import ROUTING_FAILURE, Outcome, Routed, Suspension
 from messagebox.properties import Value
-from messagebox.storage import expiry, schema, tracking
+from messagebox.storage import expiry, handover, schema, tracking
 from messagebox.storage.dialects import Dialect, Indexed, Same, Target, Uuids
 from messagebox.storage.dialects.base import distinct
 from messagebox.storage.routing_index import QUEUE_COLUMNS, Matches
@@ -246,6 +246,7 @@ class Writes:
             if by is not None and not (isinstance(by, Same) and by.value is None):
                 q["order_key"] = self._order_keys(by)
             self._timed(conn, q)
+            handover.lease(conn, q, now)  # to an idle host instance of this process
             writes.append((schema.queue, q))
         if self.suspended:
             n = len(self.suspended)

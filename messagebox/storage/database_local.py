@@ -37,7 +37,7 @@ import weakref
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from messagebox.storage import ids, notify, recent
+from messagebox.storage import handover, ids, notify, recent
 from messagebox.storage.fence import Fence, ReadWriteLock
 
 
@@ -58,6 +58,8 @@ class DatabaseLocal:
         """The routing fence where it is this process's (:meth:`hold_routing`)."""
         self.wakes = notify.Waiters()
         """The in-process wake-ups of the database's hosts."""
+        self.takers = handover.Takers()
+        """The idle host instances a publish hands entries to (one process)."""
         self.routing_changes = 0
         """How many transactions that changed routing committed here (one process: an
         index asks the database only after one did; :mod:`messagebox.storage.routing_index`)."""

@@ -27,6 +27,7 @@ from messagebox.errors import (
 from messagebox.storage import (
     database_local,
     expiry,
+    handover,
     ids,
     notify,
     outage,
@@ -224,6 +225,7 @@ class Store:
         routing fence so (:mod:`messagebox.storage.fence`). ``owned``: the caller's own work
         runs in it too (``box.transaction()``), and :meth:`joined` takes it as it is.
         """
+        done: _Done | None = None  # once taken: entries handed over, kept if it fails
         with (
             self.local.hold_routing(fence) if fence is not None else nullcontext(),
             self.local.serial() if serial else nullcontext(),
@@ -233,6 +235,8 @@ class Store:
                     if fence is not None:
                         self.dialect.lock_routing(conn, fence)
                     self._started(conn)
+                    if self.dialect.one_process and not autocommit:  # its commit is heard
+                        handover.begin(conn, self.local.takers)
                     if owned:
                         conn.info[_OWNER] = self
                     try:
@@ -245,12 +249,18 @@ class Store:
                             _disown(conn)
                     done = self._ending(conn)  # read now: the commit follows
             except MessageBoxError:
+                _cancel(done)
                 raise
             except DRIVER_ERRORS as exc:
+                _cancel(done)
                 error = self.dialect.translate(exc, getattr(exc, "statement", None))
                 if isinstance(error, BackendUnavailable) and self.outage is not None:
                     self.outage.failed(error)
                 raise error from exc
+            except BaseException:
+                _cancel(done)
+                raise
+            assert done is not None  # the body ran (else it raised)
             if done.changed and self.dialect.one_process:  # before the routing fence goes:
                 self.local.routing_changed()  # the next publish sees the change
         if self.outage is not None:
@@ -283,11 +293,12 @@ class Store:
             raise
         except DRIVER_ERRORS as exc:
             raise self.dialect.translate(exc, getattr(exc, "statement", None)) from exc
-        self._committed(done._replace(wakes=set(), kept=[], gone=[]))
+        self._committed(done._replace(wakes=set(), kept=[], gone=[], handed=[]))
 
     def _started(self, conn: sa.Connection) -> None:
         """What a transaction of this store's keeps on its connection, made new."""
         notify.take(conn)  # nothing left over from an earlier transaction
+        handover.begin(conn, None)  # hands over only where the commit is heard (transaction)
         tracking.begin(conn, self.tracking)
         expiry.begin(conn, self.host_ttls)
         routing_index.begin(conn, self.routing)
@@ -302,7 +313,7 @@ class Store:
         wakes = notify.take(conn)
         changed = routing_index.take_changed(conn)
         kept, gone = recent.take(conn)
-        return _Done(counts, wakes, changed, kept, gone)
+        return _Done(counts, wakes, changed, kept, gone, handover.take(conn))
 
     def _committed(self, done: _Done) -> None:
         """After a commit: the messages held in memory, counts, wake-ups."""
@@ -313,6 +324,8 @@ class Store:
             for hook in self.count_hooks:
                 hook(done.counts)  # committed: count it
             self.tally.add(done.counts)
+        if done.handed:  # before the wake-ups: a woken thread finds them
+            handover.accept(done.handed)
         if done.wakes:  # through the database's: its other stores' watchers too
             self.local.wakes.signal(done.wakes)
         if self.tally.due():
@@ -378,6 +391,13 @@ class _Done(NamedTuple):
     changed: bool
     kept: list[Any]
     gone: list[Any]
+    handed: list[handover.Handed]
+
+
+def _cancel(done: _Done | None) -> None:
+    """The commit failed: the entries it leased to host instances were never stored."""
+    if done is not None and done.handed:
+        handover.cancel(done.handed)
 
 
 def _identify(conn: sa.Connection) -> str:
@@ -404,6 +424,7 @@ def _forget(conn: sa.Connection) -> None:
     with suppress(sa.exc.PendingRollbackError, sa.exc.ResourceClosedError):
         tracking.discard(conn)
         notify.take(conn)
+        handover.cancel(handover.take(conn))
         routing_index.take_changed(conn)
         recent.take(conn)
         store_clock.end(conn)

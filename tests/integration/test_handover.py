@@ -1,0 +1,219 @@
+"""Hand-over (messagebox/storage/handover.py): where one process holds the database
+(DuckDB), a publish leases the plain entries it queues for an idle host instance of the
+process and hands them over once it commits, without a claim; on PostgreSQL every
+entry is claimed. Either way each entry is handled once, and nothing a rolled-back
+publish or a stopping instance held is lost or held up."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from messagebox import Message, MessageBox
+from messagebox.claims import Claim
+from messagebox.hosts import Delivery, HostApp, HostInstance
+from messagebox.hosts.batch import BatchHandler
+from messagebox.hosts.claiming import Claimer
+from messagebox.predicates import P
+from messagebox.storage import schema
+from tests.integration.orchestration_support import wait_until
+
+
+class _Seen:
+    """The entries handed over, and what was handled: the message's ``t.N``, the
+    attempt, and whether the delivery was an interrupted one's."""
+
+    def __init__(self) -> None:
+        self.handed: list[int] = []
+        self.handled: list[tuple[int, int, bool]] = []
+        self.interrupted: dict[str, bool] = {}
+        self.lock = threading.Lock()
+
+    def record(self, d: Delivery, sign: int = 1) -> None:
+        n = sign * int(d.properties["t.N"])  # type: ignore[arg-type]
+        with self.lock:
+            self.handled.append((n, d.attempt, self.interrupted.get(str(d.message_id), False)))
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> _Seen:
+    s = _Seen()
+    handed = Claimer.handed
+
+    def spy(self: Claimer, claims: list[Claim]) -> None:
+        with s.lock:
+            s.handed.extend(c.id for c in claims)
+        handed(self, claims)
+
+    handle = BatchHandler.handle
+
+    def spy_handle(self: BatchHandler, claims: list[Claim]) -> Any:
+        with s.lock:
+            s.interrupted.update((str(c.msg), c.interrupted) for c in claims)
+        return handle(self, claims)
+
+    monkeypatch.setattr(Claimer, "handed", spy)
+    monkeypatch.setattr(BatchHandler, "handle", spy_handle)
+    return s
+
+
+def _app(seen: _Seen, **settings: Any) -> HostApp:
+    app = HostApp("hand", dequeue_threads=1, claim_batch=10, poll_max_seconds=0.05, **settings)
+
+    @app.service("work")
+    def work(d: Delivery) -> None:
+        seen.record(d)
+
+    app.subscribe("work", filter=P("t.N") >= 0, name="work")
+    return app
+
+
+def _drained(instance: HostInstance) -> None:
+    wait_until(lambda: instance._parts.claimer.drained, 30, "an empty claim")
+
+
+def _queue_rows(box: MessageBox) -> int:
+    with box.store.transaction() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(schema.queue)).scalar_one())
+
+
+def _handed_here(box: MessageBox) -> bool:
+    return box.store.dialect.one_process
+
+
+def test_a_publish_hands_its_entries_to_an_idle_instance(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    app = _app(seen)
+    app.setup(box)
+    instance = running(app)
+    _drained(instance)
+    routed = box.publish([Message(b"x", promoted={"t.N": i}) for i in range(3)])
+    wait_until(lambda: len(seen.handled) == 3, 30, "three handled")
+    assert sorted(seen.handled) == [(0, 1, False), (1, 1, False), (2, 1, False)]
+    if _handed_here(box):  # leased as stored: no claim took them
+        assert len(seen.handed) == 3
+    else:
+        assert seen.handed == []
+    assert len(routed) == 3
+    wait_until(lambda: _queue_rows(box) == 0, 30, "the completions recorded")
+    assert instance._parts.claimer.permits.taken() == 0
+
+
+def test_a_rolled_back_publish_hands_nothing_and_gives_its_permits_back(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    app = _app(seen)
+    app.setup(box)
+    instance = running(app)
+    _drained(instance)
+    reserved: list[int] = []
+
+    def publish_then_fail() -> None:
+        with box.transaction() as conn:
+            box.publish([Message(b"x", promoted={"t.N": 1})], connection=conn)
+            reserved.append(instance._parts.claimer.permits.taken())
+            raise RuntimeError("the caller's own failure")
+
+    with pytest.raises(RuntimeError, match="the caller's own failure"):
+        publish_then_fail()
+    assert reserved == [1 if _handed_here(box) else 0]  # reserved, not yet handed over
+    assert instance._parts.claimer.permits.taken() == 0
+    assert seen.handed == []
+    assert seen.handled == []
+    box.publish([Message(b"x", promoted={"t.N": 2})])
+    wait_until(lambda: seen.handled == [(2, 1, False)], 30, "the next publish handled")
+    assert _queue_rows(box) <= 1  # nothing of the first publish stored
+
+
+def test_entries_a_claim_must_order_or_wait_for_are_claimed(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    """Scheduled entries and those of an ordered subscription are never handed over
+    (they are claimed when due, in order); the plain entry of the same publish is."""
+    app = _app(seen)
+
+    @app.service("inorder")
+    def inorder(d: Delivery) -> None:
+        seen.record(d, sign=-1)
+
+    app.subscribe("inorder", filter=P("t.N") >= 0, name="inorder", ordered=True)
+    app.setup(box)
+    instance = running(app)
+    _drained(instance)
+    box.publish([Message(b"x", promoted={"t.N": 7})], delay=0.2)
+    box.publish([Message(b"x", promoted={"t.N": 8})])
+    wait_until(lambda: len(seen.handled) == 4, 30, "all four handled")
+    assert sorted(seen.handled) == [(-8, 1, False), (-7, 1, False), (7, 1, False), (8, 1, False)]
+    if _handed_here(box):
+        assert len(seen.handed) == 1  # the plain entry of the publish due now
+    else:
+        assert seen.handed == []
+
+
+def test_an_instance_with_a_backlog_takes_it_in_order_not_handed_over(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    """While its claims come back full (a backlog), nothing is handed to the instance:
+    a new entry does not overtake older ones."""
+    gate = threading.Event()
+    app = HostApp("hand", dequeue_threads=1, claim_batch=2, poll_max_seconds=0.05)
+
+    @app.service("work")
+    def work(d: Delivery) -> None:
+        gate.wait(30)
+        seen.record(d)
+
+    app.subscribe("work", filter=P("t.N") >= 0, name="work")
+    app.setup(box)
+    box.publish([Message(b"x", promoted={"t.N": i}) for i in range(20)])
+    instance = running(app, max_in_flight=2)
+    wait_until(lambda: instance._parts.claimer.permits.taken() > 0, 30, "a full claim")
+    assert not instance._parts.claimer.drained
+    box.publish([Message(b"x", promoted={"t.N": 20})])
+    assert seen.handed == []
+    gate.set()
+    wait_until(lambda: len(seen.handled) == 21, 30, "all handled")
+    assert [n for n, _, _ in seen.handled][-1] == 20
+
+
+def test_what_a_stopping_instance_was_handed_is_delivered_by_the_next_at_once(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    """A publish that reserved before the stop and commits after it gave back what it
+    held: the entry's lease is given back at once (not left to lapse), and the next
+    instance handles it as a first, uninterrupted delivery."""
+    app = _app(seen, lease_seconds=600)
+    app.setup(box)
+    instance = running(app)
+    _drained(instance)
+    with box.transaction() as conn:
+        box.publish([Message(b"x", promoted={"t.N": 5})], connection=conn)
+        assert instance.stop(0.2)  # the close waits 0.2 s for this publish, then goes on
+    if _handed_here(box):
+        wait_until(lambda: instance._parts.claimer.permits.taken() == 0, 30, "given back")
+    assert seen.handled == []
+    running(_app(seen))
+    wait_until(lambda: seen.handled == [(5, 1, False)], 30, "handled by the next instance")
+
+
+def test_entries_whose_publish_stayed_open_past_half_the_lease_are_claimed_not_handed(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    """A lease set when the publish began may have lapsed by its commit (a claim could
+    have taken the entry again): such entries are given back, then claimed, once."""
+    app = _app(seen, lease_seconds=0.4)
+    app.setup(box)
+    instance = running(app)
+    _drained(instance)
+    with box.transaction() as conn:
+        box.publish([Message(b"x", promoted={"t.N": 3})], connection=conn)
+        held = threading.Event()
+        held.wait(0.3)  # the transaction stays open past half the lease (0.2 s)
+    wait_until(lambda: seen.handled == [(3, 1, False)], 30, "handled once")
+    assert seen.handed == []
+    wait_until(lambda: _queue_rows(box) == 0, 30, "the completion recorded")
