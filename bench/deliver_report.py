@@ -97,6 +97,57 @@ def latency_table(results: Sequence[Latency]) -> str:
     return _table(headers, rows, left=3)
 
 
+DEQUEUE_VS_RAW = 0.5
+"""Target: PostgreSQL delivery at batch 100 (threads) >= this of raw SKIP LOCKED."""
+LATENCY_P50_VS_RAW = 3.0
+"""Target: DuckDB publish -> handler p50 <= this times the raw loop's..."""
+LATENCY_P99_MS = 25.0
+"""...p99 at most this..."""
+PUBLISH_VS_INSERT = 3.0
+"""...and the publish call's p50 <= this times the raw insert's (issue 60)."""
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+def targets(results: dict[Case, Measured], latencies: Sequence[Latency]) -> list[str]:
+    """Each target this run can judge, with its figure and its baseline's."""
+    out: list[str] = []
+    for case, mb in sorted(results.items(), key=lambda kv: str(kv[0])):
+        if (case.backend, case.system, case.mode, case.batch) != (
+            "postgresql",
+            "messagebox",
+            "threads",
+            100,
+        ):
+            continue
+        raw = results.get(Case(case.backend, "raw", case.mode, case.workers, case.batch))
+        if raw is None or raw.msgs_per_s == 0:
+            continue
+        ratio = mb.msgs_per_s / raw.msgs_per_s
+        out.append(
+            f"postgresql delivery, {case.workers} threads, batch 100: {ratio:.2f} of raw SKIP "
+            f"LOCKED (>= {DEQUEUE_VS_RAW:g}) {_verdict(ratio >= DEQUEUE_VS_RAW)}"
+        )
+    by = {(r.backend, r.system, r.consumer): r for r in latencies}
+    raw_l = next((r for r in latencies if r.backend == "duckdb" and r.system == "raw"), None)
+    mb_l = by.get(("duckdb", "messagebox", "1 thread"))
+    if raw_l is not None and mb_l is not None and raw_l.sample.seconds and mb_l.sample.seconds:
+        p50 = pct(mb_l.sample.seconds, 0.5) / pct(raw_l.sample.seconds, 0.5)
+        p99 = 1000 * pct(mb_l.sample.seconds, 0.99)
+        call = pct(mb_l.sample.calls, 0.5) / pct(raw_l.sample.calls, 0.5)
+        out += [
+            f"duckdb publish -> handler p50: {p50:.1f}x the raw loop's (<= "
+            f"{LATENCY_P50_VS_RAW:g}x) {_verdict(p50 <= LATENCY_P50_VS_RAW)}",
+            f"duckdb publish -> handler p99: {p99:.1f} ms (<= {LATENCY_P99_MS:g} ms) "
+            f"{_verdict(p99 <= LATENCY_P99_MS)}",
+            f"duckdb publish call with a host running, p50: {call:.1f}x a raw insert's (<= "
+            f"{PUBLISH_VS_INSERT:g}x) {_verdict(call <= PUBLISH_VS_INSERT)}",
+        ]
+    return out
+
+
 def header(env: Env) -> list[str]:
     """What ran where: sizes, versions, the PostgreSQL durability settings."""
     a = env.args
@@ -153,4 +204,7 @@ def report(
             "the publish/enqueue/insert call alone, which the latency includes)",
             latency_table(latencies),
         ]
+    judged = targets(results, latencies)
+    if judged:
+        out += ["", "Targets (issue 60)", *judged]
     return "\n".join(out)
