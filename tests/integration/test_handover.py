@@ -72,8 +72,12 @@ def _app(seen: _Seen, **settings: Any) -> HostApp:
     return app
 
 
-def _drained(instance: HostInstance) -> None:
+def _started(box: MessageBox, running: Callable[..., HostInstance], app: HostApp) -> HostInstance:
+    """An instance of ``app``, once its first claim has found the queue empty."""
+    app.setup(box)
+    instance = running(app)
     wait_until(lambda: instance._parts.claimer.drained, 30, "an empty claim")
+    return instance
 
 
 def _queue_rows(box: MessageBox) -> int:
@@ -88,10 +92,7 @@ def _handed_here(box: MessageBox) -> bool:
 def test_a_publish_hands_its_entries_to_an_idle_instance(
     box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
 ) -> None:
-    app = _app(seen)
-    app.setup(box)
-    instance = running(app)
-    _drained(instance)
+    instance = _started(box, running, _app(seen))
     routed = box.publish([Message(b"x", promoted={"t.N": i}) for i in range(3)])
     wait_until(lambda: len(seen.handled) == 3, 30, "three handled")
     assert sorted(seen.handled) == [(0, 1, False), (1, 1, False), (2, 1, False)]
@@ -107,10 +108,7 @@ def test_a_publish_hands_its_entries_to_an_idle_instance(
 def test_a_rolled_back_publish_hands_nothing_and_gives_its_permits_back(
     box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
 ) -> None:
-    app = _app(seen)
-    app.setup(box)
-    instance = running(app)
-    _drained(instance)
+    instance = _started(box, running, _app(seen))
     reserved: list[int] = []
 
     def publish_then_fail() -> None:
@@ -142,9 +140,7 @@ def test_entries_a_claim_must_order_or_wait_for_are_claimed(
         seen.record(d, sign=-1)
 
     app.subscribe("inorder", filter=P("t.N") >= 0, name="inorder", ordered=True)
-    app.setup(box)
-    instance = running(app)
-    _drained(instance)
+    _started(box, running, app)
     box.publish([Message(b"x", promoted={"t.N": 7})], delay=0.2)
     box.publish([Message(b"x", promoted={"t.N": 8})])
     wait_until(lambda: len(seen.handled) == 4, 30, "all four handled")
@@ -187,10 +183,7 @@ def test_what_a_stopping_instance_was_handed_is_delivered_by_the_next_at_once(
     """A publish that reserved before the stop and commits after it gave back what it
     held: the entry's lease is given back at once (not left to lapse), and the next
     instance handles it as a first, uninterrupted delivery."""
-    app = _app(seen, lease_seconds=600)
-    app.setup(box)
-    instance = running(app)
-    _drained(instance)
+    instance = _started(box, running, _app(seen, lease_seconds=600))
     with box.transaction() as conn:
         box.publish([Message(b"x", promoted={"t.N": 5})], connection=conn)
         assert instance.stop(0.2)  # the close waits 0.2 s for this publish, then goes on
@@ -206,10 +199,7 @@ def test_entries_whose_publish_stayed_open_past_half_the_lease_are_claimed_not_h
 ) -> None:
     """A lease set when the publish began may have lapsed by its commit (a claim could
     have taken the entry again): such entries are given back, then claimed, once."""
-    app = _app(seen, lease_seconds=0.4)
-    app.setup(box)
-    instance = running(app)
-    _drained(instance)
+    _started(box, running, _app(seen, lease_seconds=0.4))
     with box.transaction() as conn:
         box.publish([Message(b"x", promoted={"t.N": 3})], connection=conn)
         held = threading.Event()
