@@ -72,10 +72,12 @@ def _app(seen: _Seen, **settings: Any) -> HostApp:
     return app
 
 
-def _started(box: MessageBox, running: Callable[..., HostInstance], app: HostApp) -> HostInstance:
+def _started(
+    box: MessageBox, running: Callable[..., HostInstance], app: HostApp, **settings: Any
+) -> HostInstance:
     """An instance of ``app``, once its first claim has found the queue empty."""
     app.setup(box)
-    instance = running(app)
+    instance = running(app, **settings)
     wait_until(lambda: instance._parts.claimer.drained, 30, "an empty claim")
     return instance
 
@@ -207,3 +209,40 @@ def test_entries_whose_publish_stayed_open_past_half_the_lease_are_claimed_not_h
     wait_until(lambda: seen.handled == [(3, 1, False)], 30, "handled once")
     assert seen.handed == []
     wait_until(lambda: _queue_rows(box) == 0, 30, "the completion recorded")
+
+
+def test_concurrent_publishers_and_two_instances_handle_each_entry_once(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    """Four publishers of small batches, two instances of the host in this process (each
+    of four threads, small batches, few permits): hand-overs and claims interleave, and
+    every entry is handled exactly once, none left behind."""
+    app = HostApp("hand", dequeue_threads=4, claim_batch=3, poll_max_seconds=0.05)
+
+    @app.service("work")
+    def work(d: Delivery) -> None:
+        seen.record(d)
+
+    app.subscribe("work", filter=P("t.N") >= 0, name="work")
+    first = _started(
+        box, running, app, max_in_flight=32
+    )  # few permits: some claimed (10-15 handed here)
+    second = running(app, max_in_flight=32)
+    per, publishers = 150, 4
+
+    def publish(start: int) -> None:
+        for i in range(start, start + per, 3):
+            box.publish([Message(b"x", promoted={"t.N": n}) for n in range(i, i + 3)])
+
+    threads = [threading.Thread(target=publish, args=(k * per,)) for k in range(publishers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    total = per * publishers
+    wait_until(lambda: len(seen.handled) >= total, 60, "every entry handled")
+    wait_until(lambda: _queue_rows(box) == 0, 30, "every completion recorded")
+    assert sorted(n for n, _, _ in seen.handled) == list(range(total))  # each once
+    assert all(attempt == 1 for _, attempt, _ in seen.handled)
+    for instance in (first, second):
+        wait_until(lambda i=instance: i._parts.claimer.permits.taken() == 0, 30, "permits back")
