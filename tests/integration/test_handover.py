@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -244,5 +245,5 @@ def test_concurrent_publishers_and_two_instances_handle_each_entry_once(
     wait_until(lambda: _queue_rows(box) == 0, 30, "every completion recorded")
     assert sorted(n for n, _, _ in seen.handled) == list(range(total))  # each once
     assert all(attempt == 1 for _, attempt, _ in seen.handled)
-    for instance in (first, second):
-        wait_until(lambda i=instance: i._parts.claimer.permits.taken() == 0, 30, "permits back")
+    for claimer in (first._parts.claimer, second._parts.claimer):
+        wait_until(partial(lambda c: c.permits.taken() == 0, claimer), 30, "permits back")
