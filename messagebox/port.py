@@ -41,8 +41,9 @@ class Taker(Protocol):
     @property
     def lease_seconds(self) -> float: ...
 
-    def reserve(self, n: int) -> int:
-        """Permits for up to ``n`` entries, without waiting; 0 unless it is idle."""
+    def reserve(self, n: int, *, busy: bool = False) -> int:
+        """Permits for up to ``n`` entries, without waiting; 0 unless it has no backlog
+        and (unless ``busy``) a thread free."""
         ...
 
     def accept(self, claims: list[Claim], age: float) -> None:

@@ -179,6 +179,11 @@ class Claimer:
         self._wakeups.wake()  # and idle ones (an empty claim sleeps up to poll_max_seconds)
         return batches[0]
 
+    def thread_free(self) -> bool:
+        """Whether a dequeue thread is free for another batch (fewer batches in flight,
+        waiting ones included, than threads)."""
+        return len(self._in_flight) < self._settings.dequeue_threads
+
     def handed(self, claims: list[Claim]) -> None:
         """Entries a publish in this process leased to this instance as it stored them
         (:mod:`messagebox.hosts.handover`; their permits reserved): batches for the

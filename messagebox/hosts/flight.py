@@ -51,6 +51,10 @@ class InFlight:
             with self._lock:
                 self._claiming -= 1
 
+    def __len__(self) -> int:
+        """How many batches are in flight (handled, or waiting for a thread)."""
+        return len(self._batches)  # one read of a dict's size: no lock needed
+
     def busy(self) -> bool:
         """Whether a batch is in flight or a claim runs."""
         with self._lock:

@@ -72,17 +72,20 @@ class HandOver:
             and wakeups.seen() == seen
         )
 
-    def reserve(self, n: int) -> int:
+    def reserve(self, n: int, *, busy: bool = False) -> int:
         """Up to ``n`` permits (a batch a thread at most), without waiting, while the
         instance has no backlog: its last claim took fewer entries than it asked for
         (none older is left ready to overtake), and no batch a claim took waits (one
-        handed over may); else 0."""
+        handed over may); unless ``busy``, also a thread free (fewer batches in flight
+        than threads: a publish offers its entries to the instances with a free thread
+        first); else 0."""
         with self._cond:
             if (
                 self._closed
                 or self._stopping.is_set()
                 or not self._claimer.drained
                 or self._claimer.ahead.claimed()
+                or not (busy or self._claimer.thread_free())
             ):
                 return 0
             s = self._settings

@@ -106,7 +106,8 @@ def cancel(handed: Sequence[Handed]) -> None:
 
 def lease(conn: Any, q: dict[str, Sequence[Any]], now: datetime) -> None:
     """Lease the entries of ``q`` (a publish's queue columns, before they are written)
-    that an idle taker of their host reserves for, and note them for :func:`take`."""
+    that a taker of their host reserves for (one with a thread free first), and note
+    them for :func:`take`."""
     pending: _Pending | None = conn.info.get(_KEY)
     if pending is None or not pending.takers:
         return
@@ -115,8 +116,9 @@ def lease(conn: Any, q: dict[str, Sequence[Any]], now: datetime) -> None:
         by_host.setdefault(q["host"][i], []).append(i)
     leased: dict[int, Taker] = {}
     for host, entries in by_host.items():
-        for taker in pending.takers.of(host):
-            k = taker.reserve(len(entries)) if entries else 0
+        takers = pending.takers.of(host)
+        for taker, busy in [(t, False) for t in takers] + [(t, True) for t in takers]:
+            k = taker.reserve(len(entries), busy=busy) if entries else 0
             if k:
                 for i in entries[:k]:
                     leased[i] = taker

@@ -247,3 +247,34 @@ def test_concurrent_publishers_and_two_instances_handle_each_entry_once(
     assert all(attempt == 1 for _, attempt, _ in seen.handled)
     for claimer in (first._parts.claimer, second._parts.claimer):
         wait_until(partial(lambda c: c.permits.taken() == 0, claimer), 30, "permits back")
+
+
+def test_an_instance_whose_threads_are_all_busy_leaves_the_entry_to_a_free_one(
+    box: MessageBox, running: Callable[..., HostInstance], seen: _Seen
+) -> None:
+    """Two instances of the host in this process, one thread each: while the first's
+    thread is held by a message, the next goes to the second at once, not into the
+    first's waiting batches."""
+    gate = threading.Event()
+    app = HostApp("hand", dequeue_threads=1, claim_batch=10, poll_max_seconds=0.05)
+
+    @app.service("work")
+    def work(d: Delivery) -> None:
+        if d.properties["t.N"] == 0:
+            gate.wait(30)
+        seen.record(d)
+
+    app.subscribe("work", filter=P("t.N") >= 0, name="work")
+    first = _started(box, running, app)
+    second = running(app)
+    wait_until(lambda: second._parts.claimer.drained, 30, "the second's empty claim")
+    box.publish([Message(b"x", promoted={"t.N": 0})])
+    wait_until(
+        lambda: len(first._parts.in_flight) + len(second._parts.in_flight) == 1,
+        30,
+        "the first message in hand",
+    )
+    box.publish([Message(b"x", promoted={"t.N": 1})])
+    wait_until(lambda: [n for n, _, _ in seen.handled] == [1], 30, "the second handled first")
+    gate.set()
+    wait_until(lambda: len(seen.handled) == 2, 30, "both handled")
