@@ -179,6 +179,14 @@ class Claimer:
         self._wakeups.wake()  # and idle ones (an empty claim sleeps up to poll_max_seconds)
         return batches[0]
 
+    def only_plain(self) -> bool:
+        """Whether every entry of the host is a plain one (no ordered subscription, no
+        key, no service instance): then a claim that took fewer entries than it asked
+        for left none ready, and only a publish or time makes one ready (a completion
+        frees no run, key or instance for the next claim)."""
+        subs = self._subscriptions
+        return not (subs.any_ordered() or subs.may_name_instances() or subs.keyed_share(1)[0])
+
     def thread_free(self) -> bool:
         """Whether a dequeue thread is free for another batch (fewer batches in flight,
         waiting ones included, than threads)."""

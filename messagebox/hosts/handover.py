@@ -62,29 +62,33 @@ class HandOver:
 
     def claim_needless(self, seen: int, wakeups: WakeUps) -> bool:
         """Whether a claim after a batch would find nothing: the instance takes what is
-        handed over, its last claim took all there was, no batch waits and nothing was
-        published to the host since the batch was taken (``seen``: the wake-ups then).
-        An entry due later (a retry, a schedule) is claimed after the back-off, as ever."""
+        handed over, its last claim took all there was, no batch waits, nothing was
+        published to the host since the batch was taken (``seen``: the wake-ups then),
+        and every entry of the host is plain (a completion frees no run, key or service
+        instance). An entry due later (a retry, a schedule) is claimed after the
+        back-off, as ever."""
         return (
             self.watching
             and self._claimer.drained
             and not self._claimer.ahead
             and wakeups.seen() == seen
+            and self._claimer.only_plain()
         )
 
     def reserve(self, n: int, *, busy: bool = False) -> int:
         """Up to ``n`` permits (a batch a thread at most), without waiting, while the
-        instance has no backlog: its last claim took fewer entries than it asked for
-        (none older is left ready to overtake), and no batch a claim took waits (one
-        handed over may); unless ``busy``, also a thread free (fewer batches in flight
-        than threads: a publish offers its entries to the instances with a free thread
-        first); else 0."""
+        instance has no backlog: every entry of its host is plain and its last claim
+        took fewer entries than it asked for (none older is left ready to overtake), and
+        no batch a claim took waits (one handed over may); unless ``busy``, also a
+        thread free (fewer batches in flight than threads: a publish offers its entries
+        to the instances with a free thread first); else 0."""
         with self._cond:
             if (
                 self._closed
                 or self._stopping.is_set()
                 or not self._claimer.drained
                 or self._claimer.ahead.claimed()
+                or not self._claimer.only_plain()
                 or not (busy or self._claimer.thread_free())
             ):
                 return 0
