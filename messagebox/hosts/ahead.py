@@ -22,9 +22,9 @@ class ClaimedAhead:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._batches: deque[list[Claim]] = deque()
+        self._batches: deque[tuple[list[Claim], bool]] = deque()
+        """Each batch, and whether a publish handed it over (no claim follows it)."""
         self._deferred: list[Outcomes] = []
-        self._handed: set[int] = set()  # ids of batches a publish handed over
 
     def __bool__(self) -> bool:
         """Whether a batch waits for a thread."""
@@ -32,30 +32,24 @@ class ClaimedAhead:
 
     def put(self, batches: list[list[Claim]], *, handed: bool = False) -> None:
         """Batches for the threads; ``handed``: a publish handed them over, and no
-        claim follows them (see :meth:`handed`)."""
+        claim follows them (see :meth:`take_with_origin`)."""
         with self._lock:
-            self._batches.extend(batches)
-            if handed:
-                self._handed.update(id(b) for b in batches)
+            self._batches.extend((b, handed) for b in batches)
 
     def claimed(self) -> bool:
         """Whether a batch a claim took waits (not one handed over)."""
         with self._lock:
-            return len(self._batches) > len(self._handed)
-
-    def handed(self, batch: list[Claim]) -> bool:
-        """Whether a publish handed this batch over (taken from here): no claim of the
-        instance need follow it, so the outcomes it would defer are recorded at once."""
-        if not self._handed:
-            return False
-        with self._lock:
-            if id(batch) in self._handed:
-                self._handed.discard(id(batch))
-                return True
-            return False
+            return not all(handed for _, handed in self._batches)
 
     def take(self) -> list[Claim] | None:
         """A batch claimed ahead (its permits are taken), or None."""
+        taken = self.take_with_origin()
+        return None if taken is None else taken[0]
+
+    def take_with_origin(self) -> tuple[list[Claim], bool] | None:
+        """A batch (its permits are taken) and whether a publish handed it over: then
+        no claim of the instance need follow it, and the outcomes it would defer are
+        recorded at once. None if none waits."""
         if not self._batches:  # read without the lock: a miss only claims anew
             return None
         with self._lock:
@@ -79,7 +73,6 @@ class ClaimedAhead:
         """Everything held (at the end): the batches never handed out, and the outcomes
         deferred."""
         with self._lock:
-            batches, self._batches = list(self._batches), deque()
+            batches, self._batches = [b for b, _ in self._batches], deque()
             deferred, self._deferred = self._deferred, []
-            self._handed.clear()
         return batches, deferred

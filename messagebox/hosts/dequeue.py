@@ -116,9 +116,10 @@ class DequeueLoop:
         leaves them to the instance's next claim; a claim records them; with no permit
         free they are recorded before the thread waits for one."""
         ahead = self._claimer.ahead
-        claims = ahead.take()  # claimed by another thread, permits and all
-        if claims is not None:
-            if ahead.handed(claims):  # no claim need follow: record what waits for one
+        taken = ahead.take_with_origin()  # claimed by another thread, permits and all
+        if taken is not None:
+            claims, handed = taken
+            if handed:  # no claim need follow: record what waits for one
                 waiting = ahead.take_deferred_outcomes(carry)
                 if waiting is not None:
                     self._recorder.record(waiting)

@@ -9,8 +9,9 @@ claimed now, the instance's lease): if the transaction rolls back, nothing was s
 and the instance's permits are given back; if the instance ends before handling it,
 its lease is given back or lapses, as any claimed entry's. Only entries a plain claim
 would take now are handed over (ready, due, unexpired, not ordered, not a service
-instance's, no key), and only to an instance whose last claim found nothing: an older
-entry waiting for it would have been claimed, so none is overtaken.
+instance's, no key), and only to an instance whose host's entries are all plain and
+whose last claim took all there was: an older entry waiting for it would have been
+claimed, so none is overtaken (:class:`messagebox.hosts.handover.HandOver`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from messagebox.claims import Claim
 from messagebox.port import Taker
 from messagebox.storage import ids
 from messagebox.storage.dialects import Same
+from messagebox.storage.dialects.base import distinct
 
 
 class Takers:
@@ -111,9 +113,14 @@ def lease(conn: Any, q: dict[str, Sequence[Any]], now: datetime) -> None:
     pending: _Pending | None = conn.info.get(_KEY)
     if pending is None or not pending.takers:
         return
-    by_host: dict[str, list[int]] = {}
+    hosts = q["host"]
+    by_host: dict[str, list[int]] = {h: [] for h in distinct(hosts) if pending.takers.of(h)}
+    if not by_host:  # no instance of these hosts in this process: nothing more to do
+        return
     for i in _plain_now(q, now):
-        by_host.setdefault(q["host"][i], []).append(i)
+        mine = by_host.get(hosts[i])
+        if mine is not None:
+            mine.append(i)
     leased: dict[int, Taker] = {}
     for host, entries in by_host.items():
         takers = pending.takers.of(host)
